@@ -1,0 +1,47 @@
+//! The crate's one error type.
+
+use crate::tree::WorkerId;
+
+/// Everything that can go wrong in `prefix_router`.
+///
+/// Messages are lowercase and say what was wrong and what is allowed. The enum is
+/// `#[non_exhaustive]`: new failure modes may be added in minor releases.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A block size of zero or above [`PrefixHasher::MAX_BLOCK_SIZE`](crate::PrefixHasher::MAX_BLOCK_SIZE).
+    #[error("invalid block size {block_size}: must be between 1 and {max} tokens")]
+    InvalidBlockSize {
+        /// The block size that was asked for.
+        block_size: usize,
+        /// The largest block size allowed.
+        max: usize,
+    },
+    /// A configuration value is NaN, infinite or out of its allowed range.
+    #[error("invalid {field} = {value}: {allowed}")]
+    InvalidConfig {
+        /// The configuration field.
+        field: &'static str,
+        /// The rejected value, rendered as text.
+        value: String,
+        /// What the field accepts.
+        allowed: &'static str,
+    },
+    /// A worker id beyond what the structure can index.
+    #[error("worker id {worker} is out of range: ids must be below {limit}")]
+    WorkerOutOfRange {
+        /// The rejected worker id.
+        worker: u32,
+        /// One past the largest accepted id.
+        limit: u32,
+    },
+    /// The worker is not registered with this router.
+    #[error("unknown worker {0:?}: add it with add_worker first")]
+    UnknownWorker(WorkerId),
+    /// The worker is already registered.
+    #[error("worker {0:?} is already registered")]
+    WorkerExists(WorkerId),
+    /// No worker is registered and available to take the request.
+    #[error("no worker is available: add a worker or mark one available")]
+    NoWorkers,
+}
