@@ -52,5 +52,5 @@ mod tree;
 pub use crate::{
     error::Error,
     hash::{BlockHash, HashAlgorithm, PrefixHasher, TokenId},
-    tree::WorkerId,
+    tree::{PrefixMatch, RadixTree, TreeConfig, WorkerId},
 };

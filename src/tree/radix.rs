@@ -1,0 +1,1050 @@
+//! The arena radix tree.
+
+use smallvec::SmallVec;
+
+use super::{FoldMap, PrefixMatch, WorkerId};
+use crate::BlockHash;
+
+/// "No node / no holding" in the arena's `u32` links.
+pub(super) const NIL: u32 = u32::MAX;
+/// The root node: holds no blocks, never freed.
+pub(super) const ROOT: u32 = 0;
+
+/// Memory bounds of a [`RadixTree`], applied to all workers together.
+///
+/// Past either bound the tree evicts whole leaves in global least-recently-used order, so
+/// total memory stays bounded however many distinct prompts arrive.
+///
+/// Memory is about 8 bytes per block plus about 100 bytes per node with one holder (a node
+/// is a run of blocks that the same workers hold); with the defaults that is about 40 MiB
+/// for typical prompts (long unique tails) and at most about 100 MiB for any traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TreeConfig {
+    /// Most distinct blocks held at once. Default 4,194,304 (2^22: 67M tokens at block
+    /// size 16).
+    pub max_blocks: usize,
+    /// Most nodes at once. Default 262,144 (2^18).
+    pub max_nodes: usize,
+}
+
+impl Default for TreeConfig {
+    fn default() -> Self {
+        Self {
+            max_blocks: 1 << 22,
+            max_nodes: 1 << 18,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Node {
+    pub(super) parent: u32,
+    pub(super) first_child: u32,
+    pub(super) next_sibling: u32,
+    pub(super) prev_sibling: u32,
+    /// The edge is `pool[edge_start..edge_start + edge_len]`.
+    pub(super) edge_start: u32,
+    pub(super) edge_len: u32,
+    /// Blocks above this node's edge.
+    pub(super) depth: u32,
+    /// Global LRU links.
+    pub(super) lru_prev: u32,
+    pub(super) lru_next: u32,
+    /// Logical time of the last insert or touch through this node (any worker).
+    pub(super) stamp: u64,
+}
+
+impl Node {
+    const FREE: Node = Node {
+        parent: NIL,
+        first_child: NIL,
+        next_sibling: NIL,
+        prev_sibling: NIL,
+        edge_start: 0,
+        edge_len: 0,
+        depth: 0,
+        lru_prev: NIL,
+        lru_next: NIL,
+        stamp: 0,
+    };
+}
+
+/// One worker's hold on one node, linked into that worker's LRU list.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Holding {
+    pub(super) node: u32,
+    pub(super) worker: u32,
+    pub(super) prev: u32,
+    pub(super) next: u32,
+    /// Logical time of this worker's last insert or touch through the node.
+    pub(super) stamp: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WorkerState {
+    /// Blocks held.
+    pub(super) blocks: usize,
+    /// Capacity in blocks (`usize::MAX`: unbounded).
+    pub(super) capacity: usize,
+    /// LRU list of holdings: least recent (and deepest among equals) at the head.
+    pub(super) list: List,
+    pub(super) holdings: usize,
+}
+
+impl WorkerState {
+    const NEW: WorkerState = WorkerState {
+        blocks: 0,
+        capacity: usize::MAX,
+        list: List::EMPTY,
+        holdings: 0,
+    };
+}
+
+/// Head and tail of an intrusive doubly linked list over an arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct List {
+    pub(super) head: u32,
+    pub(super) tail: u32,
+}
+
+impl List {
+    pub(super) const EMPTY: List = List {
+        head: NIL,
+        tail: NIL,
+    };
+}
+
+/// Arena items with `prev` / `next` links, so the list code is written once for the global
+/// node list and the per-worker holding lists.
+pub(super) trait Linked {
+    fn links(&self) -> (u32, u32);
+    fn set_prev(&mut self, prev: u32);
+    fn set_next(&mut self, next: u32);
+}
+
+impl Linked for Node {
+    fn links(&self) -> (u32, u32) {
+        (self.lru_prev, self.lru_next)
+    }
+    fn set_prev(&mut self, prev: u32) {
+        self.lru_prev = prev;
+    }
+    fn set_next(&mut self, next: u32) {
+        self.lru_next = next;
+    }
+}
+
+impl Linked for Holding {
+    fn links(&self) -> (u32, u32) {
+        (self.prev, self.next)
+    }
+    fn set_prev(&mut self, prev: u32) {
+        self.prev = prev;
+    }
+    fn set_next(&mut self, next: u32) {
+        self.next = next;
+    }
+}
+
+fn unlink<T: Linked>(items: &mut [T], list: &mut List, i: u32) {
+    let (prev, next) = items[i as usize].links();
+    if prev == NIL {
+        list.head = next;
+    } else {
+        items[prev as usize].set_next(next);
+    }
+    if next == NIL {
+        list.tail = prev;
+    } else {
+        items[next as usize].set_prev(prev);
+    }
+    items[i as usize].set_prev(NIL);
+    items[i as usize].set_next(NIL);
+}
+
+/// Links `i` just before `before`, or at the tail when `before` is `NIL`.
+fn link_before<T: Linked>(items: &mut [T], list: &mut List, i: u32, before: u32) {
+    let prev = if before == NIL {
+        list.tail
+    } else {
+        items[before as usize].links().0
+    };
+    items[i as usize].set_prev(prev);
+    items[i as usize].set_next(before);
+    if prev == NIL {
+        list.head = i;
+    } else {
+        items[prev as usize].set_next(i);
+    }
+    if before == NIL {
+        list.tail = i;
+    } else {
+        items[before as usize].set_prev(i);
+    }
+}
+
+/// Links `i` just after `after` (which is linked).
+fn link_after<T: Linked>(items: &mut [T], list: &mut List, i: u32, after: u32) {
+    let next = items[after as usize].links().1;
+    link_before(items, list, i, next);
+}
+
+/// One mirror of every worker's prefix cache.
+///
+/// Insert the block hashes of what a worker caches (or what was routed to it), and ask in
+/// one walk how many leading blocks of a prompt **each** worker holds.
+///
+/// # Structure
+///
+/// - Nodes live in an arena addressed by `u32` ids with a free list; edges are compressed
+///   runs of [`BlockHash`] in one shared pool. A node is split where prefixes diverge or
+///   where its holders differ, and merged back as soon as the split is no longer needed.
+/// - Each node records its holders in a bitset of `⌈workers / 64⌉` words (one word for up
+///   to 64 workers); worker ids up to [`RadixTree::MAX_WORKERS`] are accepted.
+/// - Recency is a logical clock, never wall time. For each worker, a block's recency is its
+///   last [`insert`](Self::insert) or [`touch`](Self::touch) for that worker; beyond the
+///   worker's [capacity](Self::set_capacity) its least recently used blocks are evicted,
+///   deepest first among equals, so a parent never goes before its child.
+/// - The whole tree is bounded by [`TreeConfig`]: past it, globally least recently used
+///   leaves go.
+///
+/// # Example
+///
+/// ```
+/// use prefix_router::{PrefixHasher, RadixTree, WorkerId};
+///
+/// let hasher = PrefixHasher::new(16)?;
+/// let system: Vec<u32> = (0..64).collect();
+/// let mut tree = RadixTree::new();
+/// tree.insert(WorkerId::new(1), &hasher.hash(&[system.clone(), vec![7; 32]].concat()));
+/// tree.insert(WorkerId::new(2), &hasher.hash(&system));
+///
+/// let query = hasher.hash(&[system.clone(), vec![7; 16]].concat());
+/// let m = tree.match_prefix(&query);
+/// assert_eq!(m.matched_blocks(WorkerId::new(1)), 5);
+/// assert_eq!(m.matched_blocks(WorkerId::new(2)), 4);
+/// assert_eq!(tree.block_count(), 6);
+///
+/// tree.set_capacity(WorkerId::new(1), 4); // evicts its two least recent blocks
+/// assert_eq!(tree.worker_block_count(WorkerId::new(1)), 4);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RadixTree {
+    pub(super) config: TreeConfig,
+    pub(super) nodes: Vec<Node>,
+    pub(super) free_nodes: Vec<u32>,
+    pub(super) live_nodes: usize,
+    /// Edge storage; `garbage` counts slots no live edge uses.
+    pub(super) pool: Vec<BlockHash>,
+    pub(super) garbage: usize,
+    /// (parent, first block of the child's edge) → child.
+    pub(super) children: FoldMap<(u32, BlockHash), u32>,
+    /// Holder bitsets: node `n` owns `members[n * stride..(n + 1) * stride]`.
+    pub(super) members: Vec<u64>,
+    pub(super) stride: usize,
+    pub(super) holdings: Vec<Holding>,
+    pub(super) free_holdings: Vec<u32>,
+    /// (node << 32 | worker) → holding.
+    pub(super) holding_index: FoldMap<u64, u32>,
+    pub(super) workers: Vec<WorkerState>,
+    /// Global LRU over nodes: least recent (and deepest among equals) at the head.
+    pub(super) lru: List,
+    pub(super) block_count: usize,
+    pub(super) clock: u64,
+    /// Nodes whose merge with their only child must be checked once the operation is done.
+    merge_queue: Vec<u32>,
+}
+
+impl Default for RadixTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[inline]
+fn holding_key(node: u32, worker: usize) -> u64 {
+    (u64::from(node) << 32) | worker as u64
+}
+
+/// Length of the common prefix of two block runs.
+#[inline]
+fn common_prefix(a: &[BlockHash], b: &[BlockHash]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The set bits of a bitset, as worker indices.
+#[inline]
+pub(super) fn bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    words.iter().enumerate().flat_map(|(i, &word)| {
+        let mut w = word;
+        core::iter::from_fn(move || {
+            if w == 0 {
+                return None;
+            }
+            let bit = w.trailing_zeros() as usize;
+            w &= w - 1;
+            Some(i * 64 + bit)
+        })
+    })
+}
+
+impl RadixTree {
+    /// The largest number of workers a tree indexes: worker ids must be below this.
+    pub const MAX_WORKERS: u32 = 4096;
+
+    /// An empty tree with the default [`TreeConfig`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with_config(TreeConfig::default())
+    }
+
+    /// An empty tree with the given memory bounds.
+    #[must_use]
+    pub fn with_config(config: TreeConfig) -> Self {
+        Self {
+            config,
+            nodes: vec![Node {
+                parent: NIL,
+                ..Node::FREE
+            }],
+            free_nodes: Vec::new(),
+            live_nodes: 1,
+            pool: Vec::new(),
+            garbage: 0,
+            children: FoldMap::default(),
+            members: vec![0],
+            stride: 1,
+            holdings: Vec::new(),
+            free_holdings: Vec::new(),
+            holding_index: FoldMap::default(),
+            workers: Vec::new(),
+            lru: List::EMPTY,
+            block_count: 0,
+            clock: 0,
+            merge_queue: Vec::new(),
+        }
+    }
+
+    /// The tree's memory bounds.
+    #[must_use]
+    pub fn config(&self) -> TreeConfig {
+        self.config
+    }
+
+    /// Marks the whole prefix `blocks` (a chain from the root) as held by `worker` and makes
+    /// it that worker's most recently used. May evict: the worker's least recently used
+    /// blocks beyond its capacity, and globally least recently used leaves beyond the
+    /// [`TreeConfig`] bounds.
+    ///
+    /// Empty `blocks` and worker ids at or above [`Self::MAX_WORKERS`] are no-ops.
+    ///
+    /// Cost: one walk of the prefix plus O(1) per node on it (and O(holders) per split).
+    pub fn insert(&mut self, worker: WorkerId, blocks: &[BlockHash]) {
+        if blocks.is_empty() || !self.ensure_worker(worker) {
+            return;
+        }
+        let w = worker.index();
+        self.clock += 1;
+        let now = self.clock;
+        let (mut anchor_node, mut anchor_holding) = (NIL, NIL);
+        let mut node = ROOT;
+        let mut pos = 0;
+        while pos < blocks.len() {
+            let next = match self.child(node, blocks[pos]) {
+                None => {
+                    let leaf = self.new_leaf(node, &blocks[pos..]);
+                    pos = blocks.len();
+                    leaf
+                }
+                Some(child) => {
+                    let common = common_prefix(self.edge(child), &blocks[pos..]);
+                    pos += common;
+                    if common < self.nodes[child as usize].edge_len as usize {
+                        self.split(child, common)
+                    } else {
+                        child
+                    }
+                }
+            };
+            self.refresh(next, w, now, &mut anchor_node, &mut anchor_holding);
+            self.merge_queue.push(next);
+            node = next;
+        }
+        self.finish_merges();
+        self.enforce_capacity(w);
+        self.enforce_budget();
+        self.maybe_compact();
+    }
+
+    /// Refreshes the recency of the part of `blocks` that `worker` already holds, as if it
+    /// had been inserted again. Adds nothing; a no-op where the worker holds nothing.
+    pub fn touch(&mut self, worker: WorkerId, blocks: &[BlockHash]) {
+        let held = self.held_prefix(worker, blocks);
+        if held > 0 {
+            self.insert(worker, &blocks[..held]);
+        }
+    }
+
+    /// In one walk, how many leading blocks of `blocks` each worker holds.
+    #[must_use]
+    pub fn match_prefix(&self, blocks: &[BlockHash]) -> PrefixMatch {
+        let mut out = PrefixMatch::new();
+        self.match_prefix_into(blocks, &mut out);
+        out
+    }
+
+    /// Like [`match_prefix`](Self::match_prefix), reusing `out`'s buffers: a warm call
+    /// allocates nothing.
+    pub fn match_prefix_into(&self, blocks: &[BlockHash], out: &mut PrefixMatch) {
+        out.reset(blocks.len());
+        let stride = self.stride;
+        let mut node = ROOT;
+        let mut pos = 0;
+        while pos < blocks.len() {
+            let Some(child) = self.child(node, blocks[pos]) else {
+                break;
+            };
+            let edge = self.edge(child);
+            let common = common_prefix(edge, &blocks[pos..]);
+            if node != ROOT {
+                // Holders of `node` that do not hold `child` match exactly `pos` blocks.
+                let (above, below) = (self.words(node), self.words(child));
+                for i in 0..stride {
+                    let mut gone = above[i] & !below[i];
+                    while gone != 0 {
+                        out.record(i * 64 + gone.trailing_zeros() as usize, pos);
+                        gone &= gone - 1;
+                    }
+                }
+            }
+            pos += common;
+            node = child;
+            if common < edge.len() {
+                break;
+            }
+        }
+        if node != ROOT {
+            for w in bits(self.words(node)) {
+                out.record(w, pos);
+            }
+        }
+    }
+
+    /// How many leading blocks of `blocks` `worker` holds (one walk, no allocation).
+    #[must_use]
+    pub fn held_prefix(&self, worker: WorkerId, blocks: &[BlockHash]) -> usize {
+        let w = worker.index();
+        if w >= self.workers.len() {
+            return 0;
+        }
+        let mut node = ROOT;
+        let mut pos = 0;
+        while pos < blocks.len() {
+            let Some(child) = self.child(node, blocks[pos]) else {
+                break;
+            };
+            if !self.has_member(child, w) {
+                break;
+            }
+            let edge = self.edge(child);
+            let common = common_prefix(edge, &blocks[pos..]);
+            pos += common;
+            node = child;
+            if common < edge.len() {
+                break;
+            }
+        }
+        pos
+    }
+
+    /// `worker` drops the listed blocks and everything below them.
+    ///
+    /// `blocks` is a run of consecutive blocks of one chain: a prefix from the root (as
+    /// passed to [`insert`](Self::insert)) or any later part of it, such as `&chain[k..]`
+    /// or a single block. Because block hashes are chained, the run's first block names
+    /// where it is; blocks the worker does not hold are ignored. `remove(w, &chain)` drops
+    /// the whole prefix; `remove(w, &chain[k..])` keeps the first `k` blocks.
+    ///
+    /// Cost: a run that starts at the root is found in one walk; one that starts deeper is
+    /// found by scanning the nodes the worker holds (O(nodes held by the worker)). Then O(1)
+    /// per node dropped.
+    pub fn remove(&mut self, worker: WorkerId, blocks: &[BlockHash]) {
+        let w = worker.index();
+        if w >= self.workers.len() {
+            return;
+        }
+        let mut rest = blocks;
+        while let Some(&first) = rest.first() {
+            let Some((node, offset)) = self.locate(w, first) else {
+                rest = &rest[1..];
+                continue;
+            };
+            // The rest of the run hangs below `first`: skip what continues the chain.
+            let mut skipped = 1;
+            let mut at = (node, offset + 1);
+            while skipped < rest.len() {
+                let (n, o) = at;
+                if o < self.nodes[n as usize].edge_len as usize {
+                    if self.edge(n)[o] != rest[skipped] {
+                        break;
+                    }
+                    at = (n, o + 1);
+                } else {
+                    match self.child(n, rest[skipped]) {
+                        Some(c) => at = (c, 1),
+                        None => break,
+                    }
+                }
+                skipped += 1;
+            }
+            self.drop_from(w, node, offset);
+            self.finish_merges();
+            rest = &rest[skipped..];
+        }
+        self.maybe_compact();
+    }
+
+    /// Forgets everything `worker` holds and its capacity. Cost: O(nodes it holds).
+    pub fn remove_worker(&mut self, worker: WorkerId) {
+        let w = worker.index();
+        if w >= self.workers.len() {
+            return;
+        }
+        // The list head is always a node the worker holds no child of.
+        while self.workers[w].list.head != NIL {
+            let node = self.holdings[self.workers[w].list.head as usize].node;
+            self.remove_holder(node, w);
+        }
+        self.workers[w] = WorkerState::NEW;
+        self.finish_merges();
+        self.maybe_compact();
+    }
+
+    /// Bounds `worker` to `blocks` blocks, evicting its least recently used blocks beyond
+    /// it (deepest first among equals). `usize::MAX` means unbounded (the default).
+    /// A worker id at or above [`Self::MAX_WORKERS`] is ignored.
+    pub fn set_capacity(&mut self, worker: WorkerId, blocks: usize) {
+        if !self.ensure_worker(worker) {
+            return;
+        }
+        self.workers[worker.index()].capacity = blocks;
+        self.enforce_capacity(worker.index());
+        self.maybe_compact();
+    }
+
+    /// The capacity of `worker` in blocks (`usize::MAX` when unbounded or unknown).
+    #[must_use]
+    pub fn capacity(&self, worker: WorkerId) -> usize {
+        self.workers
+            .get(worker.index())
+            .map_or(usize::MAX, |s| s.capacity)
+    }
+
+    /// Distinct blocks held by any worker.
+    #[must_use]
+    pub fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    /// Blocks held by `worker` (0 for an unknown worker).
+    #[must_use]
+    pub fn worker_block_count(&self, worker: WorkerId) -> usize {
+        self.workers.get(worker.index()).map_or(0, |s| s.blocks)
+    }
+
+    /// Nodes in the tree, not counting the root.
+    #[must_use]
+    pub fn node_count(&self) -> usize {
+        self.live_nodes - 1
+    }
+
+    /// Bytes allocated by the tree: the node arena, edge pool, holder bitsets, holdings,
+    /// both maps and the free lists, counted from their real capacities.
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        use core::mem::size_of;
+        size_of::<Self>()
+            + self.nodes.capacity() * size_of::<Node>()
+            + self.free_nodes.capacity() * size_of::<u32>()
+            + self.pool.capacity() * size_of::<BlockHash>()
+            + self.children.allocation_size()
+            + self.members.capacity() * size_of::<u64>()
+            + self.holdings.capacity() * size_of::<Holding>()
+            + self.free_holdings.capacity() * size_of::<u32>()
+            + self.holding_index.allocation_size()
+            + self.workers.capacity() * size_of::<WorkerState>()
+            + self.merge_queue.capacity() * size_of::<u32>()
+    }
+
+    // ----- internals -------------------------------------------------------------------
+
+    /// Registers `worker` if needed; false when its id is out of range.
+    fn ensure_worker(&mut self, worker: WorkerId) -> bool {
+        if worker.get() >= Self::MAX_WORKERS {
+            return false;
+        }
+        let w = worker.index();
+        if w >= self.workers.len() {
+            self.workers.resize(w + 1, WorkerState::NEW);
+        }
+        let stride = w / 64 + 1;
+        if stride > self.stride {
+            let mut members = vec![0u64; self.nodes.len() * stride];
+            for (n, words) in self.members.chunks_exact(self.stride).enumerate() {
+                members[n * stride..n * stride + self.stride].copy_from_slice(words);
+            }
+            self.members = members;
+            self.stride = stride;
+        }
+        true
+    }
+
+    #[inline]
+    pub(super) fn edge(&self, node: u32) -> &[BlockHash] {
+        let n = &self.nodes[node as usize];
+        let start = n.edge_start as usize;
+        &self.pool[start..start + n.edge_len as usize]
+    }
+
+    #[inline]
+    pub(super) fn child(&self, parent: u32, first: BlockHash) -> Option<u32> {
+        self.children.get(&(parent, first)).copied()
+    }
+
+    #[inline]
+    pub(super) fn words(&self, node: u32) -> &[u64] {
+        let start = node as usize * self.stride;
+        &self.members[start..start + self.stride]
+    }
+
+    #[inline]
+    pub(super) fn has_member(&self, node: u32, w: usize) -> bool {
+        w / 64 < self.stride && self.words(node)[w / 64] & (1 << (w % 64)) != 0
+    }
+
+    #[inline]
+    fn set_member(&mut self, node: u32, w: usize, on: bool) {
+        let word = &mut self.members[node as usize * self.stride + w / 64];
+        if on {
+            *word |= 1 << (w % 64);
+        } else {
+            *word &= !(1 << (w % 64));
+        }
+    }
+
+    #[inline]
+    pub(super) fn holding_of(&self, node: u32, w: usize) -> Option<u32> {
+        self.holding_index.get(&holding_key(node, w)).copied()
+    }
+
+    pub(super) fn alive(&self, node: u32) -> bool {
+        node == ROOT
+            || self
+                .nodes
+                .get(node as usize)
+                .is_some_and(|n| n.parent != NIL)
+    }
+
+    fn alloc_node(&mut self, node: Node) -> u32 {
+        self.live_nodes += 1;
+        if let Some(id) = self.free_nodes.pop() {
+            self.nodes[id as usize] = node;
+            return id;
+        }
+        let id = u32::try_from(self.nodes.len()).unwrap_or(NIL);
+        self.nodes.push(node);
+        self.members.resize(self.members.len() + self.stride, 0);
+        id
+    }
+
+    fn free_node(&mut self, id: u32) {
+        self.nodes[id as usize] = Node::FREE;
+        let start = id as usize * self.stride;
+        self.members[start..start + self.stride].fill(0);
+        self.free_nodes.push(id);
+        self.live_nodes -= 1;
+    }
+
+    /// Appends `blocks` to the pool and hangs a new leaf with that edge under `parent`.
+    fn new_leaf(&mut self, parent: u32, blocks: &[BlockHash]) -> u32 {
+        let start = self.pool.len() as u32;
+        self.pool.extend_from_slice(blocks);
+        let p = self.nodes[parent as usize];
+        let leaf = self.alloc_node(Node {
+            parent,
+            edge_start: start,
+            edge_len: blocks.len() as u32,
+            depth: p.depth + p.edge_len,
+            ..Node::FREE
+        });
+        self.block_count += blocks.len();
+        self.attach(parent, leaf);
+        leaf
+    }
+
+    /// Links `child` (whose `parent` field is set) into its parent's child list and map.
+    fn attach(&mut self, parent: u32, child: u32) {
+        let first = self.edge(child)[0];
+        self.children.insert((parent, first), child);
+        let old_first = self.nodes[parent as usize].first_child;
+        let c = &mut self.nodes[child as usize];
+        c.parent = parent;
+        c.prev_sibling = NIL;
+        c.next_sibling = old_first;
+        if old_first != NIL {
+            self.nodes[old_first as usize].prev_sibling = child;
+        }
+        self.nodes[parent as usize].first_child = child;
+    }
+
+    /// Unlinks `child` from its parent's child list and map.
+    fn detach(&mut self, child: u32) {
+        let c = self.nodes[child as usize];
+        let first = self.edge(child)[0];
+        self.children.remove(&(c.parent, first));
+        if c.prev_sibling == NIL {
+            self.nodes[c.parent as usize].first_child = c.next_sibling;
+        } else {
+            self.nodes[c.prev_sibling as usize].next_sibling = c.next_sibling;
+        }
+        if c.next_sibling != NIL {
+            self.nodes[c.next_sibling as usize].prev_sibling = c.prev_sibling;
+        }
+        let c = &mut self.nodes[child as usize];
+        c.prev_sibling = NIL;
+        c.next_sibling = NIL;
+    }
+
+    /// Makes `node` most recently used for `w` at time `now`: adds `w` as a holder if it
+    /// was not one, and moves the node and the holding just before the anchors (the
+    /// previously refreshed, shallower node), so that the lists stay ordered by recency and,
+    /// among equals, deepest first.
+    fn refresh(&mut self, node: u32, w: usize, now: u64, anchor_node: &mut u32, anchor: &mut u32) {
+        let n = &mut self.nodes[node as usize];
+        n.stamp = now;
+        if n.lru_prev != NIL || self.lru.head == node {
+            unlink(&mut self.nodes, &mut self.lru, node);
+        }
+        link_before(&mut self.nodes, &mut self.lru, node, *anchor_node);
+        *anchor_node = node;
+
+        let h = match self.holding_of(node, w) {
+            Some(h) => {
+                unlink(&mut self.holdings, &mut self.workers[w].list, h);
+                self.holdings[h as usize].stamp = now;
+                h
+            }
+            None => {
+                let h = self.new_holding(node, w, now);
+                self.set_member(node, w, true);
+                self.workers[w].blocks += self.nodes[node as usize].edge_len as usize;
+                h
+            }
+        };
+        link_before(&mut self.holdings, &mut self.workers[w].list, h, *anchor);
+        *anchor = h;
+    }
+
+    fn new_holding(&mut self, node: u32, w: usize, stamp: u64) -> u32 {
+        let holding = Holding {
+            node,
+            worker: w as u32,
+            prev: NIL,
+            next: NIL,
+            stamp,
+        };
+        let h = if let Some(h) = self.free_holdings.pop() {
+            self.holdings[h as usize] = holding;
+            h
+        } else {
+            self.holdings.push(holding);
+            (self.holdings.len() - 1) as u32
+        };
+        self.holding_index.insert(holding_key(node, w), h);
+        self.workers[w].holdings += 1;
+        h
+    }
+
+    fn free_holding(&mut self, h: u32) {
+        let Holding { node, worker, .. } = self.holdings[h as usize];
+        let w = worker as usize;
+        unlink(&mut self.holdings, &mut self.workers[w].list, h);
+        self.holding_index.remove(&holding_key(node, w));
+        self.holdings[h as usize].node = NIL;
+        self.free_holdings.push(h);
+        self.workers[w].holdings -= 1;
+    }
+
+    /// Splits `node` after `at` blocks (0 < at < len). The upper part gets a new id and
+    /// takes the node's place; the lower part keeps the id (and so its children, holdings
+    /// and map entries). Returns the upper part.
+    fn split(&mut self, node: u32, at: usize) -> u32 {
+        let n = self.nodes[node as usize];
+        let at = at as u32;
+        let upper = self.alloc_node(Node {
+            parent: n.parent,
+            first_child: node,
+            next_sibling: n.next_sibling,
+            prev_sibling: n.prev_sibling,
+            edge_start: n.edge_start,
+            edge_len: at,
+            depth: n.depth,
+            lru_prev: NIL,
+            lru_next: NIL,
+            stamp: n.stamp,
+        });
+        // The upper part takes the node's place among its siblings and in the map.
+        if n.prev_sibling == NIL {
+            self.nodes[n.parent as usize].first_child = upper;
+        } else {
+            self.nodes[n.prev_sibling as usize].next_sibling = upper;
+        }
+        if n.next_sibling != NIL {
+            self.nodes[n.next_sibling as usize].prev_sibling = upper;
+        }
+        let first = self.pool[n.edge_start as usize];
+        self.children.insert((n.parent, first), upper);
+        // The node becomes the upper part's only child.
+        let lower = &mut self.nodes[node as usize];
+        lower.parent = upper;
+        lower.next_sibling = NIL;
+        lower.prev_sibling = NIL;
+        lower.edge_start += at;
+        lower.edge_len -= at;
+        lower.depth += at;
+        let lower_first = self.pool[(n.edge_start + at) as usize];
+        self.children.insert((upper, lower_first), node);
+        // Same holders, same recency; the upper part is shallower, so it goes right after.
+        let (from, to) = (node as usize * self.stride, upper as usize * self.stride);
+        self.members.copy_within(from..from + self.stride, to);
+        let holders: SmallVec<[usize; 16]> = bits(self.words(node)).collect();
+        for w in holders {
+            if let Some(h) = self.holding_of(node, w) {
+                let stamp = self.holdings[h as usize].stamp;
+                let hu = self.new_holding(upper, w, stamp);
+                link_after(&mut self.holdings, &mut self.workers[w].list, hu, h);
+            }
+        }
+        link_after(&mut self.nodes, &mut self.lru, upper, node);
+        upper
+    }
+
+    /// Runs the merge checks queued by the operation.
+    fn finish_merges(&mut self) {
+        while let Some(node) = self.merge_queue.pop() {
+            if node != ROOT && self.alive(node) {
+                self.try_merge(node);
+            }
+        }
+    }
+
+    /// True when `parent` and its only child are held by the same workers with the same
+    /// recency, so the split between them is no longer needed.
+    pub(super) fn mergeable(&self, parent: u32) -> Option<u32> {
+        let p = &self.nodes[parent as usize];
+        let child = p.first_child;
+        if child == NIL || self.nodes[child as usize].next_sibling != NIL {
+            return None;
+        }
+        if self.words(parent) != self.words(child) {
+            return None;
+        }
+        for w in bits(self.words(parent)) {
+            let (hp, hc) = (self.holding_of(parent, w)?, self.holding_of(child, w)?);
+            if self.holdings[hp as usize].stamp != self.holdings[hc as usize].stamp {
+                return None;
+            }
+        }
+        Some(child)
+    }
+
+    /// Merges `parent` into its only child when the split is no longer needed. The child's id
+    /// survives, so its children, map entries and holdings stay as they are.
+    fn try_merge(&mut self, parent: u32) {
+        let Some(child) = self.mergeable(parent) else {
+            return;
+        };
+        let p = self.nodes[parent as usize];
+        let c = self.nodes[child as usize];
+        let (start, len) = if p.edge_start + p.edge_len == c.edge_start {
+            (p.edge_start, p.edge_len + c.edge_len)
+        } else {
+            let start = self.pool.len();
+            self.pool
+                .extend_from_within(p.edge_start as usize..(p.edge_start + p.edge_len) as usize);
+            self.pool
+                .extend_from_within(c.edge_start as usize..(c.edge_start + c.edge_len) as usize);
+            self.garbage += (p.edge_len + c.edge_len) as usize;
+            (start as u32, p.edge_len + c.edge_len)
+        };
+        // The child takes the parent's place among the grandparent's children.
+        self.detach(child);
+        let grandparent = p.parent;
+        self.detach(parent);
+        {
+            let c = &mut self.nodes[child as usize];
+            c.edge_start = start;
+            c.edge_len = len;
+            c.depth = p.depth;
+            c.stamp = c.stamp.max(p.stamp);
+        }
+        self.attach(grandparent, child);
+        // Drop the parent's holdings; the child's are adjacent to them in every list.
+        let holders: SmallVec<[usize; 16]> = bits(self.words(parent)).collect();
+        for w in holders {
+            if let Some(h) = self.holding_of(parent, w) {
+                self.free_holding(h);
+            }
+        }
+        // In the global list the merged node takes the parent's (shallower) place.
+        unlink(&mut self.nodes, &mut self.lru, child);
+        link_after(&mut self.nodes, &mut self.lru, child, parent);
+        unlink(&mut self.nodes, &mut self.lru, parent);
+        self.free_node(parent);
+        self.merge_queue.push(grandparent);
+    }
+
+    /// `w` stops holding `node`, which must hold no child `w` holds. Deletes the node when
+    /// nobody holds it any more.
+    fn remove_holder(&mut self, node: u32, w: usize) {
+        let Some(h) = self.holding_of(node, w) else {
+            return;
+        };
+        self.free_holding(h);
+        self.set_member(node, w, false);
+        let len = self.nodes[node as usize].edge_len as usize;
+        self.workers[w].blocks -= len;
+        if self.words(node).iter().all(|&word| word == 0) {
+            self.delete_node(node);
+        } else {
+            self.merge_queue.push(node);
+        }
+    }
+
+    /// Deletes a node nobody holds (and which therefore has no children).
+    fn delete_node(&mut self, node: u32) {
+        let n = self.nodes[node as usize];
+        self.detach(node);
+        unlink(&mut self.nodes, &mut self.lru, node);
+        self.garbage += n.edge_len as usize;
+        self.block_count -= n.edge_len as usize;
+        self.free_node(node);
+        self.merge_queue.push(n.parent);
+    }
+
+    /// `w` drops the last `count` blocks of `node` (which must hold no child `w` holds).
+    fn trim(&mut self, node: u32, w: usize, count: usize) {
+        let len = self.nodes[node as usize].edge_len as usize;
+        if count >= len {
+            self.remove_holder(node, w);
+            return;
+        }
+        let only_holder = self.nodes[node as usize].first_child == NIL
+            && bits(self.words(node)).all(|holder| holder == w);
+        if only_holder {
+            self.nodes[node as usize].edge_len -= count as u32;
+            self.garbage += count;
+            self.block_count -= count;
+            self.workers[w].blocks -= count;
+        } else {
+            self.split(node, len - count);
+            self.remove_holder(node, w);
+        }
+    }
+
+    /// `w` drops blocks `offset..` of `node` and everything it holds below it.
+    fn drop_from(&mut self, w: usize, node: u32, offset: usize) {
+        // Post-order over the subtree, pruned where `w` holds nothing (membership shrinks
+        // from root to leaf), so every node is dropped after its children.
+        let mut order: Vec<u32> = Vec::new();
+        let mut stack: Vec<(u32, bool)> = vec![(node, false)];
+        while let Some((n, expanded)) = stack.pop() {
+            if expanded {
+                order.push(n);
+                continue;
+            }
+            stack.push((n, true));
+            let mut c = self.nodes[n as usize].first_child;
+            while c != NIL {
+                if self.has_member(c, w) {
+                    stack.push((c, false));
+                }
+                c = self.nodes[c as usize].next_sibling;
+            }
+        }
+        order.pop(); // `node` itself, handled below
+        for n in order {
+            self.remove_holder(n, w);
+        }
+        let len = self.nodes[node as usize].edge_len as usize;
+        self.trim(node, w, len - offset);
+    }
+
+    /// Where `w` holds the block `first`: a child of the root, or a scan of `w`'s nodes.
+    fn locate(&self, w: usize, first: BlockHash) -> Option<(u32, usize)> {
+        if let Some(c) = self.child(ROOT, first) {
+            return self.has_member(c, w).then_some((c, 0));
+        }
+        let mut h = self.workers[w].list.head;
+        while h != NIL {
+            let holding = self.holdings[h as usize];
+            if let Some(offset) = self.edge(holding.node).iter().position(|&b| b == first) {
+                return Some((holding.node, offset));
+            }
+            h = holding.next;
+        }
+        None
+    }
+
+    /// Evicts `w`'s least recently used blocks until it is within its capacity.
+    fn enforce_capacity(&mut self, w: usize) {
+        loop {
+            let state = self.workers[w];
+            if state.blocks <= state.capacity || state.list.head == NIL {
+                break;
+            }
+            let node = self.holdings[state.list.head as usize].node;
+            self.trim(node, w, state.blocks - state.capacity);
+        }
+        self.finish_merges();
+    }
+
+    /// Evicts globally least recently used leaves until the tree is within its bounds.
+    fn enforce_budget(&mut self) {
+        while (self.block_count > self.config.max_blocks
+            || self.live_nodes - 1 > self.config.max_nodes)
+            && self.lru.head != NIL
+        {
+            let node = self.lru.head;
+            let holders: SmallVec<[usize; 16]> = bits(self.words(node)).collect();
+            if holders.is_empty() {
+                break; // unreachable while the invariants hold; never loop forever
+            }
+            for w in holders {
+                self.remove_holder(node, w);
+            }
+        }
+        self.finish_merges();
+    }
+
+    /// Rewrites the edge pool when more than half of it is garbage.
+    fn maybe_compact(&mut self) {
+        let live = self.pool.len() - self.garbage;
+        if self.garbage < 4096 || self.garbage < live {
+            return;
+        }
+        let mut pool = Vec::with_capacity(live + live / 4);
+        for node in &mut self.nodes {
+            if node.edge_len > 0 {
+                let start = node.edge_start as usize;
+                let new_start = pool.len() as u32;
+                pool.extend_from_slice(&self.pool[start..start + node.edge_len as usize]);
+                node.edge_start = new_start;
+            }
+        }
+        self.pool = pool;
+        self.garbage = 0;
+    }
+}

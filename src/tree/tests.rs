@@ -1,0 +1,191 @@
+use super::*;
+use crate::BlockHash;
+
+fn chain(values: &[u64]) -> Vec<BlockHash> {
+    values.iter().copied().map(BlockHash::new).collect()
+}
+
+const A: WorkerId = WorkerId::new(0);
+const B: WorkerId = WorkerId::new(1);
+
+#[test]
+fn inserting_a_prefix_of_an_edge_splits_it() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2, 3, 4]));
+    assert_eq!(t.node_count(), 1);
+    t.insert(B, &chain(&[1, 2]));
+    t.validate().unwrap();
+    assert_eq!(t.node_count(), 2, "split where the holders differ");
+    assert_eq!(t.block_count(), 4);
+    let m = t.match_prefix(&chain(&[1, 2, 3, 4]));
+    assert_eq!((m.matched_blocks(A), m.matched_blocks(B)), (4, 2));
+}
+
+#[test]
+fn extending_a_leaf_grows_one_node() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2]));
+    t.insert(A, &chain(&[1, 2, 3, 4]));
+    t.insert(A, &chain(&[1, 2, 3, 4, 5, 6]));
+    t.validate().unwrap();
+    assert_eq!(t.node_count(), 1, "a conversation that grows stays one node");
+    assert_eq!(t.worker_block_count(A), 6);
+}
+
+#[test]
+fn diverging_at_the_first_block_makes_siblings() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2]));
+    t.insert(B, &chain(&[9, 2]));
+    t.validate().unwrap();
+    assert_eq!(t.node_count(), 2);
+    assert_eq!(t.match_prefix(&chain(&[9, 2])).best(), Some((B, 2)));
+    assert_eq!(t.match_prefix(&chain(&[1])).best(), Some((A, 1)));
+    assert!(t.match_prefix(&chain(&[5])).is_empty());
+}
+
+#[test]
+fn the_same_prefix_twice_changes_nothing_but_recency() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2, 3]));
+    let before = (t.node_count(), t.block_count(), t.worker_block_count(A));
+    t.insert(A, &chain(&[1, 2, 3]));
+    t.validate().unwrap();
+    assert_eq!(
+        (t.node_count(), t.block_count(), t.worker_block_count(A)),
+        before
+    );
+}
+
+#[test]
+fn a_thousand_and_twenty_four_workers_on_one_node() {
+    let mut t = RadixTree::new();
+    let blocks = chain(&[7, 8, 9]);
+    for w in 0..1024 {
+        t.insert(WorkerId::new(w), &blocks);
+    }
+    t.validate().unwrap();
+    assert_eq!(t.node_count(), 1);
+    assert_eq!(t.block_count(), 3);
+    let m = t.match_prefix(&blocks);
+    assert_eq!(m.len(), 1024);
+    assert!((0..1024).all(|w| m.matched_blocks(WorkerId::new(w)) == 3));
+    assert_eq!(m.best(), Some((WorkerId::new(0), 3)), "ties go to the lowest id");
+    t.remove_worker(WorkerId::new(1000));
+    t.validate().unwrap();
+    assert_eq!(t.match_prefix(&blocks).len(), 1023);
+}
+
+#[test]
+fn removing_a_middle_block_keeps_what_is_above() {
+    let mut t = RadixTree::new();
+    let blocks = chain(&[1, 2, 3, 4, 5]);
+    t.insert(A, &blocks);
+    t.insert(B, &blocks);
+    t.remove(A, &blocks[2..3]);
+    t.validate().unwrap();
+    let m = t.match_prefix(&blocks);
+    assert_eq!((m.matched_blocks(A), m.matched_blocks(B)), (2, 5));
+    t.remove(B, &blocks);
+    t.validate().unwrap();
+    assert_eq!(t.worker_block_count(B), 0);
+    assert_eq!(t.block_count(), 2);
+}
+
+#[test]
+fn removing_what_is_not_there_is_a_no_op() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2]));
+    t.remove(B, &chain(&[1, 2]));
+    t.remove(A, &chain(&[5]));
+    t.remove(A, &[]);
+    t.remove_worker(WorkerId::new(77));
+    t.validate().unwrap();
+    assert_eq!(t.worker_block_count(A), 2);
+}
+
+#[test]
+fn out_of_range_worker_ids_are_ignored() {
+    let mut t = RadixTree::new();
+    let huge = WorkerId::new(u32::MAX);
+    t.insert(huge, &chain(&[1]));
+    t.set_capacity(huge, 1);
+    t.touch(huge, &chain(&[1]));
+    t.validate().unwrap();
+    assert_eq!(t.block_count(), 0);
+    assert_eq!(t.worker_block_count(huge), 0);
+    assert_eq!(t.capacity(huge), usize::MAX);
+}
+
+#[test]
+fn capacity_evicts_least_recent_deepest_first() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2, 3]));
+    t.insert(A, &chain(&[1, 5, 6]));
+    t.set_capacity(A, 4);
+    t.validate().unwrap();
+    // [1, 2, 3] is older: its deepest block goes first; the shared 1 was refreshed.
+    let m = t.match_prefix(&chain(&[1, 2, 3]));
+    assert_eq!(m.matched_blocks(A), 2);
+    assert_eq!(t.match_prefix(&chain(&[1, 5, 6])).matched_blocks(A), 3);
+    t.touch(A, &chain(&[1]));
+    t.set_capacity(A, 2);
+    t.validate().unwrap();
+    // Evicted in order: 2 (oldest), then 6 (deepest of the next oldest); 1 was touched.
+    assert_eq!(t.match_prefix(&chain(&[1, 2, 3])).matched_blocks(A), 1);
+    assert_eq!(t.match_prefix(&chain(&[1, 5, 6])).matched_blocks(A), 2);
+}
+
+#[test]
+fn global_budget_bounds_the_tree() {
+    let config = TreeConfig {
+        max_blocks: 100,
+        max_nodes: 8,
+    };
+    let mut t = RadixTree::with_config(config);
+    for i in 0..1000u64 {
+        let blocks: Vec<BlockHash> = (0..10).map(|j| BlockHash::new(i * 100 + j)).collect();
+        t.insert(WorkerId::new((i % 3) as u32), &blocks);
+        assert!(t.block_count() <= 100 && t.node_count() <= 8);
+    }
+    t.validate().unwrap();
+    // The most recent prompt survives whole.
+    let last: Vec<BlockHash> = (0..10).map(|j| BlockHash::new(999 * 100 + j)).collect();
+    assert_eq!(t.match_prefix(&last).best(), Some((WorkerId::new(0), 10)));
+}
+
+#[test]
+fn memory_is_reported_from_real_allocations_and_churn_does_not_leak() {
+    let mut t = RadixTree::new();
+    let empty = t.memory_bytes();
+    for round in 0..20u64 {
+        for i in 0..200u64 {
+            let blocks: Vec<BlockHash> =
+                (0..32).map(|j| BlockHash::new((round * 1000 + i) << 8 | j)).collect();
+            t.insert(WorkerId::new((i % 8) as u32), &blocks);
+        }
+        for w in 0..8 {
+            t.remove_worker(WorkerId::new(w));
+        }
+        t.validate().unwrap();
+        assert_eq!((t.node_count(), t.block_count()), (0, 0));
+    }
+    let after = t.memory_bytes();
+    assert!(after > empty, "capacities of the arenas are counted");
+    // Churn reuses the arenas instead of growing them: bounded by one round's footprint.
+    assert!(after < 2 * 200 * 32 * 8 + 200 * 400, "{after} bytes after churn");
+}
+
+#[test]
+fn match_into_reuses_buffers() {
+    let mut t = RadixTree::new();
+    t.insert(A, &chain(&[1, 2, 3]));
+    t.insert(B, &chain(&[1, 2]));
+    let mut m = PrefixMatch::new();
+    t.match_prefix_into(&chain(&[1, 2, 3]), &mut m);
+    assert_eq!((m.matched_blocks(A), m.matched_blocks(B)), (3, 2));
+    t.match_prefix_into(&chain(&[9]), &mut m);
+    assert!(m.is_empty());
+    assert_eq!((m.matched_blocks(A), m.matched_blocks(B)), (0, 0));
+    assert_eq!(m.query_blocks(), 1);
+}
