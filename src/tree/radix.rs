@@ -240,7 +240,7 @@ pub struct RadixTree {
     pub(super) pool: Vec<BlockHash>,
     pub(super) garbage: usize,
     /// (parent, first block of the child's edge) → child.
-    pub(super) children: FoldMap<(u32, BlockHash), u32>,
+    pub(super) children: FoldMap<ChildKey, u32>,
     /// Holder bitsets: node `n` owns `members[n * stride..(n + 1) * stride]`.
     pub(super) members: Vec<u64>,
     pub(super) stride: usize,
@@ -263,6 +263,28 @@ impl Default for RadixTree {
     }
 }
 
+/// Key of the child map: a parent and the first block of the child's edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ChildKey {
+    parent: u32,
+    first: BlockHash,
+}
+
+impl core::hash::Hash for ChildKey {
+    #[inline]
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // One word: the block is already a hash; the parent spreads it per subtree.
+        state.write_u64(
+            self.first.get() ^ u64::from(self.parent).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+    }
+}
+
+#[inline]
+fn child_key(parent: u32, first: BlockHash) -> ChildKey {
+    ChildKey { parent, first }
+}
+
 #[inline]
 fn holding_key(node: u32, worker: usize) -> u64 {
     (u64::from(node) << 32) | worker as u64
@@ -271,7 +293,22 @@ fn holding_key(node: u32, worker: usize) -> u64 {
 /// Length of the common prefix of two block runs.
 #[inline]
 fn common_prefix(a: &[BlockHash], b: &[BlockHash]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    const CHUNK: usize = 8;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    // Whole chunks first (the compiler turns each into a few wide compares).
+    let mut i = 0;
+    for (x, y) in a.chunks_exact(CHUNK).zip(b.chunks_exact(CHUNK)) {
+        if x != y {
+            break;
+        }
+        i += CHUNK;
+    }
+    i + a[i..]
+        .iter()
+        .zip(&b[i..])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// The set bits of a bitset, as worker indices.
@@ -610,7 +647,7 @@ impl RadixTree {
 
     #[inline]
     pub(super) fn child(&self, parent: u32, first: BlockHash) -> Option<u32> {
-        self.children.get(&(parent, first)).copied()
+        self.children.get(&child_key(parent, first)).copied()
     }
 
     #[inline]
@@ -687,7 +724,7 @@ impl RadixTree {
     /// Links `child` (whose `parent` field is set) into its parent's child list and map.
     fn attach(&mut self, parent: u32, child: u32) {
         let first = self.edge(child)[0];
-        self.children.insert((parent, first), child);
+        self.children.insert(child_key(parent, first), child);
         let old_first = self.nodes[parent as usize].first_child;
         let c = &mut self.nodes[child as usize];
         c.parent = parent;
@@ -703,7 +740,7 @@ impl RadixTree {
     fn detach(&mut self, child: u32) {
         let c = self.nodes[child as usize];
         let first = self.edge(child)[0];
-        self.children.remove(&(c.parent, first));
+        self.children.remove(&child_key(c.parent, first));
         if c.prev_sibling == NIL {
             self.nodes[c.parent as usize].first_child = c.next_sibling;
         } else {
@@ -805,7 +842,7 @@ impl RadixTree {
             self.nodes[n.next_sibling as usize].prev_sibling = upper;
         }
         let first = self.pool[n.edge_start as usize];
-        self.children.insert((n.parent, first), upper);
+        self.children.insert(child_key(n.parent, first), upper);
         // The node becomes the upper part's only child.
         let lower = &mut self.nodes[node as usize];
         lower.parent = upper;
@@ -815,7 +852,7 @@ impl RadixTree {
         lower.edge_len -= at;
         lower.depth += at;
         let lower_first = self.pool[(n.edge_start + at) as usize];
-        self.children.insert((upper, lower_first), node);
+        self.children.insert(child_key(upper, lower_first), node);
         // Same holders, same recency; the upper part is shallower, so it goes right after.
         let (from, to) = (node as usize * self.stride, upper as usize * self.stride);
         self.members.copy_within(from..from + self.stride, to);

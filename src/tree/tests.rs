@@ -28,7 +28,11 @@ fn extending_a_leaf_grows_one_node() {
     t.insert(A, &chain(&[1, 2, 3, 4]));
     t.insert(A, &chain(&[1, 2, 3, 4, 5, 6]));
     t.validate().unwrap();
-    assert_eq!(t.node_count(), 1, "a conversation that grows stays one node");
+    assert_eq!(
+        t.node_count(),
+        1,
+        "a conversation that grows stays one node"
+    );
     assert_eq!(t.worker_block_count(A), 6);
 }
 
@@ -70,7 +74,11 @@ fn a_thousand_and_twenty_four_workers_on_one_node() {
     let m = t.match_prefix(&blocks);
     assert_eq!(m.len(), 1024);
     assert!((0..1024).all(|w| m.matched_blocks(WorkerId::new(w)) == 3));
-    assert_eq!(m.best(), Some((WorkerId::new(0), 3)), "ties go to the lowest id");
+    assert_eq!(
+        m.best(),
+        Some((WorkerId::new(0), 3)),
+        "ties go to the lowest id"
+    );
     t.remove_worker(WorkerId::new(1000));
     t.validate().unwrap();
     assert_eq!(t.match_prefix(&blocks).len(), 1023);
@@ -160,8 +168,9 @@ fn memory_is_reported_from_real_allocations_and_churn_does_not_leak() {
     let empty = t.memory_bytes();
     for round in 0..20u64 {
         for i in 0..200u64 {
-            let blocks: Vec<BlockHash> =
-                (0..32).map(|j| BlockHash::new((round * 1000 + i) << 8 | j)).collect();
+            let blocks: Vec<BlockHash> = (0..32)
+                .map(|j| BlockHash::new((round * 1000 + i) << 8 | j))
+                .collect();
             t.insert(WorkerId::new((i % 8) as u32), &blocks);
         }
         for w in 0..8 {
@@ -173,7 +182,10 @@ fn memory_is_reported_from_real_allocations_and_churn_does_not_leak() {
     let after = t.memory_bytes();
     assert!(after > empty, "capacities of the arenas are counted");
     // Churn reuses the arenas instead of growing them: bounded by one round's footprint.
-    assert!(after < 2 * 200 * 32 * 8 + 200 * 400, "{after} bytes after churn");
+    assert!(
+        after < 2 * 200 * 32 * 8 + 200 * 400,
+        "{after} bytes after churn"
+    );
 }
 
 #[test]

@@ -85,7 +85,9 @@ impl RadixTree {
                     return fail(format!("node {id}: holding more recent than the node"));
                 }
                 if n.parent != ROOT {
-                    let ph = self.holding_of(n.parent, w).map(|h| self.holdings[h as usize]);
+                    let ph = self
+                        .holding_of(n.parent, w)
+                        .map(|h| self.holdings[h as usize]);
                     if ph.is_none_or(|ph| ph.stamp < holding.stamp) {
                         return fail(format!("node {id}: worker {w} more recent than parent"));
                     }
@@ -101,7 +103,8 @@ impl RadixTree {
                 self.children.len()
             ));
         }
-        if live + 1 != self.live_nodes || self.live_nodes + self.free_nodes.len() != self.nodes.len()
+        if live + 1 != self.live_nodes
+            || self.live_nodes + self.free_nodes.len() != self.nodes.len()
         {
             return fail("node counts disagree".into());
         }
@@ -122,8 +125,14 @@ impl RadixTree {
             let node = &self.nodes[n as usize];
             (node.stamp, Reverse(node.depth))
         };
-        let listed = walk(&self.nodes, self.lru.head, self.lru.tail, |n| self.alive(n), key)
-            .map_err(|e| format!("global LRU: {e}"))?;
+        let listed = walk(
+            &self.nodes,
+            self.lru.head,
+            self.lru.tail,
+            |n| self.alive(n),
+            key,
+        )
+        .map_err(|e| format!("global LRU: {e}"))?;
         if listed != live {
             return fail(format!("global LRU lists {listed} of {live} nodes"));
         }
@@ -131,7 +140,10 @@ impl RadixTree {
         for (w, state) in self.workers.iter().enumerate() {
             let key = |h: u32| {
                 let holding = &self.holdings[h as usize];
-                (holding.stamp, Reverse(self.nodes[holding.node as usize].depth))
+                (
+                    holding.stamp,
+                    Reverse(self.nodes[holding.node as usize].depth),
+                )
             };
             let valid = |h: u32| {
                 let holding = &self.holdings[h as usize];
