@@ -47,10 +47,19 @@ struct ReadmeDoctests;
 
 mod error;
 mod hash;
+mod list;
+mod router;
 mod tree;
 
 pub use crate::{
     error::Error,
     hash::{BlockHash, HashAlgorithm, PrefixHasher, TokenId},
+    router::{
+        AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
+        CacheAwareRouter, CacheIndex, ConsistentHashConfig, ConsistentHashRouter,
+        DEFAULT_BLOCK_SIZE, Fallback, IndexConfig, LeastLoadedRouter, PowerOfTwoConfig,
+        PowerOfTwoRouter, ReportedLoad, RoundRobinRouter, RouteDecision, RouteGuard, RouteRequest,
+        Router, Scoring, WorkerLoad,
+    },
     tree::{PrefixMatch, RadixTree, TreeConfig, WorkerId},
 };

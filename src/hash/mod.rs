@@ -227,12 +227,14 @@ impl PrefixHasher {
     /// is reused and nothing is allocated.
     pub fn hash_into(&self, tokens: &[TokenId], out: &mut Vec<BlockHash>) {
         out.clear();
+        out.reserve(self.full_blocks(tokens.len()));
         self.chain(self.root, tokens, out);
     }
 
     /// Like [`hash_salted`](Self::hash_salted), writing into `out` (cleared first).
     pub fn hash_salted_into(&self, salt: &[u8], tokens: &[TokenId], out: &mut Vec<BlockHash>) {
         out.clear();
+        out.reserve(self.full_blocks(tokens.len()));
         let root = self.root_for(salt);
         self.chain(root, tokens, out);
     }
@@ -261,6 +263,7 @@ impl PrefixHasher {
         let Some(rest) = tokens.get(start..) else {
             return;
         };
+        chain.reserve(self.full_blocks(rest.len()));
         let prev = match chain.last() {
             Some(last) => last.get(),
             None => self.root_for(salt),
@@ -272,6 +275,7 @@ impl PrefixHasher {
     /// `out`. This is how a block-aligned run of tokens whose parent hash is known (a KV
     /// event, a conversation's next turn) is hashed.
     pub fn continue_from(&self, parent: BlockHash, tokens: &[TokenId], out: &mut Vec<BlockHash>) {
+        out.reserve(self.full_blocks(tokens.len()));
         self.chain(parent.get(), tokens, out);
     }
 
@@ -290,10 +294,21 @@ impl PrefixHasher {
         }
     }
 
+    /// Like [`hash_salted_into`](Self::hash_salted_into), appending to any sink (the
+    /// routers hash into stack buffers).
+    pub(crate) fn hash_salted_extend(
+        &self,
+        salt: &[u8],
+        tokens: &[TokenId],
+        out: &mut impl Extend<BlockHash>,
+    ) {
+        let root = self.root_for(salt);
+        self.chain(root, tokens, out);
+    }
+
     /// Appends the chained hashes of the full blocks of `tokens`, starting after `prev`.
-    fn chain(&self, prev: u64, tokens: &[TokenId], out: &mut Vec<BlockHash>) {
+    fn chain(&self, prev: u64, tokens: &[TokenId], out: &mut impl Extend<BlockHash>) {
         let blocks = tokens.chunks_exact(self.block_size);
-        out.reserve(blocks.len());
         match self.algorithm {
             HashAlgorithm::Xxh3 => {
                 chain_xxh3(prev, self.seed, &self.secret, self.block_size, blocks, out);
@@ -335,7 +350,7 @@ fn chain_xxh3(
     secret: &[u8; SECRET_SIZE],
     block_size: usize,
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut Vec<BlockHash>,
+    out: &mut impl Extend<BlockHash>,
 ) {
     match block_size {
         8 => return chain_xxh3_native::<8>(prev, secret, blocks, out),
@@ -351,14 +366,14 @@ fn chain_xxh3(
         // Up to 240 bytes XXH3 takes the seed directly.
         for block in blocks {
             prev = link(prev, xxh3_64_with_seed(le_bytes(block, &mut buf), seed));
-            out.push(BlockHash(prev));
+            out.extend(Some(BlockHash(prev)));
         }
     } else if block_size * 4 <= ONE_SHOT_BYTES {
         // Above 240 bytes seeded XXH3 is XXH3 with a secret derived from the seed: derive it
         // once per hasher instead of once per block.
         for block in blocks {
             prev = link(prev, xxh3_64_with_secret(le_bytes(block, &mut buf), secret));
-            out.push(BlockHash(prev));
+            out.extend(Some(BlockHash(prev)));
         }
     } else {
         for block in blocks {
@@ -367,7 +382,7 @@ fn chain_xxh3(
                 state.update(le_bytes(part, &mut buf));
             }
             prev = link(prev, state.digest());
-            out.push(BlockHash(prev));
+            out.extend(Some(BlockHash(prev)));
         }
     }
 }
@@ -408,7 +423,7 @@ fn chain_xxh3_native<const N: usize>(
     mut prev: u64,
     secret: &[u8; SECRET_SIZE],
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut Vec<BlockHash>,
+    out: &mut impl Extend<BlockHash>,
 ) {
     const { assert!(N * 4 > 16 && N * 4 <= 128) };
     // The derived secret holds exactly the default secret's words plus and minus the seed.
@@ -418,7 +433,7 @@ fn chain_xxh3_native<const N: usize>(
             continue; // unreachable: chunks_exact yields N tokens
         };
         prev = link(prev, xxh3_tokens(block, &keys));
-        out.push(BlockHash(prev));
+        out.extend(Some(BlockHash(prev)));
     }
 }
 
@@ -493,7 +508,7 @@ fn chain_xxh3_native_long<const N: usize>(
     mut prev: u64,
     secret: &[u8; SECRET_SIZE],
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut Vec<BlockHash>,
+    out: &mut impl Extend<BlockHash>,
 ) {
     const { assert!(N * 4 > SHORT_BYTES && N * 4 <= 1024) };
     let keys = LongKeys {
@@ -508,14 +523,14 @@ fn chain_xxh3_native_long<const N: usize>(
             continue; // unreachable: chunks_exact yields N tokens
         };
         prev = link(prev, xxh3_tokens_long(block, &keys));
-        out.push(BlockHash(prev));
+        out.extend(Some(BlockHash(prev)));
     }
 }
 
 fn chain_sha256(
     mut prev: u64,
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut Vec<BlockHash>,
+    out: &mut impl Extend<BlockHash>,
 ) {
     let mut buf = [0u8; ONE_SHOT_BYTES];
     for block in blocks {
@@ -525,7 +540,7 @@ fn chain_sha256(
             state.update(le_bytes(part, &mut buf));
         }
         prev = truncate_digest(&state.finalize());
-        out.push(BlockHash(prev));
+        out.extend(Some(BlockHash(prev)));
     }
 }
 

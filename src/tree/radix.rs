@@ -4,9 +4,7 @@ use smallvec::SmallVec;
 
 use super::{FoldMap, PrefixMatch, WorkerId};
 use crate::BlockHash;
-
-/// "No node / no holding" in the arena's `u32` links.
-pub(super) const NIL: u32 = u32::MAX;
+pub(super) use crate::list::{Linked, List, NIL, link_after, link_before, unlink};
 /// The root node: holds no blocks, never freed.
 pub(super) const ROOT: u32 = 0;
 
@@ -101,28 +99,6 @@ impl WorkerState {
     };
 }
 
-/// Head and tail of an intrusive doubly linked list over an arena.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct List {
-    pub(super) head: u32,
-    pub(super) tail: u32,
-}
-
-impl List {
-    pub(super) const EMPTY: List = List {
-        head: NIL,
-        tail: NIL,
-    };
-}
-
-/// Arena items with `prev` / `next` links, so the list code is written once for the global
-/// node list and the per-worker holding lists.
-pub(super) trait Linked {
-    fn links(&self) -> (u32, u32);
-    fn set_prev(&mut self, prev: u32);
-    fn set_next(&mut self, next: u32);
-}
-
 impl Linked for Node {
     fn links(&self) -> (u32, u32) {
         (self.lru_prev, self.lru_next)
@@ -145,49 +121,6 @@ impl Linked for Holding {
     fn set_next(&mut self, next: u32) {
         self.next = next;
     }
-}
-
-fn unlink<T: Linked>(items: &mut [T], list: &mut List, i: u32) {
-    let (prev, next) = items[i as usize].links();
-    if prev == NIL {
-        list.head = next;
-    } else {
-        items[prev as usize].set_next(next);
-    }
-    if next == NIL {
-        list.tail = prev;
-    } else {
-        items[next as usize].set_prev(prev);
-    }
-    items[i as usize].set_prev(NIL);
-    items[i as usize].set_next(NIL);
-}
-
-/// Links `i` just before `before`, or at the tail when `before` is `NIL`.
-fn link_before<T: Linked>(items: &mut [T], list: &mut List, i: u32, before: u32) {
-    let prev = if before == NIL {
-        list.tail
-    } else {
-        items[before as usize].links().0
-    };
-    items[i as usize].set_prev(prev);
-    items[i as usize].set_next(before);
-    if prev == NIL {
-        list.head = i;
-    } else {
-        items[prev as usize].set_next(i);
-    }
-    if before == NIL {
-        list.tail = i;
-    } else {
-        items[before as usize].set_prev(i);
-    }
-}
-
-/// Links `i` just after `after` (which is linked).
-fn link_after<T: Linked>(items: &mut [T], list: &mut List, i: u32, after: u32) {
-    let next = items[after as usize].links().1;
-    link_before(items, list, i, next);
 }
 
 /// One mirror of every worker's prefix cache.
@@ -436,7 +369,15 @@ impl RadixTree {
     /// allocates nothing.
     pub fn match_prefix_into(&self, blocks: &[BlockHash], out: &mut PrefixMatch) {
         out.reset(blocks.len());
-        let stride = self.stride;
+        self.for_each_match(blocks, |worker, matched| {
+            out.record(worker.index(), matched)
+        });
+    }
+
+    /// The walk behind [`match_prefix`](Self::match_prefix): calls `f(worker, blocks)` once
+    /// for every worker holding at least the first block of `blocks`, with how many leading
+    /// blocks it holds, shallowest first. Allocates nothing.
+    pub fn for_each_match(&self, blocks: &[BlockHash], mut f: impl FnMut(WorkerId, usize)) {
         let mut node = ROOT;
         let mut pos = 0;
         while pos < blocks.len() {
@@ -448,10 +389,11 @@ impl RadixTree {
             if node != ROOT {
                 // Holders of `node` that do not hold `child` match exactly `pos` blocks.
                 let (above, below) = (self.words(node), self.words(child));
-                for i in 0..stride {
-                    let mut gone = above[i] & !below[i];
+                for (i, (&a, &b)) in above.iter().zip(below).enumerate() {
+                    let mut gone = a & !b;
                     while gone != 0 {
-                        out.record(i * 64 + gone.trailing_zeros() as usize, pos);
+                        let w = i * 64 + gone.trailing_zeros() as usize;
+                        f(WorkerId::new(w as u32), pos);
                         gone &= gone - 1;
                     }
                 }
@@ -464,7 +406,7 @@ impl RadixTree {
         }
         if node != ROOT {
             for w in bits(self.words(node)) {
-                out.record(w, pos);
+                f(WorkerId::new(w as u32), pos);
             }
         }
     }

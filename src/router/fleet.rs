@@ -1,0 +1,328 @@
+//! The worker registry and load tracker every policy shares.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use smallvec::SmallVec;
+
+use super::{RouteDecision, RouteRequest};
+use crate::{Error, RadixTree, WorkerId};
+
+/// Load a host pushes from a worker's own metrics (for example its `/metrics` endpoint).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[non_exhaustive]
+pub struct ReportedLoad {
+    /// Requests waiting or running on the worker, as the worker counts them (this router's
+    /// and any other router's).
+    pub queue_len: u64,
+    /// Fraction of the worker's KV cache in use, `0.0..=1.0`.
+    pub kv_usage: f32,
+}
+
+impl ReportedLoad {
+    /// A report of `queue_len` requests and `kv_usage` (fraction of KV cache in use).
+    #[must_use]
+    pub fn new(queue_len: u64, kv_usage: f32) -> Self {
+        Self {
+            queue_len,
+            kv_usage,
+        }
+    }
+}
+
+/// A snapshot of one worker's load as the router sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WorkerLoad {
+    /// Whether the worker takes new requests.
+    pub available: bool,
+    /// Requests routed to it and not yet completed.
+    pub in_flight: u64,
+    /// Uncached prompt tokens of those requests (prefill work routed to it).
+    pub prefill_tokens: u64,
+    /// Requests routed to it since it was added.
+    pub routed: u64,
+    /// Prompt tokens predicted cached, summed over those requests.
+    pub predicted_cached_tokens: u64,
+    /// The last [`ReportedLoad`] pushed for it.
+    pub reported: ReportedLoad,
+}
+
+/// One registered worker: lock-free counters read and written under the registry's read lock.
+#[derive(Debug)]
+struct Slot {
+    /// Distinguishes this registration from an earlier one of the same id, so that a
+    /// decision made before a remove / add does not release the new registration's load.
+    epoch: u64,
+    available: AtomicBool,
+    in_flight: AtomicU64,
+    prefill_tokens: AtomicU64,
+    routed: AtomicU64,
+    predicted_cached: AtomicU64,
+    queue_len: AtomicU64,
+    kv_usage_bits: AtomicU32,
+}
+
+/// A worker that can take a request, with the load figures the policies score on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidate {
+    pub(crate) worker: WorkerId,
+    pub(crate) epoch: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) prefill_tokens: u64,
+    pub(crate) routed: u64,
+    pub(crate) queue_len: u64,
+}
+
+impl Candidate {
+    /// Requests on the worker: this router's in-flight count, or the worker's own reported
+    /// queue when that is larger (it includes other routers' traffic).
+    #[inline]
+    pub(crate) fn requests(&self) -> u64 {
+        self.in_flight.max(self.queue_len)
+    }
+}
+
+/// Candidates of one route call; on the stack for fleets of up to 64 workers.
+pub(crate) type Candidates = SmallVec<[Candidate; 64]>;
+
+/// Registry of workers plus per-worker load counters, shared by every policy.
+///
+/// The registry is behind a `RwLock` taken for writing only by add / remove; routing takes
+/// it for reading, and the counters are atomics.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    slots: RwLock<Vec<Option<Slot>>>,
+    epochs: AtomicU64,
+}
+
+impl Fleet {
+    /// A fleet of workers `0..num_workers`, all available.
+    pub(crate) fn new(num_workers: u32) -> Result<Self, Error> {
+        check_id(num_workers.saturating_sub(1))?;
+        let fleet = Self {
+            slots: RwLock::new(Vec::new()),
+            epochs: AtomicU64::new(0),
+        };
+        for w in 0..num_workers {
+            fleet.add(WorkerId::new(w))?;
+        }
+        Ok(fleet)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<Slot>>> {
+        // Nothing panics while holding the lock; a poisoned lock still holds valid data.
+        self.slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Option<Slot>>> {
+        self.slots
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn add(&self, worker: WorkerId) -> Result<(), Error> {
+        check_id(worker.get())?;
+        let mut slots = self.write();
+        let i = worker.index();
+        if slots.len() <= i {
+            slots.resize_with(i + 1, || None);
+        }
+        if slots[i].is_some() {
+            return Err(Error::WorkerExists(worker));
+        }
+        slots[i] = Some(Slot {
+            epoch: self.epochs.fetch_add(1, Relaxed) + 1,
+            available: AtomicBool::new(true),
+            in_flight: AtomicU64::new(0),
+            prefill_tokens: AtomicU64::new(0),
+            routed: AtomicU64::new(0),
+            predicted_cached: AtomicU64::new(0),
+            queue_len: AtomicU64::new(0),
+            kv_usage_bits: AtomicU32::new(0),
+        });
+        Ok(())
+    }
+
+    pub(crate) fn remove(&self, worker: WorkerId) -> Result<(), Error> {
+        let mut slots = self.write();
+        match slots.get_mut(worker.index()) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(Error::UnknownWorker(worker)),
+        }
+    }
+
+    fn with_slot<T>(&self, worker: WorkerId, f: impl FnOnce(&Slot) -> T) -> Result<T, Error> {
+        let slots = self.read();
+        match slots.get(worker.index()) {
+            Some(Some(slot)) => Ok(f(slot)),
+            _ => Err(Error::UnknownWorker(worker)),
+        }
+    }
+
+    pub(crate) fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
+        self.with_slot(worker, |s| s.available.store(available, Relaxed))
+    }
+
+    pub(crate) fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+        if !(0.0..=1.0).contains(&load.kv_usage) {
+            return Err(Error::InvalidConfig {
+                field: "kv_usage",
+                value: load.kv_usage.to_string(),
+                allowed: "a fraction between 0.0 and 1.0",
+            });
+        }
+        self.with_slot(worker, |s| {
+            s.queue_len.store(load.queue_len, Relaxed);
+            s.kv_usage_bits.store(load.kv_usage.to_bits(), Relaxed);
+        })
+    }
+
+    pub(crate) fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.with_slot(worker, |s| WorkerLoad {
+            available: s.available.load(Relaxed),
+            in_flight: s.in_flight.load(Relaxed),
+            prefill_tokens: s.prefill_tokens.load(Relaxed),
+            routed: s.routed.load(Relaxed),
+            predicted_cached_tokens: s.predicted_cached.load(Relaxed),
+            reported: ReportedLoad {
+                queue_len: s.queue_len.load(Relaxed),
+                kv_usage: f32::from_bits(s.kv_usage_bits.load(Relaxed)),
+            },
+        })
+        .ok()
+    }
+
+    /// Registered workers (available or not), in id order.
+    pub(crate) fn workers(&self) -> Vec<WorkerId> {
+        let slots = self.read();
+        (0..slots.len())
+            .filter(|&i| slots[i].is_some())
+            .map(|i| WorkerId::new(i as u32))
+            .collect()
+    }
+
+    /// Fills `out` with the available workers, in id order.
+    pub(crate) fn candidates(&self, out: &mut Candidates) {
+        out.clear();
+        let slots = self.read();
+        for (i, slot) in slots.iter().enumerate() {
+            let Some(s) = slot else { continue };
+            if !s.available.load(Relaxed) {
+                continue;
+            }
+            out.push(Candidate {
+                worker: WorkerId::new(i as u32),
+                epoch: s.epoch,
+                in_flight: s.in_flight.load(Relaxed),
+                prefill_tokens: s.prefill_tokens.load(Relaxed),
+                routed: s.routed.load(Relaxed),
+                queue_len: s.queue_len.load(Relaxed),
+            });
+        }
+    }
+
+    /// Charges the chosen worker with the request, unless it was removed (or removed and
+    /// added again) since it was chosen: then `None`, and the caller chooses again.
+    pub(crate) fn commit(
+        &self,
+        candidate: &Candidate,
+        request: &RouteRequest<'_>,
+        matched_blocks: usize,
+        cached_tokens: usize,
+    ) -> Option<RouteDecision> {
+        let slots = self.read();
+        let slot = slots.get(candidate.worker.index())?.as_ref()?;
+        if slot.epoch != candidate.epoch {
+            return None;
+        }
+        let prompt_tokens = request.tokens().len();
+        let cached_tokens = cached_tokens.min(prompt_tokens);
+        let prefill = (prompt_tokens - cached_tokens) as u64;
+        slot.in_flight.fetch_add(1, Relaxed);
+        slot.prefill_tokens.fetch_add(prefill, Relaxed);
+        slot.predicted_cached
+            .fetch_add(cached_tokens as u64, Relaxed);
+        slot.routed.fetch_add(1, Relaxed);
+        Some(RouteDecision::new(
+            candidate.worker,
+            candidate.epoch,
+            prompt_tokens,
+            matched_blocks,
+            cached_tokens,
+        ))
+    }
+
+    /// Releases what `commit` charged, once; a no-op when the decision was already released
+    /// or its worker was removed since.
+    pub(crate) fn release(&self, decision: &RouteDecision) {
+        if !decision.mark_released() {
+            return;
+        }
+        let slots = self.read();
+        let Some(Some(slot)) = slots.get(decision.worker().index()) else {
+            return;
+        };
+        if slot.epoch != decision.epoch() {
+            return;
+        }
+        let sub = |counter: &AtomicU64, by: u64| {
+            // Saturating: counters never wrap, whatever the host does.
+            let _ = counter.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(by)));
+        };
+        sub(&slot.in_flight, 1);
+        sub(&slot.prefill_tokens, decision.prefill_tokens() as u64);
+        sub(&slot.predicted_cached, decision.cached_tokens() as u64);
+    }
+}
+
+/// Worker ids index dense arrays (and the tree's bitsets): they are bounded.
+fn check_id(id: u32) -> Result<(), Error> {
+    if id >= RadixTree::MAX_WORKERS {
+        return Err(Error::WorkerOutOfRange {
+            worker: id,
+            limit: RadixTree::MAX_WORKERS,
+        });
+    }
+    Ok(())
+}
+
+/// A deterministic 64-bit mix (SplitMix64's finaliser), for tie-breaks and seeded choices.
+#[inline]
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Picks the candidate with the smallest `key`; remaining ties go to the worker that has
+/// been routed the fewest requests so far, then to a per-request rotation (`salt`), never
+/// to the lowest id.
+pub(crate) fn pick_min<K: PartialOrd>(
+    candidates: &[Candidate],
+    salt: u64,
+    mut key: impl FnMut(usize, &Candidate) -> K,
+) -> Option<usize> {
+    let mut best: Option<(usize, K, u64, u64)> = None;
+    for (i, c) in candidates.iter().enumerate() {
+        let k = key(i, c);
+        let spread = mix64(salt ^ u64::from(c.worker.get()).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let better = match &best {
+            None => true,
+            Some((_, bk, br, bs)) => match k.partial_cmp(bk) {
+                Some(core::cmp::Ordering::Less) => true,
+                Some(core::cmp::Ordering::Equal) | None => (c.routed, spread) < (*br, *bs),
+                Some(core::cmp::Ordering::Greater) => false,
+            },
+        };
+        if better {
+            best = Some((i, k, c.routed, spread));
+        }
+    }
+    best.map(|(i, ..)| i)
+}

@@ -1,0 +1,435 @@
+//! Routing: the [`Router`] trait, requests and decisions, load tracking, and every policy.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{Error, TokenId, WorkerId};
+
+mod affinity;
+mod balanced;
+mod baseline;
+mod cache_aware;
+mod consistent;
+mod fleet;
+mod index;
+
+pub use self::affinity::{AffinityConfig, AffinityRouter, Fallback};
+pub use self::balanced::{BalancedConfig, BalancedRouter, Scoring};
+pub use self::baseline::{LeastLoadedRouter, PowerOfTwoConfig, PowerOfTwoRouter, RoundRobinRouter};
+pub use self::cache_aware::{CacheAwareConfig, CacheAwareRouter};
+pub use self::consistent::{ConsistentHashConfig, ConsistentHashRouter};
+pub use self::fleet::{ReportedLoad, WorkerLoad};
+pub use self::index::{CacheIndex, IndexConfig};
+
+pub(crate) use self::fleet::{Candidate, Candidates, Fleet, mix64, pick_min};
+
+/// Block size the routers hash with unless configured otherwise: vLLM's default.
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// A request to route: its prompt's token IDs and what else the policies may use.
+///
+/// ```
+/// use prefix_router::RouteRequest;
+///
+/// let tokens = [1u32, 2, 3];
+/// let req = RouteRequest::new(&tokens)
+///     .with_session("conversation-42")
+///     .with_salt(b"llama-3-70b/lora:finance")
+///     .with_expected_output(256);
+/// assert_eq!(req.session(), Some("conversation-42"));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct RouteRequest<'a> {
+    tokens: &'a [TokenId],
+    session: Option<&'a str>,
+    salt: &'a [u8],
+    expected_output: Option<u32>,
+}
+
+impl<'a> RouteRequest<'a> {
+    /// A request for a prompt of `tokens`.
+    #[must_use]
+    pub fn new(tokens: &'a [TokenId]) -> Self {
+        Self {
+            tokens,
+            session: None,
+            salt: &[],
+            expected_output: None,
+        }
+    }
+
+    /// The conversation or session this request belongs to (sticky policies use it).
+    #[must_use]
+    pub fn with_session(self, session: &'a str) -> Self {
+        Self {
+            session: Some(session),
+            ..self
+        }
+    }
+
+    /// A cache namespace: model, LoRA adapter or tenant cache salt. Requests with different
+    /// salts never share cached prefixes.
+    #[must_use]
+    pub fn with_salt(self, salt: &'a [u8]) -> Self {
+        Self { salt, ..self }
+    }
+
+    /// The expected number of output tokens, where the host knows it.
+    #[must_use]
+    pub fn with_expected_output(self, tokens: u32) -> Self {
+        Self {
+            expected_output: Some(tokens),
+            ..self
+        }
+    }
+
+    /// The prompt's token IDs.
+    #[must_use]
+    pub fn tokens(&self) -> &'a [TokenId] {
+        self.tokens
+    }
+
+    /// The session id, if any.
+    #[must_use]
+    pub fn session(&self) -> Option<&'a str> {
+        self.session
+    }
+
+    /// The salt (empty when none).
+    #[must_use]
+    pub fn salt(&self) -> &'a [u8] {
+        self.salt
+    }
+
+    /// The expected output length, if given.
+    #[must_use]
+    pub fn expected_output(&self) -> Option<u32> {
+        self.expected_output
+    }
+
+    /// A 64-bit key of the request for tie-breaks and hashing policies: the session when
+    /// there is one, else the salt and the first 64 tokens.
+    pub(crate) fn key(&self) -> u64 {
+        use xxhash_rust::xxh3::xxh3_64_with_seed;
+        match self.session {
+            Some(s) => xxh3_64_with_seed(s.as_bytes(), 0x5345_5353),
+            None => {
+                let head = &self.tokens[..self.tokens.len().min(64)];
+                let mut bytes = [0u8; 256];
+                for (chunk, t) in bytes.chunks_exact_mut(4).zip(head) {
+                    chunk.copy_from_slice(&t.to_le_bytes());
+                }
+                xxh3_64_with_seed(&bytes[..head.len() * 4], xxh3_64_with_seed(self.salt, 0))
+            }
+        }
+    }
+}
+
+/// Where a request went, what the router predicted, and the load it charged.
+///
+/// Release the load exactly once with [`Router::complete`] (or hold a [`RouteGuard`], which
+/// releases on drop); completing again is a no-op. Not `Clone`, so one decision is one
+/// charge.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RouteDecision {
+    worker: WorkerId,
+    epoch: u64,
+    prompt_tokens: usize,
+    matched_blocks: usize,
+    cached_tokens: usize,
+    released: AtomicBool,
+}
+
+impl RouteDecision {
+    pub(crate) fn new(
+        worker: WorkerId,
+        epoch: u64,
+        prompt_tokens: usize,
+        matched_blocks: usize,
+        cached_tokens: usize,
+    ) -> Self {
+        Self {
+            worker,
+            epoch,
+            prompt_tokens,
+            matched_blocks,
+            cached_tokens,
+            released: AtomicBool::new(false),
+        }
+    }
+
+    /// The chosen worker.
+    #[must_use]
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// Prompt tokens the router predicts the worker has cached (0 for policies without a
+    /// cache index).
+    #[must_use]
+    pub fn cached_tokens(&self) -> usize {
+        self.cached_tokens
+    }
+
+    /// Leading blocks of the prompt the router believes the worker holds.
+    #[must_use]
+    pub fn matched_blocks(&self) -> usize {
+        self.matched_blocks
+    }
+
+    /// Tokens in the prompt.
+    #[must_use]
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// Tokens the worker is predicted to prefill: prompt minus cached.
+    #[must_use]
+    pub fn prefill_tokens(&self) -> usize {
+        self.prompt_tokens - self.cached_tokens
+    }
+
+    /// Whether the load of this decision was already released.
+    #[must_use]
+    pub fn is_completed(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Marks the decision released; false if it already was.
+    pub(crate) fn mark_released(&self) -> bool {
+        !self.released.swap(true, Ordering::AcqRel)
+    }
+}
+
+/// A routing policy with load tracking: the crate's front door.
+///
+/// `Send + Sync` and object safe: a gateway holds an `Arc<dyn Router>` (or a concrete
+/// router) and calls [`route`](Self::route) from many threads.
+///
+/// ```
+/// use std::sync::Arc;
+/// use prefix_router::{BalancedRouter, RouteRequest, Router};
+///
+/// let router: Arc<dyn Router> = Arc::new(BalancedRouter::new(4)?);
+/// let system: Vec<u32> = (0..2_000).collect();
+/// let first = router.route(&RouteRequest::new(&system))?;
+/// router.complete(&first);
+/// let second = router.route(&RouteRequest::new(&system))?;
+/// assert_eq!(second.worker(), first.worker()); // the prefix is cached there
+/// assert_eq!(second.cached_tokens(), 2_000);   // 125 full blocks of 16
+/// router.complete(&second);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+pub trait Router: Send + Sync {
+    /// Chooses a worker for `request` and charges it with the request's load.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoWorkers`] when no worker is registered and available.
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error>;
+
+    /// Releases the load `decision` charged. Completing twice, or after the worker was
+    /// removed, is a no-op.
+    fn complete(&self, decision: &RouteDecision);
+
+    /// Registers `worker` (available, with no load and an empty cache mirror).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WorkerExists`] when it is registered; [`Error::WorkerOutOfRange`] when its
+    /// id is at or above [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS).
+    fn add_worker(&self, worker: WorkerId) -> Result<(), Error>;
+
+    /// Unregisters `worker` and forgets its cache mirror. Decisions routed to it before stay
+    /// valid to complete (a no-op).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownWorker`] when it is not registered.
+    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error>;
+
+    /// Marks `worker` unavailable (draining, failed health check) or available again. An
+    /// unavailable worker gets no new requests but keeps its cache mirror and its load.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownWorker`] when it is not registered.
+    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error>;
+
+    /// Pushes load the worker itself reported (queue length, KV usage).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownWorker`] when it is not registered; [`Error::InvalidConfig`] when
+    /// `kv_usage` is not a fraction in `0.0..=1.0`.
+    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error>;
+
+    /// A snapshot of `worker`'s load; `None` when it is not registered.
+    fn load(&self, worker: WorkerId) -> Option<WorkerLoad>;
+
+    /// Registered workers, available or not, in id order.
+    fn workers(&self) -> Vec<WorkerId>;
+
+    /// The policy's name, for reports.
+    fn name(&self) -> &'static str;
+}
+
+/// A decision that releases its load when dropped.
+///
+/// ```
+/// use prefix_router::{RoundRobinRouter, RouteGuard, RouteRequest, Router, WorkerId};
+///
+/// let router = RoundRobinRouter::new(2)?;
+/// {
+///     let guard = RouteGuard::route(&router, &RouteRequest::new(&[1, 2, 3]))?;
+///     assert_eq!(router.load(guard.worker()).unwrap().in_flight, 1);
+/// } // released here
+/// assert_eq!(router.load(WorkerId::new(0)).unwrap().in_flight, 0);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RouteGuard<'r, R: Router + ?Sized> {
+    router: &'r R,
+    decision: RouteDecision,
+}
+
+impl<'r, R: Router + ?Sized> RouteGuard<'r, R> {
+    /// Routes `request` with `router` and wraps the decision.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`].
+    pub fn route(router: &'r R, request: &RouteRequest<'_>) -> Result<Self, Error> {
+        let decision = router.route(request)?;
+        Ok(Self { router, decision })
+    }
+}
+
+impl<R: Router + ?Sized> core::ops::Deref for RouteGuard<'_, R> {
+    type Target = RouteDecision;
+    fn deref(&self) -> &RouteDecision {
+        &self.decision
+    }
+}
+
+impl<R: Router + ?Sized> Drop for RouteGuard<'_, R> {
+    fn drop(&mut self) {
+        self.router.complete(&self.decision);
+    }
+}
+
+/// What a policy chose for one request.
+pub(crate) struct Selection {
+    pub(crate) candidate: Candidate,
+    pub(crate) matched_blocks: usize,
+    pub(crate) cached_tokens: usize,
+}
+
+impl Selection {
+    pub(crate) fn plain(candidate: Candidate) -> Self {
+        Self {
+            candidate,
+            matched_blocks: 0,
+            cached_tokens: 0,
+        }
+    }
+}
+
+/// The part that differs between policies; [`Router`] is implemented once on top of it.
+pub(crate) trait Policy: Send + Sync {
+    fn fleet(&self) -> &Fleet;
+    /// Chooses among the available workers.
+    fn select(
+        &self,
+        request: &RouteRequest<'_>,
+        candidates: &[Candidate],
+    ) -> Result<Selection, Error>;
+    /// Called once the choice is committed (cache policies insert the prefix here).
+    fn routed(&self, _request: &RouteRequest<'_>, _decision: &RouteDecision) {}
+    fn worker_added(&self, _worker: WorkerId) {}
+    fn worker_removed(&self, _worker: WorkerId) {}
+    fn name(&self) -> &'static str;
+}
+
+impl<P: Policy> Router for P {
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+        let mut candidates = Candidates::new();
+        // A chosen worker can be removed before it is charged; choose again (bounded).
+        for _ in 0..4 {
+            self.fleet().candidates(&mut candidates);
+            if candidates.is_empty() {
+                return Err(Error::NoWorkers);
+            }
+            let s = self.select(request, &candidates)?;
+            if let Some(decision) =
+                self.fleet()
+                    .commit(&s.candidate, request, s.matched_blocks, s.cached_tokens)
+            {
+                self.routed(request, &decision);
+                return Ok(decision);
+            }
+        }
+        Err(Error::NoWorkers)
+    }
+
+    fn complete(&self, decision: &RouteDecision) {
+        self.fleet().release(decision);
+    }
+
+    fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.fleet().add(worker)?;
+        self.worker_added(worker);
+        Ok(())
+    }
+
+    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.fleet().remove(worker)?;
+        self.worker_removed(worker);
+        Ok(())
+    }
+
+    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
+        self.fleet().set_available(worker, available)
+    }
+
+    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+        self.fleet().report_load(worker, load)
+    }
+
+    fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.fleet().load(worker)
+    }
+
+    fn workers(&self) -> Vec<WorkerId> {
+        self.fleet().workers()
+    }
+
+    fn name(&self) -> &'static str {
+        Policy::name(self)
+    }
+}
+
+/// Checks that a configuration value is finite and within `range`.
+pub(crate) fn check_range(
+    field: &'static str,
+    value: f64,
+    range: core::ops::RangeInclusive<f64>,
+    allowed: &'static str,
+) -> Result<(), Error> {
+    if value.is_finite() && range.contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::InvalidConfig {
+            field,
+            value: value.to_string(),
+            allowed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
