@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use prefix_router::{BlockHash, PrefixHasher, RadixTree, WorkerId};
+use prefix_router::{BlockHash, PrefixHasher, RadixTree, TreeConfig, WorkerId};
 use proptest::prelude::*;
 
 #[derive(Default)]
@@ -164,8 +164,10 @@ fn check(tree: &RadixTree, model: &Model, prompts: &[Vec<BlockHash>], step: usiz
     }
 }
 
-fn run(prompts: Vec<Vec<BlockHash>>, ops: Vec<Op>) {
-    let mut tree = RadixTree::new();
+fn run(prompts: Vec<Vec<BlockHash>>, ops: Vec<Op>, chained: bool) {
+    let mut config = TreeConfig::default();
+    config.chained = chained;
+    let mut tree = RadixTree::with_config(config);
     let mut model = Model::default();
     for (step, op) in ops.into_iter().enumerate() {
         match op {
@@ -225,9 +227,10 @@ proptest! {
         (prompts, ops) in chained_prompts().prop_flat_map(|ps| {
             let n = ps.len();
             (Just(ps), prop::collection::vec(op(n), 1..60))
-        })
+        }),
+        chained in any::<bool>(),
     ) {
-        run(prompts, ops);
+        run(prompts, ops, chained);
     }
 
     #[test]
@@ -241,6 +244,6 @@ proptest! {
             (Just(ps), ops)
         })
     ) {
-        run(prompts, ops);
+        run(prompts, ops, false);
     }
 }

@@ -134,3 +134,37 @@ pub fn pairs(tree: &RadixTree, workers: u32) -> usize {
         .map(|w| tree.worker_block_count(WorkerId::new(w)))
         .sum()
 }
+
+/// Token prompts: a Zipf-chosen system prompt of `SYSTEM_BLOCKS * 16` tokens, then a
+/// unique tail, 2,048 tokens in all.
+pub struct TokenWorkload {
+    rng: Rng,
+    zipf: Zipf,
+    systems: Vec<Vec<u32>>,
+}
+
+impl TokenWorkload {
+    pub fn new(seed: u64) -> Self {
+        let mut rng = Rng(seed);
+        let systems = (0..SYSTEMS)
+            .map(|_| {
+                (0..SYSTEM_BLOCKS * 16)
+                    .map(|_| rng.below(151_936) as u32)
+                    .collect()
+            })
+            .collect();
+        Self {
+            rng,
+            zipf: Zipf::new(SYSTEMS, 1.0),
+            systems,
+        }
+    }
+
+    pub fn prompt(&mut self) -> Vec<u32> {
+        let mut p = self.systems[self.zipf.sample(&mut self.rng)].clone();
+        while p.len() < PROMPT_BLOCKS * 16 {
+            p.push(self.rng.below(151_936) as u32);
+        }
+        p
+    }
+}

@@ -227,14 +227,12 @@ impl PrefixHasher {
     /// is reused and nothing is allocated.
     pub fn hash_into(&self, tokens: &[TokenId], out: &mut Vec<BlockHash>) {
         out.clear();
-        out.reserve(self.full_blocks(tokens.len()));
         self.chain(self.root, tokens, out);
     }
 
     /// Like [`hash_salted`](Self::hash_salted), writing into `out` (cleared first).
     pub fn hash_salted_into(&self, salt: &[u8], tokens: &[TokenId], out: &mut Vec<BlockHash>) {
         out.clear();
-        out.reserve(self.full_blocks(tokens.len()));
         let root = self.root_for(salt);
         self.chain(root, tokens, out);
     }
@@ -263,7 +261,6 @@ impl PrefixHasher {
         let Some(rest) = tokens.get(start..) else {
             return;
         };
-        chain.reserve(self.full_blocks(rest.len()));
         let prev = match chain.last() {
             Some(last) => last.get(),
             None => self.root_for(salt),
@@ -275,7 +272,6 @@ impl PrefixHasher {
     /// `out`. This is how a block-aligned run of tokens whose parent hash is known (a KV
     /// event, a conversation's next turn) is hashed.
     pub fn continue_from(&self, parent: BlockHash, tokens: &[TokenId], out: &mut Vec<BlockHash>) {
-        out.reserve(self.full_blocks(tokens.len()));
         self.chain(parent.get(), tokens, out);
     }
 
@@ -294,20 +290,31 @@ impl PrefixHasher {
         }
     }
 
-    /// Like [`hash_salted_into`](Self::hash_salted_into), appending to any sink (the
+    /// Like [`hash_salted_into`](Self::hash_salted_into), appending to a `SmallVec` (the
     /// routers hash into stack buffers).
-    pub(crate) fn hash_salted_extend(
+    pub(crate) fn hash_salted_small<const N: usize>(
         &self,
         salt: &[u8],
         tokens: &[TokenId],
-        out: &mut impl Extend<BlockHash>,
-    ) {
-        let root = self.root_for(salt);
-        self.chain(root, tokens, out);
+        out: &mut smallvec::SmallVec<[BlockHash; N]>,
+    ) where
+        [BlockHash; N]: smallvec::Array<Item = BlockHash>,
+    {
+        let start = out.len();
+        out.resize(start + self.full_blocks(tokens.len()), BlockHash(0));
+        self.chain_into(self.root_for(salt), tokens, &mut out[start..]);
     }
 
     /// Appends the chained hashes of the full blocks of `tokens`, starting after `prev`.
-    fn chain(&self, prev: u64, tokens: &[TokenId], out: &mut impl Extend<BlockHash>) {
+    fn chain(&self, prev: u64, tokens: &[TokenId], out: &mut Vec<BlockHash>) {
+        let start = out.len();
+        out.resize(start + self.full_blocks(tokens.len()), BlockHash(0));
+        self.chain_into(prev, tokens, &mut out[start..]);
+    }
+
+    /// Writes the chained hashes of the full blocks of `tokens` into `out` (one slot per
+    /// full block), starting after `prev`.
+    fn chain_into(&self, prev: u64, tokens: &[TokenId], out: &mut [BlockHash]) {
         let blocks = tokens.chunks_exact(self.block_size);
         match self.algorithm {
             HashAlgorithm::Xxh3 => {
@@ -350,7 +357,7 @@ fn chain_xxh3(
     secret: &[u8; SECRET_SIZE],
     block_size: usize,
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut impl Extend<BlockHash>,
+    out: &mut [BlockHash],
 ) {
     match block_size {
         8 => return chain_xxh3_native::<8>(prev, secret, blocks, out),
@@ -364,25 +371,25 @@ fn chain_xxh3(
     let mut buf = [0u8; ONE_SHOT_BYTES];
     if block_size * 4 <= SHORT_BYTES {
         // Up to 240 bytes XXH3 takes the seed directly.
-        for block in blocks {
+        for (block, slot) in blocks.zip(out.iter_mut()) {
             prev = link(prev, xxh3_64_with_seed(le_bytes(block, &mut buf), seed));
-            out.extend(Some(BlockHash(prev)));
+            *slot = BlockHash(prev);
         }
     } else if block_size * 4 <= ONE_SHOT_BYTES {
         // Above 240 bytes seeded XXH3 is XXH3 with a secret derived from the seed: derive it
         // once per hasher instead of once per block.
-        for block in blocks {
+        for (block, slot) in blocks.zip(out.iter_mut()) {
             prev = link(prev, xxh3_64_with_secret(le_bytes(block, &mut buf), secret));
-            out.extend(Some(BlockHash(prev)));
+            *slot = BlockHash(prev);
         }
     } else {
-        for block in blocks {
+        for (block, slot) in blocks.zip(out.iter_mut()) {
             let mut state = Xxh3::with_seed(seed);
             for part in block.chunks(ONE_SHOT_BYTES / 4) {
                 state.update(le_bytes(part, &mut buf));
             }
             prev = link(prev, state.digest());
-            out.extend(Some(BlockHash(prev)));
+            *slot = BlockHash(prev);
         }
     }
 }
@@ -423,17 +430,17 @@ fn chain_xxh3_native<const N: usize>(
     mut prev: u64,
     secret: &[u8; SECRET_SIZE],
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut impl Extend<BlockHash>,
+    out: &mut [BlockHash],
 ) {
     const { assert!(N * 4 > 16 && N * 4 <= 128) };
     // The derived secret holds exactly the default secret's words plus and minus the seed.
     let keys: [u64; 16] = core::array::from_fn(|k| secret_word(secret, 8 * k));
-    for block in blocks {
+    for (block, slot) in blocks.zip(out.iter_mut()) {
         let Ok(block) = <&[TokenId; N]>::try_from(block) else {
             continue; // unreachable: chunks_exact yields N tokens
         };
         prev = link(prev, xxh3_tokens(block, &keys));
-        out.extend(Some(BlockHash(prev)));
+        *slot = BlockHash(prev);
     }
 }
 
@@ -508,7 +515,7 @@ fn chain_xxh3_native_long<const N: usize>(
     mut prev: u64,
     secret: &[u8; SECRET_SIZE],
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut impl Extend<BlockHash>,
+    out: &mut [BlockHash],
 ) {
     const { assert!(N * 4 > SHORT_BYTES && N * 4 <= 1024) };
     let keys = LongKeys {
@@ -518,29 +525,29 @@ fn chain_xxh3_native_long<const N: usize>(
         last: core::array::from_fn(|i| secret_word(secret, 121 + 8 * i)),
         merge: core::array::from_fn(|j| secret_word(secret, 11 + 8 * j)),
     };
-    for block in blocks {
+    for (block, slot) in blocks.zip(out.iter_mut()) {
         let Ok(block) = <&[TokenId; N]>::try_from(block) else {
             continue; // unreachable: chunks_exact yields N tokens
         };
         prev = link(prev, xxh3_tokens_long(block, &keys));
-        out.extend(Some(BlockHash(prev)));
+        *slot = BlockHash(prev);
     }
 }
 
 fn chain_sha256(
     mut prev: u64,
     blocks: core::slice::ChunksExact<'_, TokenId>,
-    out: &mut impl Extend<BlockHash>,
+    out: &mut [BlockHash],
 ) {
     let mut buf = [0u8; ONE_SHOT_BYTES];
-    for block in blocks {
+    for (block, slot) in blocks.zip(out.iter_mut()) {
         let mut state = Sha256::new();
         state.update(prev.to_le_bytes());
         for part in block.chunks(ONE_SHOT_BYTES / 4) {
             state.update(le_bytes(part, &mut buf));
         }
         prev = truncate_digest(&state.finalize());
-        out.extend(Some(BlockHash(prev)));
+        *slot = BlockHash(prev);
     }
 }
 

@@ -147,47 +147,30 @@ impl Policy for BalancedRouter {
         request: &RouteRequest<'_>,
         candidates: &[Candidate],
     ) -> Result<Selection, Error> {
-        let scored = Scored::new(&self.index, request, candidates);
-        let tokens = request.tokens().len();
-        let block_size = self.index.hasher().block_size();
-        let cached = |c: &Candidate| (scored.blocks_of(c) * block_size).min(tokens);
-        let i = match self.config.scoring {
-            Scoring::Weighted => {
-                let max_requests = candidates
-                    .iter()
-                    .map(Candidate::requests)
-                    .max()
-                    .unwrap_or(0);
-                let alpha = self.config.alpha;
-                pick_min(candidates, request.key(), |_, c| {
-                    let cache = if tokens == 0 {
-                        0.0
-                    } else {
-                        cached(c) as f64 / tokens as f64
-                    };
-                    let load = if max_requests == 0 {
-                        1.0
-                    } else {
-                        1.0 - c.requests() as f64 / max_requests as f64
-                    };
-                    -(alpha * cache + (1.0 - alpha) * load)
-                })
+        let salt = request.key();
+        let (chosen, scored) = Scored::route(&self.index, request, candidates, |scored| {
+            match self.config.scoring {
+                Scoring::Weighted => {
+                    let max_requests = candidates.iter().map(Candidate::requests).max();
+                    let max_requests = max_requests.unwrap_or(0);
+                    let alpha = self.config.alpha;
+                    pick_min(candidates, salt, |_, c| {
+                        let load = if max_requests == 0 {
+                            1.0
+                        } else {
+                            1.0 - c.requests() as f64 / max_requests as f64
+                        };
+                        -(alpha * scored.fraction_of(c) + (1.0 - alpha) * load)
+                    })
+                }
+                Scoring::PredictedTtft => pick_min(candidates, salt, |_, c| {
+                    let work = c.prefill_tokens + (scored.tokens - scored.cached_of(c)) as u64;
+                    (work as f64 / self.config.prefill_tokens_per_s, c.requests())
+                }),
             }
-            Scoring::PredictedTtft => pick_min(candidates, request.key(), |_, c| {
-                let work = c.prefill_tokens + (tokens - cached(c)) as u64;
-                (work as f64 / self.config.prefill_tokens_per_s, c.requests())
-            }),
-        }
-        .unwrap_or(0);
-        let chosen = candidates[i];
-        if !scored.blocks.is_empty() {
-            self.index.insert(chosen.worker, &scored.blocks);
-        }
-        Ok(Selection {
-            candidate: chosen,
-            matched_blocks: scored.blocks_of(&chosen),
-            cached_tokens: cached(&chosen),
-        })
+            .unwrap_or(0)
+        });
+        Ok(scored.selection(candidates, chosen))
     }
 
     fn worker_added(&self, worker: WorkerId) {

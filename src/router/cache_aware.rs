@@ -112,7 +112,6 @@ impl Policy for CacheAwareRouter {
         request: &RouteRequest<'_>,
         candidates: &[Candidate],
     ) -> Result<Selection, Error> {
-        let scored = Scored::new(&self.index, request, candidates);
         let salt = request.key();
         let (min, max) = candidates
             .iter()
@@ -120,36 +119,23 @@ impl Policy for CacheAwareRouter {
             .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r), hi.max(r)));
         let imbalanced = max - min > self.config.balance_abs_threshold
             && max as f64 > self.config.balance_rel_threshold * min as f64;
-        let tokens = request.tokens().len();
-        let block_size = self.index.hasher().block_size();
-        let best = candidates
-            .iter()
-            .map(|c| scored.blocks_of(c))
-            .max()
-            .unwrap_or(0);
-        let ratio = if tokens == 0 {
-            0.0
-        } else {
-            (best * block_size).min(tokens) as f64 / tokens as f64
-        };
-        let i = if !imbalanced && best > 0 && ratio > self.config.cache_threshold {
-            pick_min(candidates, salt, |_, c| {
-                (scored.blocks_of(c) != best, c.requests())
-            })
-            .unwrap_or(0)
-        } else {
-            least_loaded(candidates, salt)
-        };
-        let chosen = candidates[i];
-        if !scored.blocks.is_empty() {
-            self.index.insert(chosen.worker, &scored.blocks);
-        }
-        let matched = scored.blocks_of(&chosen);
-        Ok(Selection {
-            candidate: chosen,
-            matched_blocks: matched,
-            cached_tokens: (matched * block_size).min(tokens),
-        })
+        let (chosen, scored) = Scored::route(&self.index, request, candidates, |scored| {
+            let best = candidates.iter().map(|c| scored.blocks_of(c)).max();
+            let best = best.unwrap_or(0);
+            let ratio = candidates
+                .iter()
+                .find(|c| scored.blocks_of(c) == best)
+                .map_or(0.0, |c| scored.fraction_of(c));
+            if !imbalanced && best > 0 && ratio > self.config.cache_threshold {
+                pick_min(candidates, salt, |_, c| {
+                    (scored.blocks_of(c) != best, c.requests())
+                })
+                .unwrap_or(0)
+            } else {
+                least_loaded(candidates, salt)
+            }
+        });
+        Ok(scored.selection(candidates, chosen))
     }
 
     fn worker_added(&self, worker: WorkerId) {

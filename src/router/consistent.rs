@@ -111,7 +111,7 @@ impl Ring {
         );
         let mut blocks = Blocks::new();
         self.hasher
-            .hash_salted_extend(request.salt(), &request.tokens()[..head_len], &mut blocks);
+            .hash_salted_small(request.salt(), &request.tokens()[..head_len], &mut blocks);
         match blocks.last() {
             Some(last) => mix64(last.get()),
             None => request.key() ^ self.config.seed,

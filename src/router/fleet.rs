@@ -308,21 +308,25 @@ pub(crate) fn pick_min<K: PartialOrd>(
     salt: u64,
     mut key: impl FnMut(usize, &Candidate) -> K,
 ) -> Option<usize> {
-    let mut best: Option<(usize, K, u64, u64)> = None;
+    let spread =
+        |c: &Candidate| mix64(salt ^ u64::from(c.worker.get()).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut best: Option<(usize, K)> = None;
     for (i, c) in candidates.iter().enumerate() {
         let k = key(i, c);
-        let spread = mix64(salt ^ u64::from(c.worker.get()).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let better = match &best {
             None => true,
-            Some((_, bk, br, bs)) => match k.partial_cmp(bk) {
+            Some((b, bk)) => match k.partial_cmp(bk) {
                 Some(core::cmp::Ordering::Less) => true,
-                Some(core::cmp::Ordering::Equal) | None => (c.routed, spread) < (*br, *bs),
                 Some(core::cmp::Ordering::Greater) => false,
+                Some(core::cmp::Ordering::Equal) | None => {
+                    let bc = &candidates[*b];
+                    (c.routed, spread(c)) < (bc.routed, spread(bc))
+                }
             },
         };
         if better {
-            best = Some((i, k, c.routed, spread));
+            best = Some((i, k));
         }
     }
-    best.map(|(i, ..)| i)
+    best.map(|(i, _)| i)
 }

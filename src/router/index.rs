@@ -4,7 +4,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
 
-use super::{Candidate, RouteRequest};
+use super::{Candidate, RouteRequest, Selection};
 use crate::{BlockHash, Error, HashAlgorithm, PrefixHasher, RadixTree, TreeConfig, WorkerId};
 
 /// How a [`CacheIndex`] hashes and bounds its mirror.
@@ -18,7 +18,8 @@ pub struct IndexConfig {
     /// Hash seed; keep it secret where clients may be hostile. Default
     /// [`PrefixHasher::DEFAULT_SEED`].
     pub seed: u64,
-    /// Memory bounds of the mirror.
+    /// Memory bounds of the mirror. Default: [`TreeConfig::default`] with `chained` set
+    /// (the index only ever holds chains from its hasher).
     pub tree: TreeConfig,
     /// Blocks each worker is believed to cache at most (its KV capacity); beyond it the
     /// mirror forgets the worker's least recently routed blocks. Default `None`: unbounded
@@ -32,7 +33,10 @@ impl Default for IndexConfig {
             block_size: super::DEFAULT_BLOCK_SIZE,
             algorithm: HashAlgorithm::Xxh3,
             seed: PrefixHasher::DEFAULT_SEED,
-            tree: TreeConfig::default(),
+            tree: TreeConfig {
+                chained: true,
+                ..TreeConfig::default()
+            },
             worker_capacity_blocks: None,
         }
     }
@@ -97,41 +101,45 @@ impl CacheIndex {
     #[must_use]
     pub fn cached_tokens(&self, worker: WorkerId, salt: &[u8], tokens: &[crate::TokenId]) -> usize {
         let mut blocks = Blocks::new();
-        self.hasher.hash_salted_extend(salt, tokens, &mut blocks);
+        self.hasher.hash_salted_small(salt, tokens, &mut blocks);
         self.lock().held_prefix(worker, &blocks) * self.hasher.block_size()
     }
 
     /// Hashes the request's full blocks into `out` (no lock held).
     pub(crate) fn hash_request(&self, request: &RouteRequest<'_>, out: &mut Blocks) {
         out.clear();
-        out.reserve(self.hasher.full_blocks(request.tokens().len()));
         self.hasher
-            .hash_salted_extend(request.salt(), request.tokens(), out);
+            .hash_salted_small(request.salt(), request.tokens(), out);
     }
 
-    /// Matched leading blocks of `blocks` per worker id, for the candidates' ids.
-    pub(crate) fn matched(
+    /// Under one lock: matches the request's blocks (filling `scored.matched` per worker id,
+    /// for the candidates' ids), lets `choose` pick a candidate from that, and records the
+    /// prefix as held by the chosen worker (optimistically: it will be cached there once the
+    /// request runs). Returns the chosen index.
+    fn match_choose_insert(
         &self,
-        blocks: &[BlockHash],
+        scored: &mut Scored,
         candidates: &[Candidate],
-        out: &mut Matched,
-    ) {
+        choose: impl FnOnce(&Scored) -> usize,
+    ) -> usize {
         let slots = candidates.last().map_or(0, |c| c.worker.index() + 1);
-        out.clear();
-        out.resize(slots, 0);
-        if blocks.is_empty() {
-            return;
+        scored.matched.clear();
+        scored.matched.resize(slots, 0);
+        if scored.blocks.is_empty() {
+            return choose(scored);
         }
-        self.lock().for_each_match(blocks, |worker, matched| {
-            if let Some(slot) = out.get_mut(worker.index()) {
-                *slot = matched as u32;
+        let mut tree = self.lock();
+        let matched = &mut scored.matched;
+        tree.for_each_match(&scored.blocks, |worker, m| {
+            if let Some(slot) = matched.get_mut(worker.index()) {
+                *slot = m as u32;
             }
         });
-    }
-
-    /// Records that `worker` now holds `blocks` (optimistic: it was routed there).
-    pub(crate) fn insert(&self, worker: WorkerId, blocks: &[BlockHash]) {
-        self.lock().insert(worker, blocks);
+        let chosen = choose(scored);
+        if let Some(c) = candidates.get(chosen) {
+            tree.insert(c.worker, &scored.blocks);
+        }
+        chosen
     }
 
     /// Forgets `worker`'s mirror, and applies the configured capacity to it afresh.
@@ -144,28 +152,33 @@ impl CacheIndex {
     }
 }
 
-/// The shared part of the cache-aware policies: hash outside any lock, match, and insert
-/// the routed prefix for the chosen worker.
-#[derive(Debug)]
+/// The shared part of the cache-aware policies: hash the request outside any lock, then
+/// match, choose and insert under one lock.
 pub(crate) struct Scored {
     pub(crate) blocks: Blocks,
     pub(crate) matched: Matched,
+    pub(crate) block_size: usize,
+    pub(crate) tokens: usize,
 }
 
 impl Scored {
-    /// Hashes and matches `request` for `candidates`.
-    pub(crate) fn new(
+    /// Hashes `request`, then matches it and applies `choose` under the index's lock.
+    /// Returns the chosen candidate's index and the scoring state.
+    pub(crate) fn route(
         index: &CacheIndex,
         request: &RouteRequest<'_>,
         candidates: &[Candidate],
-    ) -> Self {
-        let mut scored = Self {
+        choose: impl FnOnce(&Scored) -> usize,
+    ) -> (usize, Scored) {
+        let mut scored = Scored {
             blocks: Blocks::new(),
             matched: Matched::new(),
+            block_size: index.hasher.block_size(),
+            tokens: request.tokens().len(),
         };
         index.hash_request(request, &mut scored.blocks);
-        index.matched(&scored.blocks, candidates, &mut scored.matched);
-        scored
+        let chosen = index.match_choose_insert(&mut scored, candidates, choose);
+        (chosen, scored)
     }
 
     /// Leading blocks `candidate` holds.
@@ -174,5 +187,31 @@ impl Scored {
         self.matched
             .get(candidate.worker.index())
             .map_or(0, |&m| m as usize)
+    }
+
+    /// Prompt tokens `candidate` holds.
+    #[inline]
+    pub(crate) fn cached_of(&self, candidate: &Candidate) -> usize {
+        (self.blocks_of(candidate) * self.block_size).min(self.tokens)
+    }
+
+    /// The fraction of the prompt `candidate` holds, `0..=1`.
+    #[inline]
+    pub(crate) fn fraction_of(&self, candidate: &Candidate) -> f64 {
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.cached_of(candidate) as f64 / self.tokens as f64
+        }
+    }
+
+    /// The selection for candidate `chosen`.
+    pub(crate) fn selection(&self, candidates: &[Candidate], chosen: usize) -> Selection {
+        let candidate = candidates[chosen];
+        Selection {
+            candidate,
+            matched_blocks: self.blocks_of(&candidate),
+            cached_tokens: self.cached_of(&candidate),
+        }
     }
 }

@@ -24,6 +24,13 @@ pub struct TreeConfig {
     pub max_blocks: usize,
     /// Most nodes at once. Default 262,144 (2^18).
     pub max_nodes: usize,
+    /// Set when every block run given to the tree is a chain from a
+    /// [`PrefixHasher`](crate::PrefixHasher), so that a block hash names its whole prefix:
+    /// then an edge is compared with a query by its last block and a binary search for the
+    /// divergence, reading O(log n) of its blocks instead of all of them. Default `false`
+    /// (arbitrary block values, compared one by one). The routers' [`CacheIndex`]
+    /// (crate::CacheIndex) sets it.
+    pub chained: bool,
 }
 
 impl Default for TreeConfig {
@@ -31,6 +38,7 @@ impl Default for TreeConfig {
         Self {
             max_blocks: 1 << 22,
             max_nodes: 1 << 18,
+            chained: false,
         }
     }
 }
@@ -244,6 +252,30 @@ fn common_prefix(a: &[BlockHash], b: &[BlockHash]) -> usize {
         .count()
 }
 
+/// Length of the common prefix of two runs of **chained** hashes: equal blocks at a depth
+/// mean equal prefixes, so equality is monotone and a binary search finds where they part.
+#[inline]
+fn chained_common_prefix(a: &[BlockHash], b: &[BlockHash]) -> usize {
+    let n = a.len().min(b.len());
+    if n == 0 || a[0] != b[0] {
+        return 0;
+    }
+    if a[n - 1] == b[n - 1] {
+        return n;
+    }
+    // a[lo] == b[lo] and a[hi] != b[hi].
+    let (mut lo, mut hi) = (0, n - 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if a[mid] == b[mid] {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo + 1
+}
+
 /// The set bits of a bitset, as worker indices.
 #[inline]
 pub(super) fn bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
@@ -329,7 +361,7 @@ impl RadixTree {
                     leaf
                 }
                 Some(child) => {
-                    let common = common_prefix(self.edge(child), &blocks[pos..]);
+                    let common = self.common(self.edge(child), &blocks[pos..]);
                     pos += common;
                     if common < self.nodes[child as usize].edge_len as usize {
                         self.split(child, common)
@@ -385,7 +417,7 @@ impl RadixTree {
                 break;
             };
             let edge = self.edge(child);
-            let common = common_prefix(edge, &blocks[pos..]);
+            let common = self.common(edge, &blocks[pos..]);
             if node != ROOT {
                 // Holders of `node` that do not hold `child` match exactly `pos` blocks.
                 let (above, below) = (self.words(node), self.words(child));
@@ -428,7 +460,7 @@ impl RadixTree {
                 break;
             }
             let edge = self.edge(child);
-            let common = common_prefix(edge, &blocks[pos..]);
+            let common = self.common(edge, &blocks[pos..]);
             pos += common;
             node = child;
             if common < edge.len() {
@@ -578,6 +610,16 @@ impl RadixTree {
             self.stride = stride;
         }
         true
+    }
+
+    /// Common prefix of an edge and a query, by the configured comparison.
+    #[inline]
+    fn common(&self, edge: &[BlockHash], query: &[BlockHash]) -> usize {
+        if self.config.chained {
+            chained_common_prefix(edge, query)
+        } else {
+            common_prefix(edge, query)
+        }
     }
 
     #[inline]

@@ -149,6 +149,7 @@ fn global_budget_bounds_the_tree() {
     let config = TreeConfig {
         max_blocks: 100,
         max_nodes: 8,
+        chained: false,
     };
     let mut t = RadixTree::with_config(config);
     for i in 0..1000u64 {
