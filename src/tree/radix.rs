@@ -28,8 +28,8 @@ pub struct TreeConfig {
     /// [`PrefixHasher`](crate::PrefixHasher), so that a block hash names its whole prefix:
     /// then an edge is compared with a query by its last block and a binary search for the
     /// divergence, reading O(log n) of its blocks instead of all of them. Default `false`
-    /// (arbitrary block values, compared one by one). The routers' [`CacheIndex`]
-    /// (crate::CacheIndex) sets it.
+    /// (arbitrary block values, compared one by one). The routers'
+    /// [`CacheIndex`](crate::CacheIndex) sets it.
     pub chained: bool,
 }
 
