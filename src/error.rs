@@ -41,6 +41,23 @@ pub enum Error {
     /// The worker is already registered.
     #[error("worker {0:?} is already registered")]
     WorkerExists(WorkerId),
+    /// An engine's events use another block size than the router's hasher (a common cause
+    /// of "overlap is always 0").
+    #[error(
+        "block size mismatch: the engine's events carry {engine} tokens per block, the router hashes {router}; configure the router's block size to match the engine"
+    )]
+    BlockSizeMismatch {
+        /// Tokens per block in the engine's events.
+        engine: usize,
+        /// The router's block size.
+        router: usize,
+    },
+    /// A cache event that cannot be applied as it is.
+    #[error("invalid cache event: {0}")]
+    InvalidEvent(String),
+    /// A wire payload (an engine's event batch) that cannot be decoded.
+    #[error("cannot decode payload: {0}")]
+    Decode(String),
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

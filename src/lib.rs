@@ -38,7 +38,10 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | (none yet) | | the core is dependency-light and runtime-free |
+//! | `vllm` | no | [`sync::vllm::decode_batch`](crate::sync): decoding of vLLM's msgpack KV-event batches (adds `rmpv`) |
+//!
+//! Without features the crate depends only on `sha2`, `xxhash-rust`, `smallvec`,
+//! `hashbrown` and `thiserror`: no async runtime, no I/O, no global state.
 
 /// The README's code examples run as doctests.
 #[cfg(doctest)]
@@ -49,6 +52,7 @@ mod error;
 mod hash;
 mod list;
 mod router;
+pub mod sync;
 mod tree;
 
 pub use crate::{
@@ -61,5 +65,6 @@ pub use crate::{
         PowerOfTwoRouter, ReportedLoad, RoundRobinRouter, RouteDecision, RouteGuard, RouteRequest,
         Router, Scoring, WorkerLoad,
     },
+    sync::{CacheEvent, CacheSync, Sequence, SyncOutcome},
     tree::{PrefixMatch, RadixTree, TreeConfig, WorkerId},
 };

@@ -88,6 +88,24 @@ impl Model {
         }
     }
 
+    /// `w` keeps at most `keep` blocks of `blocks`.
+    fn truncate(&mut self, w: u32, blocks: &[BlockHash], keep: usize) {
+        if keep >= blocks.len() {
+            return;
+        }
+        if let Some(state) = self.workers.get_mut(&w) {
+            state
+                .held
+                .retain(|path, _| !(path.len() > keep && path[..=keep] == blocks[..=keep]));
+        }
+    }
+
+    fn expire(&mut self, before: u64) {
+        for state in self.workers.values_mut() {
+            state.held.retain(|_, stamp| *stamp >= before);
+        }
+    }
+
     fn block_count(&self) -> usize {
         let all: HashSet<&Vec<BlockHash>> =
             self.workers.values().flat_map(|s| s.held.keys()).collect();
@@ -105,6 +123,9 @@ enum Op {
     Remove(u32, usize, usize, usize),
     RemoveWorker(u32),
     SetCapacity(u32, usize),
+    Truncate(u32, usize, usize),
+    /// Expire what was not refreshed in the last `.0` inserts.
+    Expire(u64),
 }
 
 fn worker() -> impl Strategy<Value = u32> {
@@ -122,6 +143,8 @@ fn op(prompts: usize) -> impl Strategy<Value = Op> {
             .prop_map(|(w, i, a, b)| Op::Remove(w, i, a.min(b), a.max(b))),
         1 => worker().prop_map(Op::RemoveWorker),
         2 => (worker(), 0usize..12).prop_map(|(w, c)| Op::SetCapacity(w, c)),
+        2 => (worker(), p.clone(), 0usize..9).prop_map(|(w, i, k)| Op::Truncate(w, i, k)),
+        1 => (0u64..12).prop_map(Op::Expire),
     ]
 }
 
@@ -197,6 +220,16 @@ fn run(prompts: Vec<Vec<BlockHash>>, ops: Vec<Op>, chained: bool) {
             Op::SetCapacity(w, c) => {
                 tree.set_capacity(WorkerId::new(w), c);
                 model.set_capacity(w, c);
+            }
+            Op::Truncate(w, i, keep) => {
+                tree.truncate(WorkerId::new(w), &prompts[i], keep);
+                model.truncate(w, &prompts[i], keep);
+            }
+            Op::Expire(age) => {
+                assert_eq!(tree.clock(), model.clock, "step {step}: clocks");
+                let before = tree.clock().saturating_sub(age);
+                tree.expire(before);
+                model.expire(before);
             }
         }
         check(&tree, &model, &prompts, step);

@@ -188,3 +188,34 @@ impl Policy for BalancedRouter {
         }
     }
 }
+
+impl crate::CacheSync for BalancedRouter {
+    fn apply_event(
+        &self,
+        worker: WorkerId,
+        seq: u64,
+        event: &crate::CacheEvent,
+    ) -> Result<crate::SyncOutcome, Error> {
+        self.fleet.check(worker)?;
+        self.index.apply_event(worker, seq, event)
+    }
+
+    fn replace_worker_cache(
+        &self,
+        worker: WorkerId,
+        prefixes: &[&[crate::TokenId]],
+    ) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index.replace_worker_cache(worker, prefixes)
+    }
+
+    fn report_cached(
+        &self,
+        worker: WorkerId,
+        tokens: &[crate::TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index.report_cached(worker, tokens, cached_tokens)
+    }
+}

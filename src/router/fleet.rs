@@ -165,6 +165,11 @@ impl Fleet {
         }
     }
 
+    /// `Ok` when `worker` is registered.
+    pub(crate) fn check(&self, worker: WorkerId) -> Result<(), Error> {
+        self.with_slot(worker, |_| ())
+    }
+
     pub(crate) fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
         self.with_slot(worker, |s| s.available.store(available, Relaxed))
     }

@@ -5,7 +5,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use smallvec::SmallVec;
 
 use super::{Candidate, RouteRequest, Selection};
-use crate::{BlockHash, Error, HashAlgorithm, PrefixHasher, RadixTree, TreeConfig, WorkerId};
+use crate::sync::{CacheEvent, CacheSync, SyncOutcome, SyncState};
+use crate::{
+    BlockHash, Error, HashAlgorithm, PrefixHasher, RadixTree, TokenId, TreeConfig, WorkerId,
+};
 
 /// How a [`CacheIndex`] hashes and bounds its mirror.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +28,10 @@ pub struct IndexConfig {
     /// mirror forgets the worker's least recently routed blocks. Default `None`: unbounded
     /// per worker (the tree's global bounds still apply).
     pub worker_capacity_blocks: Option<usize>,
+    /// For mirrors kept without events: a worker's blocks expire once this many prefixes
+    /// have been routed (or stored) since they were last routed to it; checked every 16
+    /// routes. Logical time, deterministic. Default `None`: no expiry.
+    pub ttl: Option<u64>,
 }
 
 impl Default for IndexConfig {
@@ -38,6 +45,7 @@ impl Default for IndexConfig {
                 ..TreeConfig::default()
             },
             worker_capacity_blocks: None,
+            ttl: None,
         }
     }
 }
@@ -54,8 +62,16 @@ pub(crate) type Matched = SmallVec<[u32; 64]>;
 #[derive(Debug)]
 pub struct CacheIndex {
     hasher: PrefixHasher,
-    tree: Mutex<RadixTree>,
+    mirror: Mutex<Mirror>,
     capacity: Option<usize>,
+    ttl: Option<u64>,
+}
+
+/// What the index's lock guards: the tree and the event-sync state that feeds it.
+#[derive(Debug)]
+struct Mirror {
+    tree: RadixTree,
+    sync: SyncState,
 }
 
 impl CacheIndex {
@@ -70,8 +86,12 @@ impl CacheIndex {
             .with_seed(config.seed);
         Ok(Self {
             hasher,
-            tree: Mutex::new(RadixTree::with_config(config.tree)),
+            mirror: Mutex::new(Mirror {
+                tree: RadixTree::with_config(config.tree),
+                sync: SyncState::default(),
+            }),
             capacity: config.worker_capacity_blocks,
+            ttl: config.ttl,
         })
     }
 
@@ -81,20 +101,45 @@ impl CacheIndex {
         &self.hasher
     }
 
-    fn lock(&self) -> MutexGuard<'_, RadixTree> {
+    fn lock(&self) -> MutexGuard<'_, Mirror> {
         // Nothing panics while holding the lock; a poisoned lock still holds a valid tree.
-        self.tree.lock().unwrap_or_else(PoisonError::into_inner)
+        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `f` on the tree under the lock (inspection, validation, tests).
     pub fn with_tree<T>(&self, f: impl FnOnce(&RadixTree) -> T) -> T {
-        f(&self.lock())
+        f(&self.lock().tree)
     }
 
-    /// Bytes allocated by the mirror.
+    /// Bytes allocated by the mirror: the tree and the engine-hash maps of event sync.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.lock().memory_bytes() + core::mem::size_of::<Self>()
+        let mirror = self.lock();
+        mirror.tree.memory_bytes() + mirror.sync.memory_bytes() + core::mem::size_of::<Self>()
+    }
+
+    /// Like [`CacheSync::report_cached`], for requests routed with a salt.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WorkerOutOfRange`] for a worker id at or above
+    /// [`RadixTree::MAX_WORKERS`].
+    pub fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        let mirror = &mut *self.lock();
+        mirror.sync.report(
+            &self.hasher,
+            &mut mirror.tree,
+            worker,
+            salt,
+            tokens,
+            cached_tokens,
+        )
     }
 
     /// How many leading tokens of `tokens` (salted with `salt`) `worker` is believed to hold.
@@ -102,7 +147,7 @@ impl CacheIndex {
     pub fn cached_tokens(&self, worker: WorkerId, salt: &[u8], tokens: &[crate::TokenId]) -> usize {
         let mut blocks = Blocks::new();
         self.hasher.hash_salted_small(salt, tokens, &mut blocks);
-        self.lock().held_prefix(worker, &blocks) * self.hasher.block_size()
+        self.lock().tree.held_prefix(worker, &blocks) * self.hasher.block_size()
     }
 
     /// Hashes the request's full blocks into `out` (no lock held).
@@ -128,7 +173,8 @@ impl CacheIndex {
         if scored.blocks.is_empty() {
             return choose(scored);
         }
-        let mut tree = self.lock();
+        let mut mirror = self.lock();
+        let tree = &mut mirror.tree;
         let matched = &mut scored.matched;
         tree.for_each_match(&scored.blocks, |worker, m| {
             if let Some(slot) = matched.get_mut(worker.index()) {
@@ -138,17 +184,53 @@ impl CacheIndex {
         let chosen = choose(scored);
         if let Some(c) = candidates.get(chosen) {
             tree.insert(c.worker, &scored.blocks);
+            if let Some(ttl) = self.ttl {
+                if tree.clock() % 16 == 0 {
+                    tree.expire(tree.clock().saturating_sub(ttl));
+                }
+            }
         }
         chosen
     }
 
     /// Forgets `worker`'s mirror, and applies the configured capacity to it afresh.
     pub(crate) fn reset_worker(&self, worker: WorkerId) {
-        let mut tree = self.lock();
-        tree.remove_worker(worker);
+        let mirror = &mut *self.lock();
+        mirror.tree.remove_worker(worker);
+        mirror.sync.forget(worker);
         if let Some(capacity) = self.capacity {
-            tree.set_capacity(worker, capacity);
+            mirror.tree.set_capacity(worker, capacity);
         }
+    }
+}
+
+impl CacheSync for CacheIndex {
+    fn apply_event(
+        &self,
+        worker: WorkerId,
+        seq: u64,
+        event: &CacheEvent,
+    ) -> Result<SyncOutcome, Error> {
+        let mirror = &mut *self.lock();
+        mirror
+            .sync
+            .apply(&self.hasher, &mut mirror.tree, worker, seq, event)
+    }
+
+    fn replace_worker_cache(&self, worker: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error> {
+        let mirror = &mut *self.lock();
+        mirror
+            .sync
+            .replace(&self.hasher, &mut mirror.tree, worker, prefixes)
+    }
+
+    fn report_cached(
+        &self,
+        worker: WorkerId,
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.report_cached_salted(worker, &[], tokens, cached_tokens)
     }
 }
 

@@ -517,6 +517,68 @@ impl RadixTree {
         self.maybe_compact();
     }
 
+    /// `worker` keeps at most the first `keep` blocks of the prefix `blocks` (a chain from
+    /// the root): block `keep` of it and everything the worker holds below are dropped.
+    /// A no-op where the worker holds `keep` blocks or fewer of that prefix.
+    ///
+    /// This is how a mirror is corrected when a worker reports fewer cached tokens than
+    /// predicted, or evicts a block. Cost: one walk plus O(1) per node dropped.
+    pub fn truncate(&mut self, worker: WorkerId, blocks: &[BlockHash], keep: usize) {
+        let w = worker.index();
+        if w >= self.workers.len() || keep >= blocks.len() {
+            return;
+        }
+        let mut node = ROOT;
+        let mut pos = 0;
+        let found = loop {
+            let Some(child) = self.child(node, blocks[pos]) else {
+                break None;
+            };
+            let len = self.nodes[child as usize].edge_len as usize;
+            let common = self.common(self.edge(child), &blocks[pos..]);
+            if keep < pos + common {
+                break Some((child, keep - pos));
+            }
+            if common < len || pos + len >= blocks.len() {
+                break None;
+            }
+            pos += len;
+            node = child;
+        };
+        if let Some((node, offset)) = found {
+            if self.has_member(node, w) {
+                self.drop_from(w, node, offset);
+                self.finish_merges();
+                self.maybe_compact();
+            }
+        }
+    }
+
+    /// The tree's logical clock: it advances by one with every [`insert`](Self::insert)
+    /// (and every [`touch`](Self::touch) that refreshes something).
+    #[must_use]
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Drops, for every worker, the blocks it last inserted or touched before logical time
+    /// `before` (see [`clock`](Self::clock)): the time-to-live of a mirror kept without
+    /// events. Cost: O(workers + nodes dropped).
+    pub fn expire(&mut self, before: u64) {
+        for w in 0..self.workers.len() {
+            loop {
+                let head = self.workers[w].list.head;
+                if head == NIL || self.holdings[head as usize].stamp >= before {
+                    break;
+                }
+                let node = self.holdings[head as usize].node;
+                self.remove_holder(node, w);
+            }
+        }
+        self.finish_merges();
+        self.maybe_compact();
+    }
+
     /// Forgets everything `worker` holds and its capacity. Cost: O(nodes it holds).
     pub fn remove_worker(&mut self, worker: WorkerId) {
         let w = worker.index();

@@ -1,0 +1,307 @@
+//! Per-worker sync state: the engine-hash map and sequence tracking, and how events change
+//! the tree.
+
+use super::{CacheEvent, Sequence, SyncOutcome};
+use crate::tree::FoldMap;
+use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
+
+/// One engine block a worker reported stored.
+#[derive(Clone, Copy, Debug)]
+struct EngineBlock {
+    /// The router's chained hash of the same block.
+    router: BlockHash,
+    /// The engine hash of its parent, when `HAS_PARENT` is set in `refs`.
+    parent: u64,
+    /// Stores minus removals (low bits) and the `HAS_PARENT` flag.
+    refs: u32,
+}
+
+const HAS_PARENT: u32 = 1 << 31;
+const REFS: u32 = HAS_PARENT - 1;
+
+impl EngineBlock {
+    fn parent(&self) -> Option<u64> {
+        (self.refs & HAS_PARENT != 0).then_some(self.parent)
+    }
+}
+
+#[derive(Debug, Default)]
+struct WorkerSync {
+    last_seq: Option<u64>,
+    blocks: FoldMap<u64, EngineBlock>,
+    /// Router paths of the most recently stored chain tips (engine hash of the tip, path
+    /// from the root): an engine stores a running request's blocks as consecutive events,
+    /// each continuing from the previous one's last block, so the next store usually finds
+    /// its parent's path here instead of walking the parent links.
+    recent: Vec<(u64, Vec<BlockHash>)>,
+    next_recent: usize,
+}
+
+/// Chain tips remembered per worker (about the number of requests an engine runs at once).
+const RECENT: usize = 64;
+
+impl WorkerSync {
+    /// The router path from the root to `engine` (inclusive), through the parent links.
+    /// `false` when an ancestor is unknown (or the links loop: a hostile stream).
+    fn path_to(&self, engine: u64, out: &mut Vec<BlockHash>) -> bool {
+        out.clear();
+        let mut next = Some(engine);
+        while let Some(e) = next {
+            let Some(block) = self.blocks.get(&e) else {
+                return false;
+            };
+            if out.len() > self.blocks.len() {
+                return false;
+            }
+            out.push(block.router);
+            next = block.parent();
+        }
+        out.reverse();
+        true
+    }
+
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.recent.clear();
+    }
+
+    /// Takes the remembered path of tip `parent` into `path` (swapping buffers); the slot
+    /// to put the extended path back into.
+    fn take_recent(&mut self, parent: u64, path: &mut Vec<BlockHash>) -> Option<usize> {
+        let slot = self.recent.iter().position(|(tip, _)| *tip == parent)?;
+        core::mem::swap(path, &mut self.recent[slot].1);
+        Some(slot)
+    }
+
+    /// Remembers `path` as the path of tip `tip` (in `slot`, or the next slot in turn).
+    fn remember(&mut self, tip: u64, path: &[BlockHash], slot: Option<usize>) {
+        let slot = slot.unwrap_or_else(|| {
+            if self.recent.len() < RECENT {
+                self.recent.push((tip, Vec::new()));
+                self.recent.len() - 1
+            } else {
+                self.next_recent = (self.next_recent + 1) % RECENT;
+                self.next_recent
+            }
+        });
+        let (key, saved) = &mut self.recent[slot];
+        *key = tip;
+        saved.clear();
+        saved.extend_from_slice(path);
+    }
+}
+
+/// Sync state of every worker of one mirror.
+#[derive(Debug, Default)]
+pub(crate) struct SyncState {
+    workers: Vec<WorkerSync>,
+    /// Scratch path, kept to avoid allocating per event.
+    path: Vec<BlockHash>,
+}
+
+fn check_worker(worker: WorkerId) -> Result<(), Error> {
+    if worker.get() >= RadixTree::MAX_WORKERS {
+        return Err(Error::WorkerOutOfRange {
+            worker: worker.get(),
+            limit: RadixTree::MAX_WORKERS,
+        });
+    }
+    Ok(())
+}
+
+impl SyncState {
+    fn worker(&mut self, worker: WorkerId) -> &mut WorkerSync {
+        let w = worker.index();
+        if self.workers.len() <= w {
+            self.workers.resize_with(w + 1, WorkerSync::default);
+        }
+        &mut self.workers[w]
+    }
+
+    /// Forgets the worker's engine map (its mirror is being replaced or removed).
+    pub(crate) fn forget(&mut self, worker: WorkerId) {
+        if let Some(ws) = self.workers.get_mut(worker.index()) {
+            ws.clear();
+            ws.last_seq = None;
+        }
+    }
+
+    /// Bytes allocated by the engine maps.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.workers.capacity() * core::mem::size_of::<WorkerSync>()
+            + self
+                .workers
+                .iter()
+                .map(|w| w.blocks.allocation_size())
+                .sum::<usize>()
+            + self.path.capacity() * core::mem::size_of::<BlockHash>()
+    }
+
+    /// Applies one event to `tree`.
+    pub(crate) fn apply(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        seq: u64,
+        event: &CacheEvent,
+    ) -> Result<SyncOutcome, Error> {
+        check_worker(worker)?;
+        validate(hasher, event)?;
+        let mut outcome = SyncOutcome::default();
+        let mut path = core::mem::take(&mut self.path);
+        let ws = self.worker(worker);
+        outcome.sequence = match ws.last_seq {
+            Some(last) if seq == last || seq == last.wrapping_add(1) => Sequence::InOrder,
+            Some(last) if seq > last => Sequence::Gap {
+                expected: last + 1,
+                received: seq,
+            },
+            Some(last) => Sequence::Restart {
+                previous: last,
+                received: seq,
+            },
+            None => Sequence::InOrder,
+        };
+        if let Sequence::Restart { .. } = outcome.sequence {
+            ws.clear();
+            tree.remove_worker(worker);
+        }
+        ws.last_seq = Some(seq);
+        match event {
+            CacheEvent::Stored {
+                parent,
+                blocks,
+                tokens,
+            } => {
+                let mut slot = None;
+                let root = match parent {
+                    None => {
+                        path.clear();
+                        hasher.root(&[])
+                    }
+                    Some(p) => {
+                        slot = ws.take_recent(*p, &mut path);
+                        if slot.is_none() && !ws.path_to(*p, &mut path) {
+                            outcome.unknown_parent_blocks = blocks.len();
+                            self.path = path;
+                            return Ok(outcome);
+                        }
+                        path[path.len() - 1]
+                    }
+                };
+                let start = path.len();
+                hasher.continue_from(root, tokens, &mut path);
+                let mut prev = *parent;
+                for (&engine, &router) in blocks.iter().zip(&path[start..]) {
+                    let entry = ws.blocks.entry(engine).or_insert(EngineBlock {
+                        router,
+                        parent: prev.unwrap_or(0),
+                        refs: if prev.is_some() { HAS_PARENT } else { 0 },
+                    });
+                    if entry.refs & REFS == 0 {
+                        outcome.stored_blocks += 1;
+                    } else {
+                        outcome.duplicate_blocks += 1;
+                    }
+                    entry.refs = entry.refs.saturating_add(1).min(entry.refs | REFS);
+                    prev = Some(engine);
+                }
+                tree.insert(worker, &path);
+                if let Some(&tip) = blocks.last() {
+                    ws.remember(tip, &path, slot);
+                }
+            }
+            CacheEvent::Removed { blocks } => {
+                // Remembered paths may run through a removed block.
+                ws.recent.clear();
+                for &engine in blocks {
+                    let Some(entry) = ws.blocks.get_mut(&engine) else {
+                        outcome.unknown_removed_blocks += 1;
+                        continue;
+                    };
+                    entry.refs -= 1;
+                    if entry.refs & REFS > 0 {
+                        outcome.duplicate_blocks += 1;
+                        continue;
+                    }
+                    // An ancestor already removed took this block out of the tree.
+                    if ws.path_to(engine, &mut path) {
+                        tree.truncate(worker, &path, path.len() - 1);
+                    }
+                    ws.blocks.remove(&engine);
+                    outcome.removed_blocks += 1;
+                }
+            }
+            CacheEvent::Cleared => {
+                ws.clear();
+                tree.remove_worker(worker);
+            }
+        }
+        self.path = path;
+        Ok(outcome)
+    }
+
+    /// Replaces the worker's mirror by `prefixes`.
+    pub(crate) fn replace(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        prefixes: &[&[TokenId]],
+    ) -> Result<(), Error> {
+        check_worker(worker)?;
+        self.worker(worker).clear();
+        tree.remove_worker(worker);
+        for prefix in prefixes {
+            hasher.hash_into(prefix, &mut self.path);
+            tree.insert(worker, &self.path);
+        }
+        Ok(())
+    }
+
+    /// Sets the worker's mirror of `tokens` (salted with `salt`) to `cached_tokens`.
+    pub(crate) fn report(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        check_worker(worker)?;
+        hasher.hash_salted_into(salt, tokens, &mut self.path);
+        let held = tree.held_prefix(worker, &self.path);
+        let reported = (cached_tokens / hasher.block_size()).min(self.path.len());
+        if reported < held {
+            tree.truncate(worker, &self.path, reported);
+        } else if reported > held {
+            tree.insert(worker, &self.path[..reported]);
+        }
+        Ok(())
+    }
+}
+
+/// Checks an event against the router's block size before anything changes.
+fn validate(hasher: &PrefixHasher, event: &CacheEvent) -> Result<(), Error> {
+    let CacheEvent::Stored { blocks, tokens, .. } = event else {
+        return Ok(());
+    };
+    let block_size = hasher.block_size();
+    if tokens.len() == blocks.len() * block_size {
+        return Ok(());
+    }
+    if !blocks.is_empty() && tokens.len() % blocks.len() == 0 {
+        return Err(Error::BlockSizeMismatch {
+            engine: tokens.len() / blocks.len(),
+            router: block_size,
+        });
+    }
+    Err(Error::InvalidEvent(format!(
+        "a stored event has {} token ids for {} blocks: expected {} tokens per block",
+        tokens.len(),
+        blocks.len(),
+        block_size
+    )))
+}

@@ -1,0 +1,552 @@
+//! Keeping the mirror honest: events, snapshots, miss feedback.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+
+use prefix_router::*;
+use proptest::prelude::*;
+
+const W0: WorkerId = WorkerId::new(0);
+const W1: WorkerId = WorkerId::new(1);
+
+fn tokens(seed: u32, blocks: usize) -> Vec<u32> {
+    (0..blocks as u32 * 16).map(|i| seed * 10_000 + i).collect()
+}
+
+fn stored(parent: Option<u64>, blocks: &[u64], tokens: &[u32]) -> CacheEvent {
+    CacheEvent::Stored {
+        parent,
+        blocks: blocks.to_vec(),
+        tokens: tokens.to_vec(),
+    }
+}
+
+fn cached(router: &BalancedRouter, worker: WorkerId, tokens: &[u32]) -> usize {
+    router.index().cached_tokens(worker, &[], tokens)
+}
+
+#[test]
+fn stored_events_continue_from_the_parent_and_removals_drop_what_hangs_below() {
+    let router = BalancedRouter::new(2).unwrap();
+    let t = tokens(1, 4);
+    let o = router
+        .apply_event(W0, 0, &stored(None, &[100, 101], &t[..32]))
+        .unwrap();
+    assert_eq!((o.stored_blocks, o.sequence), (2, Sequence::InOrder));
+    router
+        .apply_event(W0, 0, &stored(Some(101), &[102, 103], &t[32..]))
+        .unwrap();
+    assert_eq!(cached(&router, W0, &t), 64);
+    assert_eq!(cached(&router, W1, &t), 0);
+    // Removing a parent whose child remains: the child can no longer be reached.
+    let o = router
+        .apply_event(W0, 1, &CacheEvent::Removed { blocks: vec![102] })
+        .unwrap();
+    assert_eq!(o.removed_blocks, 1);
+    assert_eq!(cached(&router, W0, &t), 32);
+    // The child's own removal later is accepted (it was already out of the tree).
+    let o = router
+        .apply_event(
+            W0,
+            2,
+            &CacheEvent::Removed {
+                blocks: vec![103, 999],
+            },
+        )
+        .unwrap();
+    assert_eq!((o.removed_blocks, o.unknown_removed_blocks), (1, 1));
+    // A store whose parent was removed is skipped and counted.
+    let o = router
+        .apply_event(W0, 3, &stored(Some(103), &[104], &tokens(9, 1)))
+        .unwrap();
+    assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (0, 1));
+    assert_eq!(cached(&router, W0, &t), 32);
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+#[test]
+fn duplicates_are_reference_counted() {
+    let router = CacheAwareRouter::new(1).unwrap();
+    let t = tokens(2, 1);
+    router.apply_event(W0, 0, &stored(None, &[7], &t)).unwrap();
+    let o = router.apply_event(W0, 0, &stored(None, &[7], &t)).unwrap();
+    assert_eq!((o.stored_blocks, o.duplicate_blocks), (0, 1));
+    let o = router
+        .apply_event(W0, 1, &CacheEvent::Removed { blocks: vec![7] })
+        .unwrap();
+    assert_eq!((o.removed_blocks, o.duplicate_blocks), (0, 1));
+    assert_eq!(
+        router.index().cached_tokens(W0, &[], &t),
+        16,
+        "still stored once"
+    );
+    let o = router
+        .apply_event(W0, 1, &CacheEvent::Removed { blocks: vec![7] })
+        .unwrap();
+    assert_eq!(o.removed_blocks, 1);
+    assert_eq!(router.index().cached_tokens(W0, &[], &t), 0);
+}
+
+#[test]
+fn sequence_gaps_restarts_and_clears() {
+    let router = BalancedRouter::new(1).unwrap();
+    let t = tokens(3, 2);
+    let o = router
+        .apply_event(W0, 5, &stored(None, &[1], &t[..16]))
+        .unwrap();
+    assert_eq!(
+        o.sequence,
+        Sequence::InOrder,
+        "the first seq seen is in order"
+    );
+    let o = router
+        .apply_event(W0, 5, &stored(Some(1), &[2], &t[16..]))
+        .unwrap();
+    assert_eq!(o.sequence, Sequence::InOrder, "same batch");
+    let o = router
+        .apply_event(W0, 6, &CacheEvent::Removed { blocks: vec![] })
+        .unwrap();
+    assert_eq!(o.sequence, Sequence::InOrder, "next batch");
+    let o = router
+        .apply_event(W0, 9, &CacheEvent::Removed { blocks: vec![] })
+        .unwrap();
+    assert_eq!(
+        o.sequence,
+        Sequence::Gap {
+            expected: 7,
+            received: 9
+        }
+    );
+    assert_eq!(o.replay_from(), Some(7));
+    assert_eq!(
+        cached(&router, W0, &t),
+        32,
+        "a gap is applied, nothing is lost"
+    );
+    let o = router
+        .apply_event(W0, 2, &CacheEvent::Removed { blocks: vec![] })
+        .unwrap();
+    assert_eq!(
+        o.sequence,
+        Sequence::Restart {
+            previous: 9,
+            received: 2
+        }
+    );
+    assert_eq!(
+        cached(&router, W0, &t),
+        0,
+        "a restart clears the worker's mirror"
+    );
+    router
+        .apply_event(W0, 3, &stored(None, &[1], &t[..16]))
+        .unwrap();
+    router.apply_event(W0, 4, &CacheEvent::Cleared).unwrap();
+    assert_eq!(cached(&router, W0, &t), 0);
+}
+
+#[test]
+fn bad_events_are_errors_and_change_nothing() {
+    let router = BalancedRouter::new(1).unwrap();
+    let err = router
+        .apply_event(W0, 0, &stored(None, &[1, 2], &tokens(4, 4)))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::BlockSizeMismatch {
+            engine: 32,
+            router: 16
+        }
+    );
+    assert!(
+        err.to_string()
+            .contains("32 tokens per block, the router hashes 16")
+    );
+    assert!(matches!(
+        router.apply_event(W0, 0, &stored(None, &[1, 2], &tokens(4, 1)[..15])),
+        Err(Error::InvalidEvent(_))
+    ));
+    assert_eq!(
+        router.apply_event(WorkerId::new(5), 0, &CacheEvent::Cleared),
+        Err(Error::UnknownWorker(WorkerId::new(5)))
+    );
+    assert!(router.report_cached(WorkerId::new(5), &[1], 0).is_err());
+    assert!(router.replace_worker_cache(WorkerId::new(5), &[]).is_err());
+    let index = CacheIndex::new(IndexConfig::default()).unwrap();
+    assert!(matches!(
+        index.apply_event(WorkerId::new(u32::MAX), 0, &CacheEvent::Cleared),
+        Err(Error::WorkerOutOfRange { .. })
+    ));
+    // The failed events did not advance the sequence.
+    let o = router.apply_event(W0, 0, &CacheEvent::Cleared).unwrap();
+    assert_eq!(o.sequence, Sequence::InOrder);
+}
+
+#[test]
+fn miss_feedback_and_snapshots_set_the_mirror_to_what_is_true() {
+    let router = BalancedRouter::new(2).unwrap();
+    let t = tokens(5, 8);
+    let d = router.route(&RouteRequest::new(&t)).unwrap();
+    router.complete(&d);
+    let w = d.worker();
+    assert_eq!(cached(&router, w, &t), 128);
+    // The worker says it had only 40 tokens cached: 2 whole blocks.
+    router.report_cached(w, &t, 40).unwrap();
+    assert_eq!(cached(&router, w, &t), 32);
+    // ... or more than predicted: the mirror grows to match.
+    router.report_cached(w, &t, 96).unwrap();
+    assert_eq!(cached(&router, w, &t), 96);
+    let a = tokens(6, 3);
+    let b = tokens(7, 2);
+    router.replace_worker_cache(w, &[&a, &b]).unwrap();
+    assert_eq!(cached(&router, w, &t), 0);
+    assert_eq!((cached(&router, w, &a), cached(&router, w, &b)), (48, 32));
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+#[test]
+fn ttl_expires_what_was_not_routed_recently() {
+    let mut config = BalancedConfig::default();
+    config.index.ttl = Some(32);
+    let router = BalancedRouter::with_config(1, config).unwrap();
+    let old = tokens(8, 2);
+    let d = router.route(&RouteRequest::new(&old)).unwrap();
+    router.complete(&d);
+    for i in 0..64 {
+        let d = router
+            .route(&RouteRequest::new(&tokens(100 + i, 1)))
+            .unwrap();
+        router.complete(&d);
+    }
+    assert_eq!(cached(&router, W0, &old), 0);
+    assert_eq!(
+        cached(&router, W0, &tokens(163, 1)),
+        16,
+        "recent prefixes stay"
+    );
+}
+
+/// A modelled worker: a KV cache of `capacity` blocks with LRU eviction of leaves, keyed by
+/// its own engine hashes (unrelated to the router's), emitting the events vLLM would.
+struct ModelWorker {
+    capacity: usize,
+    /// engine hash -> (parent, last use)
+    blocks: HashMap<u64, (Option<u64>, u64)>,
+    clock: u64,
+}
+
+fn engine_hash(parent: Option<u64>, block: &[u32]) -> u64 {
+    // Any chained function will do; deliberately not the router's.
+    let mut h = parent.unwrap_or(0x1234_5678) ^ 0xA5A5_A5A5_A5A5_A5A5;
+    for &t in block {
+        h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+impl ModelWorker {
+    fn hashes(prompt: &[u32]) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut parent = None;
+        for block in prompt.chunks_exact(16) {
+            let h = engine_hash(parent, block);
+            out.push(h);
+            parent = Some(h);
+        }
+        out
+    }
+
+    /// Leading blocks of `prompt` cached.
+    fn cached_blocks(&self, prompt: &[u32]) -> usize {
+        Self::hashes(prompt)
+            .iter()
+            .take_while(|h| self.blocks.contains_key(h))
+            .count()
+    }
+
+    /// Serves `prompt`: uses what is cached, stores the rest, evicts beyond capacity.
+    fn serve(&mut self, prompt: &[u32]) -> Vec<CacheEvent> {
+        self.clock += 1;
+        let hashes = Self::hashes(prompt);
+        let hit = self.cached_blocks(prompt);
+        for h in &hashes[..hit] {
+            self.blocks.get_mut(h).unwrap().1 = self.clock;
+        }
+        let mut events = Vec::new();
+        if hit < hashes.len() {
+            let parent = hit.checked_sub(1).map(|i| hashes[i]);
+            for (i, &h) in hashes.iter().enumerate().skip(hit) {
+                let p = i.checked_sub(1).map(|i| hashes[i]);
+                self.blocks.insert(h, (p, self.clock));
+            }
+            events.push(CacheEvent::Stored {
+                parent,
+                blocks: hashes[hit..].to_vec(),
+                tokens: prompt[hit * 16..hashes.len() * 16].to_vec(),
+            });
+        }
+        let mut removed = Vec::new();
+        while self.blocks.len() > self.capacity {
+            // The least recently used leaf (deepest first among equals: no cached child).
+            let parents: std::collections::HashSet<u64> =
+                self.blocks.values().filter_map(|(p, _)| *p).collect();
+            let victim = self
+                .blocks
+                .iter()
+                .filter(|(h, _)| !parents.contains(h))
+                .min_by_key(|(h, (_, used))| (*used, **h))
+                .map(|(h, _)| *h)
+                .unwrap();
+            self.blocks.remove(&victim);
+            removed.push(victim);
+        }
+        if !removed.is_empty() {
+            events.push(CacheEvent::Removed { blocks: removed });
+        }
+        events
+    }
+}
+
+fn prompt_strategy() -> impl Strategy<Value = Vec<u32>> {
+    // Blocks from a small alphabet, so prompts share prefixes and diverge often.
+    prop::collection::vec(0u32..3, 1..8).prop_map(|blocks| {
+        blocks
+            .iter()
+            .flat_map(|&b| (0..16).map(move |i| b * 100 + i))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A router fed a worker's events predicts exactly that worker's cached prefix, and
+    /// two replicas fed the same events agree on every match.
+    #[test]
+    fn event_fed_mirror_predicts_the_true_cache(
+        prompts in prop::collection::vec(prompt_strategy(), 1..40),
+        capacity in 1usize..24,
+    ) {
+        let replicas = [BalancedRouter::new(1).unwrap(), BalancedRouter::new(1).unwrap()];
+        let mut worker = ModelWorker { capacity, blocks: HashMap::new(), clock: 0 };
+        for (seq, prompt) in prompts.iter().enumerate() {
+            for event in worker.serve(prompt) {
+                for r in &replicas {
+                    let o = r.apply_event(W0, seq as u64, &event).unwrap();
+                    prop_assert_eq!(o.unknown_parent_blocks, 0);
+                }
+            }
+            for r in &replicas {
+                r.index().with_tree(|t| t.validate()).unwrap();
+            }
+            for later in &prompts {
+                let truth = worker.cached_blocks(later) * 16;
+                prop_assert_eq!(cached(&replicas[0], W0, later), truth);
+                prop_assert_eq!(cached(&replicas[1], W0, later), truth);
+            }
+        }
+    }
+}
+
+#[cfg(feature = "vllm")]
+mod vllm_vectors {
+    use super::*;
+    use prefix_router::sync::vllm::{EngineEvent, decode_batch};
+    use serde_json::Value;
+
+    const VARIANTS: [&str; 5] = [
+        "legacy_array_u64",
+        "array_lora_name_u64",
+        "map_u64",
+        "map_bytes",
+        "array_i64",
+    ];
+
+    fn dir() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors/vllm")
+    }
+
+    fn expected_event(e: &Value) -> EngineEvent {
+        let hashes = |k: &str| -> Vec<u64> {
+            e[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h.as_u64().unwrap())
+                .collect()
+        };
+        match e["type"].as_str().unwrap() {
+            "BlockStored" => EngineEvent::BlockStored {
+                block_hashes: hashes("block_hashes"),
+                parent_block_hash: e["parent_block_hash"].as_u64(),
+                token_ids: e["token_ids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_u64().unwrap() as u32)
+                    .collect(),
+                block_size: e["block_size"].as_u64().unwrap() as usize,
+                lora_id: None,
+                medium: None,
+                lora_name: None,
+                group_idx: None,
+            },
+            "BlockRemoved" => EngineEvent::BlockRemoved {
+                block_hashes: hashes("block_hashes"),
+                medium: None,
+                group_idx: None,
+            },
+            "AllBlocksCleared" => EngineEvent::AllBlocksCleared,
+            other => panic!("unknown type {other}"),
+        }
+    }
+
+    /// The decoded event with the optional metadata the expectations do not pin cleared.
+    fn core(e: &EngineEvent) -> EngineEvent {
+        match e.clone() {
+            EngineEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                ..
+            } => EngineEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_id: None,
+                medium: None,
+                lora_name: None,
+                group_idx: None,
+            },
+            EngineEvent::BlockRemoved { block_hashes, .. } => EngineEvent::BlockRemoved {
+                block_hashes,
+                medium: None,
+                group_idx: None,
+            },
+            other => other,
+        }
+    }
+
+    #[test]
+    fn every_wire_variant_decodes_to_the_expected_events_and_the_same_mirror() {
+        if !dir().exists() {
+            eprintln!("skipped: {} not present", dir().display());
+            return;
+        }
+        let mut mirrors = Vec::new();
+        for variant in VARIANTS {
+            let expected: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir().join(variant).join("expected.json")).unwrap(),
+            )
+            .unwrap();
+            let router = BalancedRouter::new(1).unwrap();
+            let mut prompts: Vec<Vec<u32>> = Vec::new();
+            for batch in expected.as_array().unwrap() {
+                let file = batch["file"].as_str().unwrap();
+                let payload = std::fs::read(dir().join(variant).join(file)).unwrap();
+                let decoded = decode_batch(&payload).unwrap();
+                assert_eq!(
+                    decoded.ts,
+                    batch["ts"].as_f64().unwrap(),
+                    "{variant}/{file}"
+                );
+                assert_eq!(
+                    decoded.data_parallel_rank,
+                    batch["data_parallel_rank"].as_u64().map(|r| r as u32)
+                );
+                let want: Vec<EngineEvent> = batch["events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(expected_event)
+                    .collect();
+                let got: Vec<EngineEvent> = decoded.events.iter().map(core).collect();
+                assert_eq!(got, want, "{variant}/{file}");
+                let seq = batch["seq"].as_u64().unwrap();
+                for event in &decoded.events {
+                    if let EngineEvent::BlockStored { medium, .. } = event {
+                        assert_eq!(medium.as_deref(), Some("GPU"), "{variant}: medium kept");
+                    }
+                    if let CacheEvent::Stored { tokens, .. } = event.to_cache_event() {
+                        prompts.push(tokens);
+                    }
+                    router
+                        .apply_event(W0, seq, &event.to_cache_event())
+                        .unwrap();
+                }
+                router.index().with_tree(|t| t.validate()).unwrap();
+            }
+            // The last batch clears everything.
+            let after: Vec<usize> = prompts.iter().map(|p| cached(&router, W0, p)).collect();
+            assert!(after.iter().all(|&c| c == 0), "{variant}: {after:?}");
+            mirrors.push(router);
+        }
+        // Replay all but the final clear and compare the mirrors across variants.
+        let states: Vec<Vec<usize>> = VARIANTS
+            .iter()
+            .map(|variant| {
+                let router = BalancedRouter::new(1).unwrap();
+                let mut probes = Vec::new();
+                for i in 0..4 {
+                    let payload =
+                        std::fs::read(dir().join(variant).join(format!("batch_0{i}.msgpack")))
+                            .unwrap();
+                    for event in decode_batch(&payload).unwrap().events {
+                        if let CacheEvent::Stored { tokens, .. } = event.to_cache_event() {
+                            probes.push(tokens);
+                        }
+                        router.apply_event(W0, i, &event.to_cache_event()).unwrap();
+                    }
+                }
+                probes.iter().map(|p| cached(&router, W0, p)).collect()
+            })
+            .collect();
+        assert!(states.iter().all(|s| s == &states[0]), "{states:?}");
+        assert!(states[0].iter().any(|&c| c > 0));
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors() {
+        let good = std::fs::read(dir().join("map_u64/batch_01.msgpack"));
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("empty", vec![]),
+            ("a bare integer", vec![0x05]),
+            (
+                "array32 claiming 4 billion items",
+                vec![0xdd, 0xff, 0xff, 0xff, 0xff, 0x01],
+            ),
+            ("bin32 claiming 4 GiB", vec![0xc6, 0xff, 0xff, 0xff, 0xff]),
+            (
+                "batch without events",
+                vec![0x91, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0],
+            ),
+            ("events not an array", vec![0x92, 0x00, 0x05]),
+            (
+                "event with unknown tag",
+                vec![0x92, 0x00, 0x91, 0x91, 0xa3, b'F', b'o', b'o'],
+            ),
+            ("ts a string", vec![0x92, 0xa1, b'x', 0x90]),
+            ("trailing bytes", vec![0x92, 0x00, 0x90, 0x00]),
+        ];
+        for (what, payload) in cases {
+            assert!(
+                matches!(decode_batch(&payload), Err(Error::Decode(_))),
+                "{what} must be a decode error"
+            );
+        }
+        if let Ok(good) = good {
+            for cut in [1, good.len() / 2, good.len() - 1] {
+                assert!(decode_batch(&good[..cut]).is_err(), "truncated at {cut}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_batch(&bytes);
+        }
+    }
+}
