@@ -58,6 +58,14 @@ pub enum Error {
     /// A wire payload (an engine's event batch) that cannot be decoded.
     #[error("cannot decode payload: {0}")]
     Decode(String),
+    /// A trace line (1-based; 0 when the file itself cannot be read) that cannot be used.
+    #[error("trace line {line}: {message}")]
+    Trace {
+        /// The line number.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

@@ -38,6 +38,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
+//! | `sim` | yes | [`sim`]: workloads, Mooncake traces, the simulated cluster (adds `serde_json` to read traces) |
 //! | `vllm` | no | [`sync::vllm::decode_batch`](crate::sync): decoding of vLLM's msgpack KV-event batches (adds `rmpv`) |
 //!
 //! Without features the crate depends only on `sha2`, `xxhash-rust`, `smallvec`,
@@ -52,6 +53,8 @@ mod error;
 mod hash;
 mod list;
 mod router;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod sync;
 mod tree;
 

@@ -1,0 +1,324 @@
+//! The crate's main job: compare routing policies on workloads and traces.
+//!
+//! ```sh
+//! cargo run --release --example simulate                      # every policy, built-in workloads
+//! cargo run --release --example simulate -- --trace ../shared/traces/mooncake_conversation_trace.jsonl \
+//!     --workers 8 --capacity-tokens 1000000 --speedup 8 --format json
+//! ```
+//!
+//! Flags: `--trace PATH`, `--workers N`, `--capacity-tokens N` (per worker), `--speedup X`,
+//! `--policy NAME|all`, `--alpha X`, `--block-size N`, `--seed N`,
+//! `--format table|json|csv`, `--sync none|feedback`. Progress goes to stderr; bad flags
+//! and unreadable traces give a one-line error and exit code 2.
+
+use std::process::ExitCode;
+
+use prefix_router::sim::{ClusterConfig, SimReport, Simulation, SyncMode, Workload, load_mooncake};
+use prefix_router::*;
+
+const POLICIES: [&str; 8] = [
+    "round_robin",
+    "least_loaded",
+    "power_of_two",
+    "consistent_hash",
+    "affinity",
+    "cache_aware",
+    "balanced",
+    "balanced_ttft",
+];
+
+struct Args {
+    trace: Option<String>,
+    cluster: ClusterConfig,
+    policy: String,
+    alpha: Option<f64>,
+    seed: u64,
+    format: String,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        trace: None,
+        cluster: ClusterConfig::default(),
+        policy: "all".into(),
+        alpha: None,
+        seed: 42,
+        format: "table".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
+            v.parse()
+                .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
+        }
+        match flag.as_str() {
+            "--trace" => args.trace = Some(value()?),
+            "--workers" => args.cluster.workers = num(&flag, value()?)?,
+            "--capacity-tokens" => args.cluster.capacity_tokens = num(&flag, value()?)?,
+            "--speedup" => args.cluster.speedup = num(&flag, value()?)?,
+            "--policy" => args.policy = value()?,
+            "--alpha" => args.alpha = Some(num(&flag, value()?)?),
+            "--block-size" => args.cluster.block_size = num(&flag, value()?)?,
+            "--seed" => args.seed = num(&flag, value()?)?,
+            "--format" => args.format = value()?,
+            "--sync" => {
+                args.cluster.sync = match value()?.as_str() {
+                    "none" => SyncMode::None,
+                    "feedback" => SyncMode::Feedback,
+                    other => {
+                        return Err(format!("--sync: unknown mode {other:?} (none, feedback)"));
+                    }
+                }
+            }
+            "-h" | "--help" => {
+                return Err(
+                    "usage: simulate [--trace PATH] [--workers N] [--capacity-tokens N] \
+                     [--speedup X] [--policy NAME|all] [--alpha X] [--block-size N] [--seed N] \
+                     [--format table|json|csv] [--sync none|feedback]"
+                        .into(),
+                );
+            }
+            other => return Err(format!("unknown flag {other:?} (see --help)")),
+        }
+    }
+    if !["table", "json", "csv"].contains(&args.format.as_str()) {
+        return Err(format!(
+            "--format: {:?} is not table, json or csv",
+            args.format
+        ));
+    }
+    if args.policy != "all" && !POLICIES.contains(&args.policy.as_str()) {
+        return Err(format!(
+            "--policy: unknown {:?} (one of {})",
+            args.policy,
+            POLICIES.join(", ")
+        ));
+    }
+    Ok(args)
+}
+
+/// A router, and the same router as a `CacheSync` where it keeps a mirror.
+type Built = (Box<dyn Router>, Option<Box<dyn CacheSync>>);
+
+/// A router for `name`, with its mirror bounded by the workers' KV capacity.
+fn router(name: &str, args: &Args) -> Result<Built, Error> {
+    let c = &args.cluster;
+    let mut index = IndexConfig::default();
+    index.block_size = c.block_size;
+    index.worker_capacity_blocks = Some(c.capacity_tokens / c.block_size.max(1));
+    let mut balanced = BalancedConfig::default();
+    balanced.index = index;
+    balanced.prefill_tokens_per_s = c.prefill_tokens_per_s;
+    if let Some(alpha) = args.alpha {
+        balanced.alpha = alpha;
+    }
+    let mut cache_aware = CacheAwareConfig::default();
+    cache_aware.index = index;
+    let mut ring = ConsistentHashConfig::default();
+    ring.block_size = c.block_size;
+    let mut affinity = AffinityConfig::default();
+    affinity.ring = ring;
+    let n = c.workers;
+    Ok(match name {
+        "round_robin" => (Box::new(RoundRobinRouter::new(n)?), None),
+        "least_loaded" => (Box::new(LeastLoadedRouter::new(n)?), None),
+        "power_of_two" => (Box::new(PowerOfTwoRouter::new(n)?), None),
+        "consistent_hash" => (Box::new(ConsistentHashRouter::with_config(n, ring)?), None),
+        "affinity" => (Box::new(AffinityRouter::with_config(n, affinity)?), None),
+        "cache_aware" => {
+            let r = std::sync::Arc::new(CacheAwareRouter::with_config(n, cache_aware)?);
+            (Box::new(Shared(r.clone())), Some(Box::new(Shared(r))))
+        }
+        "balanced" | "balanced_ttft" => {
+            if name == "balanced_ttft" {
+                balanced.scoring = Scoring::PredictedTtft;
+            }
+            let r = std::sync::Arc::new(BalancedRouter::with_config(n, balanced)?);
+            (Box::new(Shared(r.clone())), Some(Box::new(Shared(r))))
+        }
+        other => unreachable!("policy {other} is checked when parsing"),
+    })
+}
+
+/// One router seen both as `Router` and as `CacheSync`.
+struct Shared<R>(std::sync::Arc<R>);
+
+impl<R: Router> Router for Shared<R> {
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+        self.0.route(request)
+    }
+    fn complete(&self, decision: &RouteDecision) {
+        self.0.complete(decision);
+    }
+    fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.0.add_worker(worker)
+    }
+    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.0.remove_worker(worker)
+    }
+    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
+        self.0.set_available(worker, available)
+    }
+    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+        self.0.report_load(worker, load)
+    }
+    fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.0.load(worker)
+    }
+    fn workers(&self) -> Vec<WorkerId> {
+        self.0.workers()
+    }
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+}
+
+impl<R: CacheSync> CacheSync for Shared<R> {
+    fn apply_event(&self, w: WorkerId, seq: u64, e: &CacheEvent) -> Result<SyncOutcome, Error> {
+        self.0.apply_event(w, seq, e)
+    }
+    fn replace_worker_cache(&self, w: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error> {
+        self.0.replace_worker_cache(w, prefixes)
+    }
+    fn report_cached(&self, w: WorkerId, tokens: &[TokenId], cached: usize) -> Result<(), Error> {
+        self.0.report_cached(w, tokens, cached)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let workloads: Vec<(String, Vec<prefix_router::sim::Request>)> = match &args.trace {
+        Some(path) => match load_mooncake(path) {
+            Ok(r) => vec![(path.rsplit('/').next().unwrap_or(path).to_owned(), r)],
+            Err(e) => {
+                eprintln!("error: {path}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Workload::builtin()
+            .into_iter()
+            .map(|(name, w)| (name.to_owned(), w.generate(args.seed)))
+            .collect(),
+    };
+    let policies: Vec<&str> = if args.policy == "all" {
+        POLICIES.to_vec()
+    } else {
+        vec![args.policy.as_str()]
+    };
+    let mut rows: Vec<(String, SimReport)> = Vec::new();
+    let total = workloads.len() * policies.len();
+    for (name, requests) in workloads {
+        let sim = match Simulation::new(requests, args.cluster) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        for policy in &policies {
+            eprintln!("[{:>2}/{total}] {name}: {policy}", rows.len() + 1);
+            let result = router(policy, &args).and_then(|(r, sync)| {
+                let sync = if matches!(args.cluster.sync, SyncMode::None) {
+                    None
+                } else {
+                    sync
+                };
+                sim.run(r.as_ref(), sync.as_deref())
+            });
+            match result {
+                Ok(report) => rows.push((name.clone(), report)),
+                Err(e) => {
+                    eprintln!("error: {policy}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    print(&rows, &args.format);
+    ExitCode::SUCCESS
+}
+
+fn print(rows: &[(String, SimReport)], format: &str) {
+    match format {
+        "json" => {
+            let objects: Vec<String> = rows
+                .iter()
+                .map(|(w, r)| {
+                    let json = r.to_json();
+                    format!("{{\"workload\":\"{w}\",{}", &json[1..])
+                })
+                .collect();
+            println!("[{}]", objects.join(",\n"));
+        }
+        "csv" => {
+            println!(
+                "workload,policy,requests,prompt_tokens,prefill_tokens,hit_ratio,ideal_hit_ratio,\
+                 pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,makespan_s,decision_ns"
+            );
+            for (w, r) in rows {
+                println!(
+                    "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.1},{:.0}",
+                    r.policy,
+                    r.requests,
+                    r.prompt_tokens,
+                    r.prefill_tokens,
+                    r.hit_ratio,
+                    r.ideal_hit_ratio,
+                    r.pooled_ideal_hit_ratio,
+                    r.imbalance,
+                    r.ttft_p50_s,
+                    r.ttft_p90_s,
+                    r.ttft_p99_s,
+                    r.makespan_s,
+                    r.decision_ns
+                );
+            }
+        }
+        _ => {
+            let mut last = "";
+            for (w, r) in rows {
+                if w != last {
+                    println!(
+                        "\n{w}: {} requests, {} prompt tokens; ideal hit ratio {:.3}, pooled {:.3}",
+                        r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
+                    );
+                    println!(
+                        "{:<16} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                        "policy",
+                        "prefill tokens",
+                        "hit",
+                        "/pooled",
+                        "imbalance",
+                        "ttft p50",
+                        "ttft p99",
+                        "route µs"
+                    );
+                    last = w;
+                }
+                let pooled = if r.pooled_ideal_hit_ratio > 0.0 {
+                    r.hit_ratio / r.pooled_ideal_hit_ratio
+                } else {
+                    0.0
+                };
+                println!(
+                    "{:<16} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>9.2}",
+                    r.policy,
+                    r.prefill_tokens,
+                    r.hit_ratio,
+                    pooled * 100.0,
+                    r.imbalance,
+                    r.ttft_p50_s,
+                    r.ttft_p99_s,
+                    r.decision_ns / 1000.0
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! A deterministic simulator that compares routing policies on workloads and traces
+//! (feature `sim`, on by default).
+//!
+//! [`Workload`]s are seeded synthetic traffic (shared system prompts, conversations,
+//! few-shot templates, document QA, a mix); [`load_mooncake`] reads the public Mooncake
+//! traces. A [`Simulation`] replays requests through any [`Router`](crate::Router) against
+//! modelled workers, each with a finite KV cache (LRU over blocks, with prefix matching), a
+//! FIFO prefill queue and a cost model; what a request finds cached is the worker's true
+//! cache, not the router's belief. Each run gives a [`SimReport`]: hit ratio against the
+//! infinite and the pooled references, prefill imbalance, modelled TTFT and throughput.
+//!
+//! `cargo run --release --example simulate` runs every policy on the built-in workloads.
+
+mod cluster;
+mod rng;
+mod trace;
+mod workload;
+
+pub use self::cluster::{ClusterConfig, SimReport, Simulation, SyncMode};
+pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
+pub use self::workload::{Prompt, Request, Workload};

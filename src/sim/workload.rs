@@ -1,0 +1,338 @@
+//! Requests and seeded synthetic workloads.
+
+use super::rng::{Rng, Zipf};
+use crate::TokenId;
+
+/// Vocabulary size token IDs are drawn from (Qwen2's, beyond 2^17).
+const VOCAB: u64 = 151_936;
+
+/// A prompt: explicit token IDs, or content blocks that are turned into tokens on demand
+/// (traces hold tens of millions of tokens; materialising them one request at a time keeps
+/// memory small).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Prompt {
+    /// The token IDs.
+    Tokens(Vec<TokenId>),
+    /// `len` tokens made of content blocks of `tokens_per_id` tokens each: equal ids give
+    /// equal tokens; the last block is cut to `len`.
+    Blocks {
+        /// Content ids, one per block.
+        ids: Vec<u64>,
+        /// Tokens per content id.
+        tokens_per_id: usize,
+        /// Tokens in the prompt.
+        len: usize,
+    },
+}
+
+impl Prompt {
+    /// Tokens in the prompt.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        match self {
+            Prompt::Tokens(t) => t.len(),
+            Prompt::Blocks { len, .. } => *len,
+        }
+    }
+
+    /// True for an empty prompt.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the prompt's token IDs into `out` (cleared first).
+    pub fn tokens_into(&self, out: &mut Vec<TokenId>) {
+        out.clear();
+        match self {
+            Prompt::Tokens(t) => out.extend_from_slice(t),
+            Prompt::Blocks {
+                ids,
+                tokens_per_id,
+                len,
+            } => {
+                for &id in ids {
+                    let mut rng = Rng::new(id ^ 0x7472_6163_6562_6c6b);
+                    let take = (*len - out.len()).min(*tokens_per_id);
+                    out.extend((0..take).map(|_| rng.below(VOCAB) as TokenId));
+                    if out.len() == *len {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One request of a workload or trace.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Request {
+    /// Arrival time in seconds from the start.
+    pub arrival_s: f64,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Output tokens to decode.
+    pub output_tokens: u32,
+    /// The conversation it belongs to, if any.
+    pub session: Option<String>,
+}
+
+impl Request {
+    /// A request arriving at `arrival_s` with `tokens` and `output_tokens`.
+    #[must_use]
+    pub fn new(arrival_s: f64, tokens: Vec<TokenId>, output_tokens: u32) -> Self {
+        Self {
+            arrival_s,
+            prompt: Prompt::Tokens(tokens),
+            output_tokens,
+            session: None,
+        }
+    }
+
+    /// The same request in `session`.
+    #[must_use]
+    pub fn with_session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+}
+
+/// A seeded synthetic workload. Each variant documents its parameters;
+/// [`generate`](Workload::generate) gives the same requests for the same seed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Workload {
+    /// Requests that start with one of `systems` system prompts of `system_tokens` tokens,
+    /// chosen with Zipf(`zipf_s`) popularity, followed by a unique question of
+    /// `question_tokens` tokens.
+    SharedPrompts {
+        /// Requests.
+        requests: usize,
+        /// Distinct system prompts.
+        systems: usize,
+        /// Tokens per system prompt.
+        system_tokens: usize,
+        /// Tokens per question.
+        question_tokens: usize,
+        /// Zipf exponent of system-prompt popularity.
+        zipf_s: f64,
+        /// Mean arrivals per second (Poisson).
+        rate_per_s: f64,
+        /// Output tokens per request.
+        output_tokens: u32,
+    },
+    /// Multi-turn conversations: each turn's prompt is the previous prompt, its answer and a
+    /// new message; the next turn arrives `think_time_s` after the previous one (plus
+    /// exponential jitter). Sessions start as a Poisson process.
+    Conversations {
+        /// Conversations.
+        sessions: usize,
+        /// Turns per conversation.
+        turns: usize,
+        /// Tokens of the first message (including any system prompt).
+        first_tokens: usize,
+        /// Tokens of each later user message.
+        message_tokens: usize,
+        /// Tokens of each answer (also the output length).
+        answer_tokens: u32,
+        /// Mean seconds between turns.
+        think_time_s: f64,
+        /// Mean new sessions per second.
+        rate_per_s: f64,
+    },
+    /// Few-shot prompting: one of `templates` instruction templates (Zipf popularity) with
+    /// `examples` worked examples of `example_tokens` each, then a query.
+    FewShot {
+        /// Requests.
+        requests: usize,
+        /// Distinct templates.
+        templates: usize,
+        /// Examples per template.
+        examples: usize,
+        /// Tokens per example.
+        example_tokens: usize,
+        /// Tokens per query.
+        query_tokens: usize,
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+    },
+    /// Long-document QA: many questions on a few long documents (uniform choice).
+    DocumentQa {
+        /// Questions.
+        requests: usize,
+        /// Distinct documents.
+        documents: usize,
+        /// Tokens per document.
+        document_tokens: usize,
+        /// Tokens per question.
+        question_tokens: usize,
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+    },
+    /// All of the above at once, arrivals interleaved.
+    Mix(Vec<Workload>),
+}
+
+impl Workload {
+    /// The built-in workloads the simulator runs with no flags: shared system prompts,
+    /// conversations, few-shot templates, document QA, and their mix.
+    #[must_use]
+    pub fn builtin() -> Vec<(&'static str, Workload)> {
+        let shared = Workload::SharedPrompts {
+            requests: 2_000,
+            systems: 50,
+            system_tokens: 2_000,
+            question_tokens: 200,
+            zipf_s: 1.0,
+            rate_per_s: 40.0,
+            output_tokens: 100,
+        };
+        let conversations = Workload::Conversations {
+            sessions: 300,
+            turns: 6,
+            first_tokens: 1_000,
+            message_tokens: 150,
+            answer_tokens: 250,
+            think_time_s: 20.0,
+            rate_per_s: 5.0,
+        };
+        let few_shot = Workload::FewShot {
+            requests: 1_500,
+            templates: 20,
+            examples: 8,
+            example_tokens: 300,
+            query_tokens: 100,
+            rate_per_s: 30.0,
+        };
+        let documents = Workload::DocumentQa {
+            requests: 1_000,
+            documents: 40,
+            document_tokens: 8_000,
+            question_tokens: 60,
+            rate_per_s: 8.0,
+        };
+        let mix = Workload::Mix(vec![
+            shared.clone(),
+            conversations.clone(),
+            few_shot.clone(),
+            documents.clone(),
+        ]);
+        vec![
+            ("shared_prompts", shared),
+            ("conversations", conversations),
+            ("few_shot", few_shot),
+            ("document_qa", documents),
+            ("mix", mix),
+        ]
+    }
+
+    /// The requests of this workload for `seed`, ordered by arrival.
+    #[must_use]
+    pub fn generate(&self, seed: u64) -> Vec<Request> {
+        let mut out = Vec::new();
+        self.generate_into(&mut Rng::new(seed), 0, &mut out);
+        out.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        out
+    }
+
+    fn generate_into(&self, rng: &mut Rng, tag: u64, out: &mut Vec<Request>) {
+        let tokens = |rng: &mut Rng, n: usize| -> Vec<TokenId> {
+            (0..n).map(|_| rng.below(VOCAB) as TokenId).collect()
+        };
+        match *self {
+            Workload::SharedPrompts {
+                requests,
+                systems,
+                system_tokens,
+                question_tokens,
+                zipf_s,
+                rate_per_s,
+                output_tokens,
+            } => {
+                let prompts: Vec<_> = (0..systems.max(1))
+                    .map(|_| tokens(rng, system_tokens))
+                    .collect();
+                let zipf = Zipf::new(prompts.len(), zipf_s);
+                let mut t = 0.0;
+                for _ in 0..requests {
+                    t += rng.exponential(rate_per_s);
+                    let mut p = prompts[zipf.sample(rng)].clone();
+                    p.extend(tokens(rng, question_tokens));
+                    out.push(Request::new(t, p, output_tokens));
+                }
+            }
+            Workload::Conversations {
+                sessions,
+                turns,
+                first_tokens,
+                message_tokens,
+                answer_tokens,
+                think_time_s,
+                rate_per_s,
+            } => {
+                let mut start = 0.0;
+                for s in 0..sessions {
+                    start += rng.exponential(rate_per_s);
+                    let mut t = start;
+                    let mut prompt = tokens(rng, first_tokens);
+                    for turn in 0..turns {
+                        if turn > 0 {
+                            prompt.extend(tokens(rng, answer_tokens as usize));
+                            prompt.extend(tokens(rng, message_tokens));
+                            t += think_time_s * 0.5 + rng.exponential(2.0 / think_time_s.max(1e-9));
+                        }
+                        out.push(
+                            Request::new(t, prompt.clone(), answer_tokens)
+                                .with_session(format!("w{tag}-s{s}")),
+                        );
+                    }
+                }
+            }
+            Workload::FewShot {
+                requests,
+                templates,
+                examples,
+                example_tokens,
+                query_tokens,
+                rate_per_s,
+            } => {
+                let bank: Vec<_> = (0..templates.max(1))
+                    .map(|_| tokens(rng, examples * example_tokens + 100))
+                    .collect();
+                let zipf = Zipf::new(bank.len(), 0.8);
+                let mut t = 0.0;
+                for _ in 0..requests {
+                    t += rng.exponential(rate_per_s);
+                    let mut p = bank[zipf.sample(rng)].clone();
+                    p.extend(tokens(rng, query_tokens));
+                    out.push(Request::new(t, p, 50));
+                }
+            }
+            Workload::DocumentQa {
+                requests,
+                documents,
+                document_tokens,
+                question_tokens,
+                rate_per_s,
+            } => {
+                let docs: Vec<_> = (0..documents.max(1))
+                    .map(|_| tokens(rng, document_tokens))
+                    .collect();
+                let mut t = 0.0;
+                for _ in 0..requests {
+                    t += rng.exponential(rate_per_s);
+                    let mut p = docs[rng.below(docs.len() as u64) as usize].clone();
+                    p.extend(tokens(rng, question_tokens));
+                    out.push(Request::new(t, p, 80));
+                }
+            }
+            Workload::Mix(ref parts) => {
+                for (i, part) in parts.iter().enumerate() {
+                    part.generate_into(rng, tag * 16 + i as u64 + 1, out);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The simulator: the DESIGN worked examples with exact numbers, determinism, traces.
+
+#![cfg(feature = "sim")]
+#![allow(clippy::unwrap_used)]
+
+use prefix_router::sim::*;
+use prefix_router::*;
+
+fn config(workers: u32, block_size: usize) -> ClusterConfig {
+    let mut c = ClusterConfig::default();
+    c.workers = workers;
+    c.block_size = block_size;
+    c.capacity_tokens = 1 << 20;
+    c.measure_decision_time = false;
+    c
+}
+
+#[test]
+fn shared_system_prompt_is_prefilled_once_instead_of_four_times() {
+    let system: Vec<u32> = (0..2_000).map(|i| 1_000 + i).collect();
+    let requests: Vec<Request> = (0..4u32)
+        .map(|i| {
+            let mut p = system.clone();
+            p.extend((0..16).map(|j| 500_000 + i * 100 + j));
+            Request::new(f64::from(i) * 10.0, p, 10)
+        })
+        .collect();
+    let sim = Simulation::new(requests, config(4, 16)).unwrap();
+    let rr = sim.run(&RoundRobinRouter::new(4).unwrap(), None).unwrap();
+    assert_eq!(
+        rr.prefill_tokens,
+        4 * 2_016,
+        "round robin prefills the prompt 4 times"
+    );
+    assert!(rr.worker_prefill_tokens.iter().all(|&t| t == 2_016));
+    for router in [
+        Box::new(CacheAwareRouter::new(4).unwrap()) as Box<dyn Router>,
+        Box::new(BalancedRouter::new(4).unwrap()),
+    ] {
+        let r = sim.run(router.as_ref(), None).unwrap();
+        assert_eq!(
+            r.prefill_tokens,
+            2_016 + 3 * 16,
+            "{}: once, then suffixes",
+            r.policy
+        );
+        assert_eq!(r.cached_tokens, 3 * 2_000);
+    }
+    assert!((sim.ideal_hit_ratio() - 6_000.0 / 8_064.0).abs() < 1e-12);
+}
+
+#[test]
+fn a_three_turn_conversation_prefills_1200_tokens_with_affinity_and_2500_without() {
+    let convo: Vec<u32> = (0..1_200).map(|i| 70_000 + i).collect();
+    let requests: Vec<Request> = [500, 800, 1_200]
+        .iter()
+        .enumerate()
+        .map(|(t, &len)| {
+            Request::new(t as f64 * 100.0, convo[..len].to_vec(), 20).with_session("c")
+        })
+        .collect();
+    // Block size 1: every token is its own block, so the numbers are exact.
+    let sim = Simulation::new(requests, config(4, 1)).unwrap();
+    let rr = sim.run(&RoundRobinRouter::new(4).unwrap(), None).unwrap();
+    assert_eq!(rr.prefill_tokens, 500 + 800 + 1_200);
+    let affinity = sim.run(&AffinityRouter::new(4).unwrap(), None).unwrap();
+    assert_eq!(affinity.prefill_tokens, 500 + 300 + 400);
+    let mut balanced = BalancedConfig::default();
+    balanced.index.block_size = 1;
+    let balanced = sim
+        .run(&BalancedRouter::with_config(4, balanced).unwrap(), None)
+        .unwrap();
+    assert_eq!(balanced.prefill_tokens, 1_200);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_report() {
+    let workload = &Workload::builtin()[4].1; // the mix
+    let run = |seed| {
+        let sim = Simulation::new(workload.generate(seed), config(8, 16)).unwrap();
+        let router = BalancedRouter::new(8).unwrap();
+        sim.run(&router, Some(&router)).unwrap()
+    };
+    let (a, b) = (run(3), run(3));
+    assert_eq!(a, b);
+    assert!(a.requests > 1_000 && a.hit_ratio > 0.0 && a.ttft_p99_s >= a.ttft_p50_s);
+    assert_ne!(run(4), a);
+}
+
+#[test]
+fn feedback_mode_reports_true_cache_hits_to_the_router() {
+    let workload = &Workload::builtin()[0].1;
+    let mut c = config(4, 16);
+    c.capacity_tokens = 20_000; // small caches: the optimistic mirror is often wrong
+    c.sync = SyncMode::Feedback;
+    let sim = Simulation::new(workload.generate(1), c).unwrap();
+    let router = CacheAwareRouter::new(4).unwrap();
+    let r = sim.run(&router, Some(&router)).unwrap();
+    assert!(r.hit_ratio <= r.ideal_hit_ratio + 1e-12);
+    assert_eq!(r.prefill_tokens + r.cached_tokens, r.prompt_tokens);
+    for w in 0..4 {
+        assert!(
+            router
+                .index()
+                .with_tree(|t| t.worker_block_count(WorkerId::new(w)))
+                <= 20_000
+        );
+    }
+}
+
+#[test]
+fn mooncake_lines_parse_and_bad_lines_name_their_number() {
+    let good = "{\"timestamp\": 1500, \"input_length\": 600, \"output_length\": 7, \"hash_ids\": [3, 9]}\n\n\
+                {\"timestamp\": 0, \"input_length\": 512, \"output_length\": 1, \"hash_ids\": [3]}\n";
+    let requests = parse_mooncake(good.as_bytes()).unwrap();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].arrival_s, 0.0, "sorted by arrival");
+    assert_eq!(
+        (requests[1].prompt.len(), requests[1].output_tokens),
+        (600, 7)
+    );
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    requests[0].prompt.tokens_into(&mut a);
+    requests[1].prompt.tokens_into(&mut b);
+    assert_eq!(a[..], b[..512], "equal hash ids give equal tokens");
+    assert_eq!(b.len(), 600, "the last block is cut to input_length");
+    for (bad, line) in [
+        ("{\"timestamp\": 0}\nnot json\n", 1),
+        (
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}\nnot json\n",
+            2,
+        ),
+        (
+            "{\"timestamp\": -5, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [1]}",
+            1,
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": 900, \"output_length\": 1, \"hash_ids\": [1]}",
+            1,
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": [\"x\"]}",
+            1,
+        ),
+    ] {
+        match parse_mooncake(bad.as_bytes()) {
+            Err(Error::Trace { line: l, .. }) => assert_eq!(l, line, "{bad}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        load_mooncake("/nonexistent/trace.jsonl"),
+        Err(Error::Trace { line: 0, .. })
+    ));
+}
+
+#[test]
+fn bad_cluster_configs_are_errors() {
+    let mut c = config(0, 16);
+    assert!(Simulation::new(Vec::new(), c).is_err());
+    c = config(2, 16);
+    c.speedup = f64::NAN;
+    assert!(Simulation::new(Vec::new(), c).is_err());
+    c = config(2, 16);
+    c.capacity_tokens = 3;
+    assert!(Simulation::new(Vec::new(), c).is_err());
+    c = config(2, 0);
+    assert!(matches!(
+        Simulation::new(Vec::new(), c),
+        Err(Error::InvalidBlockSize { .. })
+    ));
+    // A router with more workers than the fleet is caught, not a panic.
+    let sim = Simulation::new(vec![Request::new(0.0, vec![1; 40], 1); 8], config(2, 16)).unwrap();
+    let err = sim
+        .run(&RoundRobinRouter::new(5).unwrap(), None)
+        .unwrap_err();
+    assert!(matches!(err, Error::UnknownWorker(_)));
+}
+
+#[test]
+fn mooncake_conversation_trace_ideal_hit_ratio_at_its_own_granularity() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/traces/mooncake_conversation_trace.jsonl"
+    );
+    if !std::path::Path::new(path).exists() {
+        eprintln!("skipped: {path} not present");
+        return;
+    }
+    let requests = load_mooncake(path).unwrap();
+    assert_eq!(requests.len(), 12_031);
+    let sim = Simulation::new(requests, config(8, MOONCAKE_BLOCK_TOKENS)).unwrap();
+    // Counted in the trace's own blocks (each hash id one block, trailing partial ones too).
+    let blocks = sim.ideal_block_hit_ratio().unwrap();
+    assert!((blocks - 0.3664).abs() < 0.00005, "{blocks}");
+    // Counted in tokens, where a partial trailing block is never a hit.
+    assert!(
+        (sim.ideal_hit_ratio() - 0.3734).abs() < 0.00005,
+        "{}",
+        sim.ideal_hit_ratio()
+    );
+}
