@@ -33,8 +33,8 @@ fn index_config(workers: u32) -> IndexConfig {
 fn routers(workers: u32) -> Vec<Arc<dyn Router>> {
     let mut balanced = BalancedConfig::default();
     balanced.index = index_config(workers);
-    let mut ttft = balanced;
-    ttft.scoring = Scoring::PredictedTtft;
+    let mut weighted = balanced;
+    weighted.scoring = Scoring::Weighted;
     let mut cache_aware = CacheAwareConfig::default();
     cache_aware.index = index_config(workers);
     vec![
@@ -44,7 +44,7 @@ fn routers(workers: u32) -> Vec<Arc<dyn Router>> {
         Arc::new(ConsistentHashRouter::new(workers).unwrap()),
         Arc::new(AffinityRouter::new(workers).unwrap()),
         Arc::new(BalancedRouter::with_config(workers, balanced).unwrap()),
-        Arc::new(BalancedRouter::with_config(workers, ttft).unwrap()),
+        Arc::new(BalancedRouter::with_config(workers, weighted).unwrap()),
         Arc::new(CacheAwareRouter::with_config(workers, cache_aware).unwrap()),
     ]
 }

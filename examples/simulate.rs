@@ -23,8 +23,8 @@ const POLICIES: [&str; 8] = [
     "consistent_hash",
     "affinity",
     "cache_aware",
+    "balanced_weighted",
     "balanced",
-    "balanced_ttft",
 ];
 
 struct Args {
@@ -32,6 +32,7 @@ struct Args {
     cluster: ClusterConfig,
     policy: String,
     alpha: Option<f64>,
+    miss_weight: Option<f64>,
     seed: u64,
     format: String,
 }
@@ -42,6 +43,7 @@ fn parse() -> Result<Args, String> {
         cluster: ClusterConfig::default(),
         policy: "all".into(),
         alpha: None,
+        miss_weight: None,
         seed: 42,
         format: "table".into(),
     };
@@ -59,6 +61,7 @@ fn parse() -> Result<Args, String> {
             "--speedup" => args.cluster.speedup = num(&flag, value()?)?,
             "--policy" => args.policy = value()?,
             "--alpha" => args.alpha = Some(num(&flag, value()?)?),
+            "--miss-weight" => args.miss_weight = Some(num(&flag, value()?)?),
             "--block-size" => args.cluster.block_size = num(&flag, value()?)?,
             "--seed" => args.seed = num(&flag, value()?)?,
             "--format" => args.format = value()?,
@@ -113,6 +116,9 @@ fn router(name: &str, args: &Args) -> Result<Built, Error> {
     if let Some(alpha) = args.alpha {
         balanced.alpha = alpha;
     }
+    if let Some(w) = args.miss_weight {
+        balanced.miss_weight = w;
+    }
     let mut cache_aware = CacheAwareConfig::default();
     cache_aware.index = index;
     let mut ring = ConsistentHashConfig::default();
@@ -130,9 +136,9 @@ fn router(name: &str, args: &Args) -> Result<Built, Error> {
             let r = std::sync::Arc::new(CacheAwareRouter::with_config(n, cache_aware)?);
             (Box::new(Shared(r.clone())), Some(Box::new(Shared(r))))
         }
-        "balanced" | "balanced_ttft" => {
-            if name == "balanced_ttft" {
-                balanced.scoring = Scoring::PredictedTtft;
+        "balanced" | "balanced_weighted" => {
+            if name == "balanced_weighted" {
+                balanced.scoring = Scoring::Weighted;
             }
             let r = std::sync::Arc::new(BalancedRouter::with_config(n, balanced)?);
             (Box::new(Shared(r.clone())), Some(Box::new(Shared(r))))
@@ -150,6 +156,9 @@ impl<R: Router> Router for Shared<R> {
     }
     fn complete(&self, decision: &RouteDecision) {
         self.0.complete(decision);
+    }
+    fn first_token(&self, decision: &RouteDecision) {
+        self.0.first_token(decision);
     }
     fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
         self.0.add_worker(worker)
@@ -290,7 +299,7 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                         r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
                     );
                     println!(
-                        "{:<16} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                        "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
                         "policy",
                         "prefill tokens",
                         "hit",
@@ -308,7 +317,7 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                     0.0
                 };
                 println!(
-                    "{:<16} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>9.2}",
+                    "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>9.2}",
                     r.policy,
                     r.prefill_tokens,
                     r.hit_ratio,

@@ -38,7 +38,8 @@ pub struct WorkerLoad {
     pub available: bool,
     /// Requests routed to it and not yet completed.
     pub in_flight: u64,
-    /// Uncached prompt tokens of those requests (prefill work routed to it).
+    /// Uncached prompt tokens of those requests whose prefill is not known to be done
+    /// (prefill work queued or running on it; see [`Router::first_token`](crate::Router::first_token)).
     pub prefill_tokens: u64,
     /// Requests routed to it since it was added.
     pub routed: u64,
@@ -58,6 +59,8 @@ struct Slot {
     in_flight: AtomicU64,
     prefill_tokens: AtomicU64,
     routed: AtomicU64,
+    /// Uncached prompt tokens of every request routed to it since it was added.
+    assigned_prefill: AtomicU64,
     predicted_cached: AtomicU64,
     queue_len: AtomicU64,
     kv_usage_bits: AtomicU32,
@@ -71,6 +74,7 @@ pub(crate) struct Candidate {
     pub(crate) in_flight: u64,
     pub(crate) prefill_tokens: u64,
     pub(crate) routed: u64,
+    pub(crate) assigned_prefill: u64,
     pub(crate) queue_len: u64,
 }
 
@@ -139,6 +143,7 @@ impl Fleet {
             in_flight: AtomicU64::new(0),
             prefill_tokens: AtomicU64::new(0),
             routed: AtomicU64::new(0),
+            assigned_prefill: AtomicU64::new(0),
             predicted_cached: AtomicU64::new(0),
             queue_len: AtomicU64::new(0),
             kv_usage_bits: AtomicU32::new(0),
@@ -227,6 +232,7 @@ impl Fleet {
                 in_flight: s.in_flight.load(Relaxed),
                 prefill_tokens: s.prefill_tokens.load(Relaxed),
                 routed: s.routed.load(Relaxed),
+                assigned_prefill: s.assigned_prefill.load(Relaxed),
                 queue_len: s.queue_len.load(Relaxed),
             });
         }
@@ -254,6 +260,7 @@ impl Fleet {
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
         slot.routed.fetch_add(1, Relaxed);
+        slot.assigned_prefill.fetch_add(prefill, Relaxed);
         Some(RouteDecision::new(
             candidate.worker,
             candidate.epoch,
@@ -263,27 +270,48 @@ impl Fleet {
         ))
     }
 
+    /// Takes the decision's prefill tokens off its worker's outstanding prefill, once.
+    pub(crate) fn prefilled(&self, decision: &RouteDecision) {
+        if decision.is_completed() || !decision.mark_prefilled() {
+            return;
+        }
+        self.with_current(decision, |slot| {
+            sub(&slot.prefill_tokens, decision.prefill_tokens() as u64);
+        });
+    }
+
+    /// Runs `f` on the decision's worker slot if it is still the same registration.
+    fn with_current(&self, decision: &RouteDecision, f: impl FnOnce(&Slot)) {
+        let slots = self.read();
+        if let Some(Some(slot)) = slots.get(decision.worker().index()) {
+            if slot.epoch == decision.epoch() {
+                f(slot);
+            }
+        }
+    }
+
     /// Releases what `commit` charged, once; a no-op when the decision was already released
     /// or its worker was removed since.
     pub(crate) fn release(&self, decision: &RouteDecision) {
         if !decision.mark_released() {
             return;
         }
-        let slots = self.read();
-        let Some(Some(slot)) = slots.get(decision.worker().index()) else {
-            return;
+        let prefill = if decision.mark_prefilled() {
+            decision.prefill_tokens() as u64
+        } else {
+            0
         };
-        if slot.epoch != decision.epoch() {
-            return;
-        }
-        let sub = |counter: &AtomicU64, by: u64| {
-            // Saturating: counters never wrap, whatever the host does.
-            let _ = counter.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(by)));
-        };
-        sub(&slot.in_flight, 1);
-        sub(&slot.prefill_tokens, decision.prefill_tokens() as u64);
-        sub(&slot.predicted_cached, decision.cached_tokens() as u64);
+        self.with_current(decision, |slot| {
+            sub(&slot.in_flight, 1);
+            sub(&slot.prefill_tokens, prefill);
+            sub(&slot.predicted_cached, decision.cached_tokens() as u64);
+        });
     }
+}
+
+/// Subtracts, saturating at zero: counters never wrap, whatever the host does.
+fn sub(counter: &AtomicU64, by: u64) {
+    let _ = counter.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(by)));
 }
 
 /// Worker ids index dense arrays (and the tree's bitsets): they are bounded.

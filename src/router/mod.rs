@@ -138,6 +138,7 @@ pub struct RouteDecision {
     matched_blocks: usize,
     cached_tokens: usize,
     released: AtomicBool,
+    prefilled: AtomicBool,
 }
 
 impl RouteDecision {
@@ -155,6 +156,7 @@ impl RouteDecision {
             matched_blocks,
             cached_tokens,
             released: AtomicBool::new(false),
+            prefilled: AtomicBool::new(false),
         }
     }
 
@@ -203,6 +205,11 @@ impl RouteDecision {
     pub(crate) fn mark_released(&self) -> bool {
         !self.released.swap(true, Ordering::AcqRel)
     }
+
+    /// Marks the prefill done; false if it already was.
+    pub(crate) fn mark_prefilled(&self) -> bool {
+        !self.prefilled.swap(true, Ordering::AcqRel)
+    }
 }
 
 /// A routing policy with load tracking: the crate's front door.
@@ -235,6 +242,12 @@ pub trait Router: Send + Sync {
     /// Releases the load `decision` charged. Completing twice, or after the worker was
     /// removed, is a no-op.
     fn complete(&self, decision: &RouteDecision);
+
+    /// The request's prefill is done (its first token arrived): its prompt tokens leave the
+    /// worker's outstanding prefill work, which the TTFT-predicting policies queue behind.
+    /// Optional: [`complete`](Self::complete) does it too if it was not done. Calling it
+    /// twice is a no-op.
+    fn first_token(&self, decision: &RouteDecision);
 
     /// Registers `worker` (available, with no load and an empty cache mirror).
     ///
@@ -378,6 +391,10 @@ impl<P: Policy> Router for P {
 
     fn complete(&self, decision: &RouteDecision) {
         self.fleet().release(decision);
+    }
+
+    fn first_token(&self, decision: &RouteDecision) {
+        self.fleet().prefilled(decision);
     }
 
     fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {

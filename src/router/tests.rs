@@ -7,6 +7,7 @@ fn candidate(worker: u32, in_flight: u64, routed: u64) -> Candidate {
         in_flight,
         prefill_tokens: 0,
         routed,
+        assigned_prefill: 0,
         queue_len: 0,
     }
 }

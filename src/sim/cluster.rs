@@ -417,6 +417,7 @@ impl Simulation {
             if kind == PREFILL_DONE {
                 let r = &self.requests[i];
                 ttft.push(now - arrival(i));
+                router.first_token(&flight.decision);
                 cached_total += flight.cached as u64;
                 prompt_total += flight.tokens.len() as u64;
                 fleet[w].cache.insert(W0, &flight.blocks);
