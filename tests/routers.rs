@@ -428,3 +428,28 @@ fn four_threads_leave_every_load_counter_at_zero() {
         assert_eq!(routed, 100_000, "{}", router.name());
     }
 }
+
+/// A router written outside the crate implements only the four required methods.
+struct Fixed;
+
+impl Router for Fixed {
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+        let _ = request;
+        Err(Error::NoWorkers)
+    }
+    fn complete(&self, _decision: &RouteDecision) {}
+    fn add_worker(&self, _worker: WorkerId) -> Result<(), Error> {
+        Ok(())
+    }
+    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        Err(Error::UnknownWorker(worker))
+    }
+}
+
+#[test]
+fn outside_routers_need_only_the_contract_methods() {
+    let r: Box<dyn Router> = Box::new(Fixed);
+    assert_eq!(r.name(), "custom");
+    assert!(r.workers().is_empty() && r.load(WorkerId::new(0)).is_none());
+    assert_eq!(r.route(&RouteRequest::new(&[1])).unwrap_err(), Error::NoWorkers);
+}

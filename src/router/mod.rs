@@ -215,7 +215,9 @@ impl RouteDecision {
 /// A routing policy with load tracking: the crate's front door.
 ///
 /// `Send + Sync` and object safe: a gateway holds an `Arc<dyn Router>` (or a concrete
-/// router) and calls [`route`](Self::route) from many threads.
+/// router) and calls [`route`](Self::route) from many threads. A router written outside
+/// the crate (to compare it in the simulator, say) implements the four required methods;
+/// the others have defaults.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -246,8 +248,10 @@ pub trait Router: Send + Sync {
     /// The request's prefill is done (its first token arrived): its prompt tokens leave the
     /// worker's outstanding prefill work, which the TTFT-predicting policies queue behind.
     /// Optional: [`complete`](Self::complete) does it too if it was not done. Calling it
-    /// twice is a no-op.
-    fn first_token(&self, decision: &RouteDecision);
+    /// twice is a no-op. The default does nothing.
+    fn first_token(&self, decision: &RouteDecision) {
+        let _ = decision;
+    }
 
     /// Registers `worker` (available, with no load and an empty cache mirror).
     ///
@@ -270,25 +274,39 @@ pub trait Router: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownWorker`] when it is not registered.
-    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error>;
+    /// [`Error::UnknownWorker`] when it is not registered. The default (for routers written
+    /// outside this crate) refuses with [`Error::UnknownWorker`].
+    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
+        let _ = available;
+        Err(Error::UnknownWorker(worker))
+    }
 
     /// Pushes load the worker itself reported (queue length, KV usage).
     ///
     /// # Errors
     ///
     /// [`Error::UnknownWorker`] when it is not registered; [`Error::InvalidConfig`] when
-    /// `kv_usage` is not a fraction in `0.0..=1.0`.
-    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error>;
+    /// `kv_usage` is not a fraction in `0.0..=1.0`. The default ignores the report.
+    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+        let _ = (worker, load);
+        Ok(())
+    }
 
-    /// A snapshot of `worker`'s load; `None` when it is not registered.
-    fn load(&self, worker: WorkerId) -> Option<WorkerLoad>;
+    /// A snapshot of `worker`'s load; `None` when it is not registered (the default).
+    fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        let _ = worker;
+        None
+    }
 
-    /// Registered workers, available or not, in id order.
-    fn workers(&self) -> Vec<WorkerId>;
+    /// Registered workers, available or not, in id order (the default: none known).
+    fn workers(&self) -> Vec<WorkerId> {
+        Vec::new()
+    }
 
-    /// The policy's name, for reports.
-    fn name(&self) -> &'static str;
+    /// The policy's name, for reports (the default: `"custom"`).
+    fn name(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// A decision that releases its load when dropped.

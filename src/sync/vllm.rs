@@ -28,7 +28,6 @@ use crate::{Error, TokenId};
 
 /// One decoded payload: the events of one batch.
 #[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
 pub struct EventBatch {
     /// The engine's timestamp (seconds).
     pub ts: f64,
