@@ -8,7 +8,9 @@
 //!
 //! Flags: `--trace PATH`, `--workers N`, `--capacity-tokens N` (per worker), `--speedup X`,
 //! `--policy NAME|all`, `--alpha X`, `--block-size N`, `--seed N`,
-//! `--format table|json|csv`, `--sync none|feedback`. Progress goes to stderr; bad flags
+//! `--format table|json|csv`, `--sync none|feedback`, `--miss-weight X`,
+//! `--plot FILE.svg` (each policy as a point of hit ratio against TTFT p99, plus a sweep of
+//! `BalancedRouter`'s weighted score over alpha). A progress bar goes to stderr; bad flags
 //! and unreadable traces give a one-line error and exit code 2.
 
 use std::process::ExitCode;
@@ -27,6 +29,7 @@ const POLICIES: [&str; 8] = [
     "balanced",
 ];
 
+#[derive(Clone)]
 struct Args {
     trace: Option<String>,
     cluster: ClusterConfig,
@@ -35,6 +38,7 @@ struct Args {
     miss_weight: Option<f64>,
     seed: u64,
     format: String,
+    plot: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -46,6 +50,7 @@ fn parse() -> Result<Args, String> {
         miss_weight: None,
         seed: 42,
         format: "table".into(),
+        plot: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,6 +70,7 @@ fn parse() -> Result<Args, String> {
             "--block-size" => args.cluster.block_size = num(&flag, value()?)?,
             "--seed" => args.seed = num(&flag, value()?)?,
             "--format" => args.format = value()?,
+            "--plot" => args.plot = Some(value()?),
             "--sync" => {
                 args.cluster.sync = match value()?.as_str() {
                     "none" => SyncMode::None,
@@ -78,7 +84,8 @@ fn parse() -> Result<Args, String> {
                 return Err(
                     "usage: simulate [--trace PATH] [--workers N] [--capacity-tokens N] \
                      [--speedup X] [--policy NAME|all] [--alpha X] [--block-size N] [--seed N] \
-                     [--format table|json|csv] [--sync none|feedback]"
+                     [--format table|json|csv] [--sync none|feedback] [--miss-weight X] \
+                     [--plot FILE.svg]"
                         .into(),
                 );
             }
@@ -222,6 +229,7 @@ fn main() -> ExitCode {
         vec![args.policy.as_str()]
     };
     let mut rows: Vec<(String, SimReport)> = Vec::new();
+    let mut sweeps: Vec<(String, Vec<(f64, SimReport)>)> = Vec::new();
     let total = workloads.len() * policies.len();
     for (name, requests) in workloads {
         let sim = match Simulation::new(requests, args.cluster) {
@@ -232,16 +240,8 @@ fn main() -> ExitCode {
             }
         };
         for policy in &policies {
-            eprintln!("[{:>2}/{total}] {name}: {policy}", rows.len() + 1);
-            let result = router(policy, &args).and_then(|(r, sync)| {
-                let sync = if matches!(args.cluster.sync, SyncMode::None) {
-                    None
-                } else {
-                    sync
-                };
-                sim.run(r.as_ref(), sync.as_deref())
-            });
-            match result {
+            let label = format!("[{:>2}/{total}] {name}: {policy}", rows.len() + 1);
+            match run(&sim, policy, &args, &label) {
                 Ok(report) => rows.push((name.clone(), report)),
                 Err(e) => {
                     eprintln!("error: {policy}: {e}");
@@ -249,8 +249,32 @@ fn main() -> ExitCode {
                 }
             }
         }
+        if args.plot.is_some() {
+            let mut sweep = Vec::new();
+            for step in 0..=10u32 {
+                let alpha = f64::from(step) / 10.0;
+                let mut a = args.clone();
+                a.alpha = Some(alpha);
+                let label = format!("alpha sweep {name}: {alpha:.1}");
+                match run(&sim, "balanced_weighted", &a, &label) {
+                    Ok(report) => sweep.push((alpha, report)),
+                    Err(e) => {
+                        eprintln!("error: alpha sweep: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            sweeps.push((name.clone(), sweep));
+        }
     }
     print(&rows, &args.format);
+    if let Some(path) = &args.plot {
+        if let Err(e) = plot(path, &rows, &sweeps) {
+            eprintln!("error: cannot draw {path}: {e}");
+            return ExitCode::from(1);
+        }
+        eprintln!("wrote {path}");
+    }
     ExitCode::SUCCESS
 }
 
@@ -330,4 +354,94 @@ fn print(rows: &[(String, SimReport)], format: &str) {
             }
         }
     }
+}
+
+/// Runs one policy with a progress bar on stderr.
+fn run(sim: &Simulation, policy: &str, args: &Args, label: &str) -> Result<SimReport, Error> {
+    let (r, sync) = router(policy, args)?;
+    let sync = if matches!(args.cluster.sync, SyncMode::None) {
+        None
+    } else {
+        sync
+    };
+    let mut shown = usize::MAX;
+    let mut bar = |done: usize, total: usize| {
+        let pct = done * 100 / total.max(1);
+        if pct != shown {
+            shown = pct;
+            let filled = pct * 30 / 100;
+            eprint!(
+                "\r{label:<44} [{}{}] {pct:>3}%",
+                "#".repeat(filled),
+                " ".repeat(30 - filled)
+            );
+        }
+    };
+    let report = sim.run_with_progress(r.as_ref(), sync.as_deref(), &mut bar);
+    eprintln!();
+    report
+}
+
+/// Draws each workload's policies as points of hit ratio against TTFT p99, with the alpha
+/// sweep of the weighted score as a line.
+fn plot(
+    path: &str,
+    rows: &[(String, SimReport)],
+    sweeps: &[(String, Vec<(f64, SimReport)>)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let height = 420 * sweeps.len().max(1) as u32;
+    let root = SVGBackend::new(path, (760, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((sweeps.len().max(1), 1));
+    for (area, (name, sweep)) in areas.iter().zip(sweeps) {
+        let points: Vec<&SimReport> = rows
+            .iter()
+            .filter(|(w, _)| w == name)
+            .map(|(_, r)| r)
+            .collect();
+        let max_p99 = points
+            .iter()
+            .copied()
+            .chain(sweep.iter().map(|(_, r)| r))
+            .map(|r| r.ttft_p99_s)
+            .fold(0.0, f64::max)
+            * 1.15
+            + 1e-3;
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("{name}: hit ratio vs TTFT p99"), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..1f64, 0f64..max_p99)?;
+        chart
+            .configure_mesh()
+            .x_desc("hit ratio")
+            .y_desc("TTFT p99 (s)")
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                sweep.iter().map(|(_, r)| (r.hit_ratio, r.ttft_p99_s)),
+                &BLUE,
+            ))?
+            .label("balanced_weighted, alpha 0.0 to 1.0")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE));
+        chart.draw_series(sweep.iter().map(|(alpha, r)| {
+            EmptyElement::at((r.hit_ratio, r.ttft_p99_s))
+                + Circle::new((0, 0), 2, BLUE.filled())
+                + Text::new(format!("{alpha:.1}"), (4, 4), ("sans-serif", 9))
+        }))?;
+        chart.draw_series(points.iter().map(|r| {
+            EmptyElement::at((r.hit_ratio, r.ttft_p99_s))
+                + Circle::new((0, 0), 4, RED.filled())
+                + Text::new(r.policy.clone(), (6, -12), ("sans-serif", 11))
+        }))?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
 }

@@ -451,5 +451,8 @@ fn outside_routers_need_only_the_contract_methods() {
     let r: Box<dyn Router> = Box::new(Fixed);
     assert_eq!(r.name(), "custom");
     assert!(r.workers().is_empty() && r.load(WorkerId::new(0)).is_none());
-    assert_eq!(r.route(&RouteRequest::new(&[1])).unwrap_err(), Error::NoWorkers);
+    assert_eq!(
+        r.route(&RouteRequest::new(&[1])).unwrap_err(),
+        Error::NoWorkers
+    );
 }

@@ -344,6 +344,21 @@ impl Simulation {
         router: &dyn Router,
         sync: Option<&dyn CacheSync>,
     ) -> Result<SimReport, Error> {
+        self.run_with_progress(router, sync, &mut |_, _| {})
+    }
+
+    /// Like [`run`](Self::run), calling `progress(routed, total)` after every routed
+    /// request (for a progress bar on long traces).
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    pub fn run_with_progress(
+        &self,
+        router: &dyn Router,
+        sync: Option<&dyn CacheSync>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<SimReport, Error> {
         let cfg = &self.config;
         let bs = cfg.block_size;
         let workers = cfg.workers as usize;
@@ -375,6 +390,7 @@ impl Simulation {
             if take_arrival {
                 let i = next_arrival;
                 next_arrival += 1;
+                progress(next_arrival, n);
                 let now = arrival(i);
                 let r = &self.requests[i];
                 let mut tokens = Vec::new();
