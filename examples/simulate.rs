@@ -15,19 +15,12 @@
 
 use std::process::ExitCode;
 
-use prefix_router::sim::{ClusterConfig, SimReport, Simulation, SyncMode, Workload, load_mooncake};
-use prefix_router::*;
+#[path = "common/policy.rs"]
+mod policy;
 
-const POLICIES: [&str; 8] = [
-    "round_robin",
-    "least_loaded",
-    "power_of_two",
-    "consistent_hash",
-    "affinity",
-    "cache_aware",
-    "balanced_weighted",
-    "balanced",
-];
+use policy::{POLICIES, PolicyOptions};
+use prefix_router::Error;
+use prefix_router::sim::{ClusterConfig, SimReport, Simulation, SyncMode, Workload, load_mooncake};
 
 #[derive(Clone)]
 struct Args {
@@ -106,100 +99,6 @@ fn parse() -> Result<Args, String> {
         ));
     }
     Ok(args)
-}
-
-/// A router, and the same router as a `CacheSync` where it keeps a mirror.
-type Built = (Box<dyn Router>, Option<Box<dyn CacheSync>>);
-
-/// A router for `name`, with its mirror bounded by the workers' KV capacity.
-fn router(name: &str, args: &Args) -> Result<Built, Error> {
-    let c = &args.cluster;
-    let mut index = IndexConfig::default();
-    index.block_size = c.block_size;
-    index.worker_capacity_blocks = Some(c.capacity_tokens / c.block_size.max(1));
-    let mut balanced = BalancedConfig::default();
-    balanced.index = index;
-    balanced.prefill_tokens_per_s = c.prefill_tokens_per_s;
-    if let Some(alpha) = args.alpha {
-        balanced.alpha = alpha;
-    }
-    if let Some(w) = args.miss_weight {
-        balanced.miss_weight = w;
-    }
-    let mut cache_aware = CacheAwareConfig::default();
-    cache_aware.index = index;
-    let mut ring = ConsistentHashConfig::default();
-    ring.block_size = c.block_size;
-    let mut affinity = AffinityConfig::default();
-    affinity.ring = ring;
-    let n = c.workers;
-    Ok(match name {
-        "round_robin" => (Box::new(RoundRobinRouter::new(n)?), None),
-        "least_loaded" => (Box::new(LeastLoadedRouter::new(n)?), None),
-        "power_of_two" => (Box::new(PowerOfTwoRouter::new(n)?), None),
-        "consistent_hash" => (Box::new(ConsistentHashRouter::with_config(n, ring)?), None),
-        "affinity" => (Box::new(AffinityRouter::with_config(n, affinity)?), None),
-        "cache_aware" => {
-            let r = std::sync::Arc::new(CacheAwareRouter::with_config(n, cache_aware)?);
-            (Box::new(Shared(r.clone())), Some(Box::new(Shared(r))))
-        }
-        "balanced" | "balanced_weighted" => {
-            if name == "balanced_weighted" {
-                balanced.scoring = Scoring::Weighted;
-            }
-            let r = std::sync::Arc::new(BalancedRouter::with_config(n, balanced)?);
-            (Box::new(Shared(r.clone())), Some(Box::new(Shared(r))))
-        }
-        other => unreachable!("policy {other} is checked when parsing"),
-    })
-}
-
-/// One router seen both as `Router` and as `CacheSync`.
-struct Shared<R>(std::sync::Arc<R>);
-
-impl<R: Router> Router for Shared<R> {
-    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
-        self.0.route(request)
-    }
-    fn complete(&self, decision: &RouteDecision) {
-        self.0.complete(decision);
-    }
-    fn first_token(&self, decision: &RouteDecision) {
-        self.0.first_token(decision);
-    }
-    fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
-        self.0.add_worker(worker)
-    }
-    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
-        self.0.remove_worker(worker)
-    }
-    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
-        self.0.set_available(worker, available)
-    }
-    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
-        self.0.report_load(worker, load)
-    }
-    fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
-        self.0.load(worker)
-    }
-    fn workers(&self) -> Vec<WorkerId> {
-        self.0.workers()
-    }
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-}
-
-impl<R: CacheSync> CacheSync for Shared<R> {
-    fn apply_event(&self, w: WorkerId, seq: u64, e: &CacheEvent) -> Result<SyncOutcome, Error> {
-        self.0.apply_event(w, seq, e)
-    }
-    fn replace_worker_cache(&self, w: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error> {
-        self.0.replace_worker_cache(w, prefixes)
-    }
-    fn report_cached(&self, w: WorkerId, tokens: &[TokenId], cached: usize) -> Result<(), Error> {
-        self.0.report_cached(w, tokens, cached)
-    }
 }
 
 fn main() -> ExitCode {
@@ -358,12 +257,18 @@ fn print(rows: &[(String, SimReport)], format: &str) {
 
 /// Runs one policy with a progress bar on stderr.
 fn run(sim: &Simulation, policy: &str, args: &Args, label: &str) -> Result<SimReport, Error> {
-    let (r, sync) = router(policy, args)?;
-    let sync = if matches!(args.cluster.sync, SyncMode::None) {
-        None
-    } else {
-        sync
+    let c = &args.cluster;
+    let options = PolicyOptions {
+        block_size: c.block_size,
+        capacity_tokens: Some(c.capacity_tokens),
+        prefill_tokens_per_s: c.prefill_tokens_per_s,
+        alpha: args.alpha,
+        miss_weight: args.miss_weight,
     };
+    let Some(router) = policy::build(policy, c.workers, &options) else {
+        unreachable!("policy names are checked when parsing");
+    };
+    let router = router?;
     let mut shown = usize::MAX;
     let mut bar = |done: usize, total: usize| {
         let pct = done * 100 / total.max(1);
@@ -377,7 +282,7 @@ fn run(sim: &Simulation, policy: &str, args: &Args, label: &str) -> Result<SimRe
             );
         }
     };
-    let report = sim.run_with_progress(r.as_ref(), sync.as_deref(), &mut bar);
+    let report = sim.run_with_progress(router.as_ref(), &mut bar);
     eprintln!();
     report
 }

@@ -26,7 +26,7 @@ fn shared_system_prompt_is_prefilled_once_instead_of_four_times() {
         })
         .collect();
     let sim = Simulation::new(requests, config(4, 16)).unwrap();
-    let rr = sim.run(&RoundRobinRouter::new(4).unwrap(), None).unwrap();
+    let rr = sim.run(&RoundRobinRouter::new(4).unwrap()).unwrap();
     assert_eq!(
         rr.prefill_tokens,
         4 * 2_016,
@@ -37,7 +37,7 @@ fn shared_system_prompt_is_prefilled_once_instead_of_four_times() {
         Box::new(CacheAwareRouter::new(4).unwrap()) as Box<dyn Router>,
         Box::new(BalancedRouter::new(4).unwrap()),
     ] {
-        let r = sim.run(router.as_ref(), None).unwrap();
+        let r = sim.run(router.as_ref()).unwrap();
         assert_eq!(
             r.prefill_tokens,
             2_016 + 3 * 16,
@@ -61,14 +61,14 @@ fn a_three_turn_conversation_prefills_1200_tokens_with_affinity_and_2500_without
         .collect();
     // Block size 1: every token is its own block, so the numbers are exact.
     let sim = Simulation::new(requests, config(4, 1)).unwrap();
-    let rr = sim.run(&RoundRobinRouter::new(4).unwrap(), None).unwrap();
+    let rr = sim.run(&RoundRobinRouter::new(4).unwrap()).unwrap();
     assert_eq!(rr.prefill_tokens, 500 + 800 + 1_200);
-    let affinity = sim.run(&AffinityRouter::new(4).unwrap(), None).unwrap();
+    let affinity = sim.run(&AffinityRouter::new(4).unwrap()).unwrap();
     assert_eq!(affinity.prefill_tokens, 500 + 300 + 400);
     let mut balanced = BalancedConfig::default();
     balanced.index.block_size = 1;
     let balanced = sim
-        .run(&BalancedRouter::with_config(4, balanced).unwrap(), None)
+        .run(&BalancedRouter::with_config(4, balanced).unwrap())
         .unwrap();
     assert_eq!(balanced.prefill_tokens, 1_200);
 }
@@ -79,7 +79,7 @@ fn the_same_seed_gives_the_same_report() {
     let run = |seed| {
         let sim = Simulation::new(workload.generate(seed), config(8, 16)).unwrap();
         let router = BalancedRouter::new(8).unwrap();
-        sim.run(&router, Some(&router)).unwrap()
+        sim.run(&router).unwrap()
     };
     let (a, b) = (run(3), run(3));
     assert_eq!(a, b);
@@ -95,7 +95,7 @@ fn feedback_mode_reports_true_cache_hits_to_the_router() {
     c.sync = SyncMode::Feedback;
     let sim = Simulation::new(workload.generate(1), c).unwrap();
     let router = CacheAwareRouter::new(4).unwrap();
-    let r = sim.run(&router, Some(&router)).unwrap();
+    let r = sim.run(&router).unwrap();
     assert!(r.hit_ratio <= r.ideal_hit_ratio + 1e-12);
     assert_eq!(r.prefill_tokens + r.cached_tokens, r.prompt_tokens);
     for w in 0..4 {
@@ -171,9 +171,7 @@ fn bad_cluster_configs_are_errors() {
     ));
     // A router with more workers than the fleet is caught, not a panic.
     let sim = Simulation::new(vec![Request::new(0.0, vec![1; 40], 1); 8], config(2, 16)).unwrap();
-    let err = sim
-        .run(&RoundRobinRouter::new(5).unwrap(), None)
-        .unwrap_err();
+    let err = sim.run(&RoundRobinRouter::new(5).unwrap()).unwrap_err();
     assert!(matches!(err, Error::UnknownWorker(_)));
 }
 

@@ -210,6 +210,10 @@ impl Policy for BalancedRouter {
         self.index.reset_worker(worker);
     }
 
+    fn sync(&self) -> Option<&dyn crate::CacheSync> {
+        Some(self)
+    }
+
     fn name(&self) -> &'static str {
         match self.config.scoring {
             Scoring::Weighted => "balanced_weighted",
@@ -246,5 +250,17 @@ impl crate::CacheSync for BalancedRouter {
     ) -> Result<(), Error> {
         self.fleet.check(worker)?;
         self.index.report_cached(worker, tokens, cached_tokens)
+    }
+
+    fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[crate::TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index
+            .report_cached_salted(worker, salt, tokens, cached_tokens)
     }
 }

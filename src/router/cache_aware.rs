@@ -146,6 +146,10 @@ impl Policy for CacheAwareRouter {
         self.index.reset_worker(worker);
     }
 
+    fn sync(&self) -> Option<&dyn crate::CacheSync> {
+        Some(self)
+    }
+
     fn name(&self) -> &'static str {
         "cache_aware"
     }
@@ -179,5 +183,17 @@ impl crate::CacheSync for CacheAwareRouter {
     ) -> Result<(), Error> {
         self.fleet.check(worker)?;
         self.index.report_cached(worker, tokens, cached_tokens)
+    }
+
+    fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[crate::TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index
+            .report_cached_salted(worker, salt, tokens, cached_tokens)
     }
 }

@@ -118,30 +118,6 @@ impl CacheIndex {
         mirror.tree.memory_bytes() + mirror.sync.memory_bytes() + core::mem::size_of::<Self>()
     }
 
-    /// Like [`CacheSync::report_cached`], for requests routed with a salt.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WorkerOutOfRange`] for a worker id at or above
-    /// [`RadixTree::MAX_WORKERS`].
-    pub fn report_cached_salted(
-        &self,
-        worker: WorkerId,
-        salt: &[u8],
-        tokens: &[TokenId],
-        cached_tokens: usize,
-    ) -> Result<(), Error> {
-        let mirror = &mut *self.lock();
-        mirror.sync.report(
-            &self.hasher,
-            &mut mirror.tree,
-            worker,
-            salt,
-            tokens,
-            cached_tokens,
-        )
-    }
-
     /// How many leading tokens of `tokens` (salted with `salt`) `worker` is believed to hold.
     #[must_use]
     pub fn cached_tokens(&self, worker: WorkerId, salt: &[u8], tokens: &[crate::TokenId]) -> usize {
@@ -231,6 +207,24 @@ impl CacheSync for CacheIndex {
         cached_tokens: usize,
     ) -> Result<(), Error> {
         self.report_cached_salted(worker, &[], tokens, cached_tokens)
+    }
+
+    fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        let mirror = &mut *self.lock();
+        mirror.sync.report(
+            &self.hasher,
+            &mut mirror.tree,
+            worker,
+            salt,
+            tokens,
+            cached_tokens,
+        )
     }
 }
 

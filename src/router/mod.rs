@@ -307,6 +307,14 @@ pub trait Router: Send + Sync {
     fn name(&self) -> &'static str {
         "custom"
     }
+
+    /// The router's mirror sync, for routers that keep one
+    /// ([`BalancedRouter`](crate::BalancedRouter), [`CacheAwareRouter`](crate::CacheAwareRouter)),
+    /// so that a host holding an `Arc<dyn Router>` can feed events and feedback to it.
+    /// The default: `None`.
+    fn cache_sync(&self) -> Option<&dyn crate::CacheSync> {
+        None
+    }
 }
 
 /// A decision that releases its load when dropped.
@@ -384,6 +392,9 @@ pub(crate) trait Policy: Send + Sync {
     fn worker_added(&self, _worker: WorkerId) {}
     fn worker_removed(&self, _worker: WorkerId) {}
     fn name(&self) -> &'static str;
+    fn sync(&self) -> Option<&dyn crate::CacheSync> {
+        None
+    }
 }
 
 impl<P: Policy> Router for P {
@@ -445,6 +456,10 @@ impl<P: Policy> Router for P {
 
     fn name(&self) -> &'static str {
         Policy::name(self)
+    }
+
+    fn cache_sync(&self) -> Option<&dyn crate::CacheSync> {
+        self.sync()
     }
 }
 

@@ -157,9 +157,8 @@ impl SimReport {
 /// config.workers = 4;
 /// config.measure_decision_time = false;
 /// let sim = Simulation::new(requests, config)?;
-/// let rr = sim.run(&RoundRobinRouter::new(4)?, None)?;
-/// let router = CacheAwareRouter::new(4)?;
-/// let ca = sim.run(&router, Some(&router))?;
+/// let rr = sim.run(&RoundRobinRouter::new(4)?)?;
+/// let ca = sim.run(&CacheAwareRouter::new(4)?)?;
 /// assert!(ca.hit_ratio > rr.hit_ratio);
 /// # Ok::<(), prefix_router::Error>(())
 /// ```
@@ -332,19 +331,15 @@ impl Simulation {
     }
 
     /// Replays the workload through `router` (which must route over workers
-    /// `0..config.workers`), feeding `sync` (usually the same router) as
+    /// `0..config.workers`), feeding its [`cache_sync`](Router::cache_sync) as
     /// [`ClusterConfig::sync`] says.
     ///
     /// # Errors
     ///
     /// [`Error::UnknownWorker`] when the router picks a worker outside the fleet; any
     /// routing error.
-    pub fn run(
-        &self,
-        router: &dyn Router,
-        sync: Option<&dyn CacheSync>,
-    ) -> Result<SimReport, Error> {
-        self.run_with_progress(router, sync, &mut |_, _| {})
+    pub fn run(&self, router: &dyn Router) -> Result<SimReport, Error> {
+        self.run_with_progress(router, &mut |_, _| {})
     }
 
     /// Like [`run`](Self::run), calling `progress(routed, total)` after every routed
@@ -356,10 +351,13 @@ impl Simulation {
     pub fn run_with_progress(
         &self,
         router: &dyn Router,
-        sync: Option<&dyn CacheSync>,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<SimReport, Error> {
         let cfg = &self.config;
+        let sync = match cfg.sync {
+            SyncMode::None => None,
+            SyncMode::Feedback => router.cache_sync(),
+        };
         let bs = cfg.block_size;
         let workers = cfg.workers as usize;
         let mut fleet: Vec<WorkerSim> = (0..workers)
@@ -525,7 +523,7 @@ impl Simulation {
         let uncached = flight.tokens.len() - cached;
         worker.prefill_tokens += uncached as u64;
         worker.busy = true;
-        if let (SyncMode::Feedback, Some(sync)) = (self.config.sync, sync) {
+        if let Some(sync) = sync {
             sync.report_cached(WorkerId::new(w as u32), &flight.tokens, cached)?;
         }
         let done = now + uncached as f64 / self.config.prefill_tokens_per_s;

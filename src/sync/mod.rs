@@ -166,4 +166,26 @@ pub trait CacheSync {
         tokens: &[TokenId],
         cached_tokens: usize,
     ) -> Result<(), Error>;
+
+    /// Like [`report_cached`](Self::report_cached) for a request routed with a salt
+    /// ([`RouteRequest::with_salt`](crate::RouteRequest::with_salt)). The default handles
+    /// the empty salt and ignores other reports; the crate's implementations handle every
+    /// salt.
+    ///
+    /// # Errors
+    ///
+    /// As [`report_cached`](Self::report_cached).
+    fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        if salt.is_empty() {
+            self.report_cached(worker, tokens, cached_tokens)
+        } else {
+            Ok(())
+        }
+    }
 }

@@ -33,8 +33,10 @@ impl WorkerId {
         self.0
     }
 
+    /// The worker's index as a `usize`, for indexing a host's per-worker arrays.
     #[inline]
-    pub(crate) const fn index(self) -> usize {
+    #[must_use]
+    pub const fn index(self) -> usize {
         self.0 as usize
     }
 }

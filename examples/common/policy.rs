@@ -1,0 +1,89 @@
+//! Building any of the crate's routers by name, shared by the examples.
+
+use std::sync::Arc;
+
+use prefix_router::{
+    AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
+    CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Error, IndexConfig,
+    LeastLoadedRouter, PowerOfTwoRouter, RoundRobinRouter, Router, Scoring,
+};
+
+/// Every policy name, the recommended one last.
+pub(crate) const POLICIES: [&str; 8] = [
+    "round_robin",
+    "least_loaded",
+    "power_of_two",
+    "consistent_hash",
+    "affinity",
+    "cache_aware",
+    "balanced_weighted",
+    "balanced",
+];
+
+/// Settings the examples expose as flags.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PolicyOptions {
+    pub(crate) block_size: usize,
+    /// Each worker's KV capacity in tokens: bounds the routers' mirrors.
+    pub(crate) capacity_tokens: Option<usize>,
+    pub(crate) prefill_tokens_per_s: f64,
+    pub(crate) alpha: Option<f64>,
+    pub(crate) miss_weight: Option<f64>,
+}
+
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            capacity_tokens: None,
+            prefill_tokens_per_s: 33_000.0,
+            alpha: None,
+            miss_weight: None,
+        }
+    }
+}
+
+/// Boxes a freshly built router.
+fn arc<R: Router + 'static>(r: Result<R, Error>) -> Result<Arc<dyn Router>, Error> {
+    r.map(|r| Arc::new(r) as Arc<dyn Router>)
+}
+
+/// The router called `name` over workers `0..workers`; `None` for an unknown name.
+pub(crate) fn build(
+    name: &str,
+    workers: u32,
+    o: &PolicyOptions,
+) -> Option<Result<Arc<dyn Router>, Error>> {
+    let mut index = IndexConfig::default();
+    index.block_size = o.block_size;
+    index.worker_capacity_blocks = o.capacity_tokens.map(|c| c / o.block_size.max(1));
+    let mut balanced = BalancedConfig::default();
+    balanced.index = index;
+    balanced.prefill_tokens_per_s = o.prefill_tokens_per_s;
+    if let Some(alpha) = o.alpha {
+        balanced.alpha = alpha;
+    }
+    if let Some(w) = o.miss_weight {
+        balanced.miss_weight = w;
+    }
+    let mut cache_aware = CacheAwareConfig::default();
+    cache_aware.index = index;
+    let mut ring = ConsistentHashConfig::default();
+    ring.block_size = o.block_size;
+    let mut affinity = AffinityConfig::default();
+    affinity.ring = ring;
+    Some(match name {
+        "round_robin" => arc(RoundRobinRouter::new(workers)),
+        "least_loaded" => arc(LeastLoadedRouter::new(workers)),
+        "power_of_two" => arc(PowerOfTwoRouter::new(workers)),
+        "consistent_hash" => arc(ConsistentHashRouter::with_config(workers, ring)),
+        "affinity" => arc(AffinityRouter::with_config(workers, affinity)),
+        "cache_aware" => arc(CacheAwareRouter::with_config(workers, cache_aware)),
+        "balanced_weighted" => {
+            balanced.scoring = Scoring::Weighted;
+            arc(BalancedRouter::with_config(workers, balanced))
+        }
+        "balanced" => arc(BalancedRouter::with_config(workers, balanced)),
+        _ => return None,
+    })
+}

@@ -1,0 +1,257 @@
+//! The gateway: an OpenAI-compatible reverse proxy that routes with `prefix_router`.
+//!
+//! Shared by `examples/gateway/main.rs` (the binary) and `tests/gateway.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use prefix_router::{Error, RouteDecision, RouteRequest, Router, TokenId, WorkerId};
+use serde_json::{Value, json};
+
+/// Per-upstream counters the gateway keeps beside the router's load.
+#[derive(Default)]
+pub(crate) struct UpstreamStats {
+    predicted_cached_tokens: AtomicU64,
+    reported_cached_tokens: AtomicU64,
+    prompt_tokens: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// The gateway's state: the router, the upstream workers (worker `i` is `upstreams[i]`).
+pub(crate) struct Gateway {
+    router: Arc<dyn Router>,
+    upstreams: Vec<String>,
+    stats: Vec<UpstreamStats>,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`) with
+    /// `router`, which must route over workers `0..upstreams.len()`.
+    pub(crate) fn new(router: Arc<dyn Router>, upstreams: Vec<String>) -> Arc<Self> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .timeout(std::time::Duration::from_secs(120))
+            .build()
+            .unwrap_or_default();
+        Arc::new(Self {
+            stats: upstreams.iter().map(|_| UpstreamStats::default()).collect(),
+            router,
+            upstreams,
+            client,
+        })
+    }
+}
+
+/// The HTTP routes: `POST /v1/completions`, `GET /stats`, `GET /health`.
+pub(crate) fn app(gateway: Arc<Gateway>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/stats", get(stats))
+        .route("/health", get(health))
+        .with_state(gateway)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let kind = if status == StatusCode::BAD_REQUEST {
+        "invalid_request_error"
+    } else {
+        "upstream_error"
+    };
+    (
+        status,
+        Json(json!({"error": {"message": message.into(), "type": kind}})),
+    )
+        .into_response()
+}
+
+/// What the gateway takes from a request body; the body itself is forwarded unchanged.
+struct Parsed {
+    tokens: Vec<TokenId>,
+    model: Option<String>,
+    user: Option<String>,
+}
+
+fn parse(body: &[u8]) -> Result<Parsed, String> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let Some(object) = value.as_object() else {
+        return Err("the body must be a JSON object".into());
+    };
+    let tokens = match object.get("prompt") {
+        None => return Err("missing \"prompt\": an array of token IDs".into()),
+        Some(Value::String(_)) => {
+            return Err(
+                "\"prompt\" is text: this gateway routes on token IDs, send an array of integers"
+                    .into(),
+            );
+        }
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.as_u64()
+                    .and_then(|t| TokenId::try_from(t).ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "\"prompt\"[{i}] = {t} is not a token ID (an integer 0..=4294967295)"
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return Err("\"prompt\" must be an array of token IDs".into()),
+    };
+    if tokens.is_empty() {
+        return Err("\"prompt\" is empty: send at least one token ID".into());
+    }
+    let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_owned);
+    Ok(Parsed {
+        tokens,
+        model: text("model"),
+        user: text("user"),
+    })
+}
+
+async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    let parsed = match parse(&body) {
+        Ok(p) => p,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let session = headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(parsed.user);
+    let salt = parsed.model.unwrap_or_default();
+    let mut request = RouteRequest::new(&parsed.tokens).with_salt(salt.as_bytes());
+    if let Some(s) = &session {
+        request = request.with_session(s);
+    }
+    // One retry on another worker when an upstream cannot be reached.
+    for _ in 0..2 {
+        let decision = match gw.router.route(&request) {
+            Ok(d) => d,
+            Err(Error::NoWorkers) => break,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        match forward(&gw, &decision, &body).await {
+            Ok((status, upstream_body)) => {
+                gw.router.first_token(&decision);
+                let response =
+                    respond(&gw, &decision, &parsed.tokens, &salt, status, upstream_body);
+                gw.router.complete(&decision);
+                return response;
+            }
+            Err(()) => {
+                gw.stats[decision.worker().index()]
+                    .failures
+                    .fetch_add(1, Relaxed);
+                let _ = gw.router.set_available(decision.worker(), false);
+                gw.router.complete(&decision);
+            }
+        }
+    }
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no upstream worker is available: every worker is down or draining",
+    )
+}
+
+/// Sends the body unchanged to the chosen upstream; `Err` when it cannot be reached.
+async fn forward(gw: &Gateway, decision: &RouteDecision, body: &Bytes) -> Result<(u16, Bytes), ()> {
+    let url = format!("{}/v1/completions", gw.upstreams[decision.worker().index()]);
+    let response = gw
+        .client
+        .post(url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .map_err(|_| ())?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.map_err(|_| ())?;
+    Ok((status, bytes))
+}
+
+/// Reads the upstream's reported cached tokens, feeds them back to the router, and returns
+/// the upstream's response with the routing decision in headers.
+fn respond(
+    gw: &Gateway,
+    decision: &RouteDecision,
+    tokens: &[TokenId],
+    salt: &str,
+    status: u16,
+    body: Bytes,
+) -> Response {
+    let w = decision.worker();
+    let stats = &gw.stats[w.index()];
+    let reported = serde_json::from_slice::<Value>(&body).ok().and_then(|v| {
+        v.pointer("/usage/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+    });
+    if let Some(cached) = reported {
+        stats.reported_cached_tokens.fetch_add(cached, Relaxed);
+        stats
+            .predicted_cached_tokens
+            .fetch_add(decision.cached_tokens() as u64, Relaxed);
+        stats.prompt_tokens.fetch_add(tokens.len() as u64, Relaxed);
+        if let Some(sync) = gw.router.cache_sync() {
+            let _ = sync.report_cached_salted(w, salt.as_bytes(), tokens, cached as usize);
+        }
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = (status, body).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert("x-routed-worker", HeaderValue::from(w.get()));
+    h.insert(
+        "x-predicted-cached-tokens",
+        HeaderValue::from(decision.cached_tokens() as u64),
+    );
+    response
+}
+
+async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
+    let workers: Vec<Value> = gw
+        .upstreams
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            let w = WorkerId::new(i as u32);
+            let load = gw.router.load(w);
+            let s = &gw.stats[i];
+            json!({
+                "worker": i,
+                "upstream": url,
+                "available": load.map(|l| l.available),
+                "in_flight": load.map(|l| l.in_flight),
+                "routed": load.map(|l| l.routed),
+                "predicted_cached_tokens": s.predicted_cached_tokens.load(Relaxed),
+                "reported_cached_tokens": s.reported_cached_tokens.load(Relaxed),
+                "prompt_tokens": s.prompt_tokens.load(Relaxed),
+                "failures": s.failures.load(Relaxed),
+            })
+        })
+        .collect();
+    Json(json!({"policy": gw.router.name(), "workers": workers}))
+}
+
+async fn health(State(gw): State<Arc<Gateway>>) -> Json<Value> {
+    let available = (0..gw.upstreams.len())
+        .filter(|&i| {
+            gw.router
+                .load(WorkerId::new(i as u32))
+                .is_some_and(|l| l.available)
+        })
+        .count();
+    Json(json!({"status": "ok", "available_workers": available}))
+}

@@ -1,0 +1,296 @@
+//! The gateway example over real loopback HTTP: mock workers with their own prefix caches,
+//! the gateway in front, requests from a client. Everything is started and stopped here,
+//! bounded in count and time.
+
+#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
+
+#[path = "../examples/gateway/app.rs"]
+mod app;
+#[path = "../examples/gateway/mock.rs"]
+mod mock;
+#[path = "../examples/common/policy.rs"]
+mod policy;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// A mock worker on its own thread and runtime, so that killing it closes every socket.
+struct Upstream {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Upstream {
+    fn start(capacity_blocks: usize) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let app = mock::mock_app(mock::MockWorker::new(capacity_blocks));
+                let server = axum::serve(listener, app);
+                tokio::select! {
+                    _ = server => {}
+                    _ = stopped => {}
+                }
+            });
+            // Dropping the runtime here ends every connection task.
+        });
+        Self {
+            url,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts a gateway with `policy` over `upstreams`; returns its base URL.
+async fn gateway(policy: &str, upstreams: &[&Upstream]) -> String {
+    let options = policy::PolicyOptions::default();
+    let router = policy::build(policy, upstreams.len() as u32, &options)
+        .unwrap()
+        .unwrap();
+    let gw = app::Gateway::new(router, upstreams.iter().map(|u| u.url.clone()).collect());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app::app(gw)).await });
+    url
+}
+
+async fn get(client: &reqwest::Client, url: String) -> Value {
+    let text = client.get(url).send().await.unwrap().text().await.unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+async fn post(
+    client: &reqwest::Client,
+    gw: &str,
+    body: &Value,
+    session: Option<&str>,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let mut req = client
+        .post(format!("{gw}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(s) = session {
+        req = req.header("x-session-id", s);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+/// 300 requests: one-off questions on 3 shared system prompts, and 25 conversations of 10
+/// turns (each turn the history plus a new message), shuffled within each round.
+fn workload() -> Vec<(Vec<u32>, Option<String>)> {
+    let mut seed = 7u64;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as u32 % 150_000
+    };
+    let systems: Vec<Vec<u32>> = (0..3).map(|_| (0..128).map(|_| next()).collect()).collect();
+    let mut histories: Vec<Vec<u32>> = (0..25).map(|s| systems[s % 3].clone()).collect();
+    let mut out = Vec::new();
+    for round in 0..10 {
+        let mut batch = Vec::new();
+        for (s, history) in histories.iter_mut().enumerate() {
+            history.extend((0..160).map(|_| next()));
+            batch.push((history.clone(), Some(format!("chat-{s}"))));
+            history.extend((0..64).map(|_| next())); // the answer
+        }
+        for q in 0..5 {
+            let mut p = systems[(round + q) % 3].clone();
+            p.extend((0..256).map(|_| next()));
+            batch.push((p, None));
+        }
+        for i in (1..batch.len()).rev() {
+            batch.swap(i, next() as usize % (i + 1));
+        }
+        out.extend(batch);
+    }
+    out
+}
+
+/// Reported hit ratio (from the workers' own usage numbers) of `policy` on the workload.
+/// Each worker caches 1,000 blocks (16,000 tokens): together the three hold most of the
+/// conversations' prefixes once (about 59,000 tokens by the last round), nowhere near three
+/// times over, which is what spreading every conversation over every worker needs.
+async fn hit_ratio(policy: &str) -> f64 {
+    let ups: Vec<Upstream> = (0..3).map(|_| Upstream::start(1_000)).collect();
+    let gw = gateway(policy, &ups.iter().collect::<Vec<_>>()).await;
+    let client = client();
+    let (mut cached, mut total) = (0u64, 0u64);
+    for (tokens, session) in workload() {
+        let body = json!({"model": "m", "prompt": tokens, "max_tokens": 1});
+        let (status, v, _) = post(&client, &gw, &body, session.as_deref()).await;
+        assert_eq!(status, 200, "{v}");
+        cached += v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        total += v["usage"]["prompt_tokens"].as_u64().unwrap();
+    }
+    cached as f64 / total as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_aware_routing_doubles_the_hit_ratio_of_round_robin() {
+    let rr = hit_ratio("round_robin").await;
+    let balanced = hit_ratio("balanced").await;
+    let cache_aware = hit_ratio("cache_aware").await;
+    eprintln!(
+        "reported hit ratio: round robin {rr:.3}, balanced {balanced:.3}, cache_aware {cache_aware:.3}"
+    );
+    assert!(
+        balanced >= 2.0 * rr,
+        "balanced {balanced} vs round robin {rr}"
+    );
+    assert!(
+        cache_aware >= 2.0 * rr,
+        "cache_aware {cache_aware} vs round robin {rr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_makes_predictions_match_an_aggressively_evicting_worker() {
+    // 8 blocks of capacity for prompts of 20 blocks: the worker keeps only the first 8.
+    let up = Upstream::start(8);
+    let gw = gateway("balanced", &[&up]).await;
+    let client = client();
+    let prompts: Vec<Vec<u32>> = (0..3u32)
+        .map(|p| (0..320).map(|i| p * 1_000 + i).collect())
+        .collect();
+    for round in 0..4 {
+        for (i, prompt) in prompts.iter().enumerate() {
+            let (status, v, headers) = post(&client, &gw, &json!({"prompt": prompt}), None).await;
+            assert_eq!(status, 200);
+            let reported = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap();
+            let predicted: u64 = headers["x-predicted-cached-tokens"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            if round >= 2 {
+                assert_eq!(predicted, reported, "round {round}, prompt {i}");
+            }
+        }
+    }
+    let stats = get(&client, format!("{gw}/stats")).await;
+    assert_eq!(stats["workers"][0]["routed"], 12);
+    assert_eq!(stats["workers"][0]["in_flight"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_loses_no_request() {
+    let mut ups: Vec<Upstream> = (0..3).map(|_| Upstream::start(4_096)).collect();
+    let gw = gateway("balanced", &ups.iter().collect::<Vec<_>>()).await;
+    let client = client();
+    let (mut ok, mut unavailable) = (0, 0);
+    for i in 0..60u32 {
+        if i == 20 {
+            ups[1].kill();
+        }
+        let prompt: Vec<u32> = (0..64).map(|t| (i % 7) * 1_000 + t).collect();
+        let (status, v, _) = post(&client, &gw, &json!({"prompt": prompt}), None).await;
+        match status {
+            200 => ok += 1,
+            503 => {
+                assert!(v["error"]["message"].is_string(), "{v}");
+                unavailable += 1;
+            }
+            other => panic!("request {i}: status {other}: {v}"),
+        }
+    }
+    assert_eq!(ok + unavailable, 60, "every request got an answer");
+    assert_eq!(ok, 60, "two workers remain: the retry always finds one");
+    let health = get(&client, format!("{gw}/health")).await;
+    assert_eq!(health["available_workers"], 2);
+    let stats = get(&client, format!("{gw}/stats")).await;
+    assert_eq!(stats["workers"][1]["available"], false);
+    for w in 0..3 {
+        assert_eq!(stats["workers"][w]["in_flight"], 0, "worker {w}");
+    }
+    // With every worker gone the gateway answers 503 with a JSON error, and keeps serving.
+    ups[0].kill();
+    ups[2].kill();
+    let (status, v, _) = post(&client, &gw, &json!({"prompt": [1, 2, 3]}), None).await;
+    assert_eq!(status, 503);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no upstream worker")
+    );
+    let health = client.get(format!("{gw}/health")).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_a_400_with_a_clear_message() {
+    let up = Upstream::start(64);
+    let gw = gateway("cache_aware", &[&up]).await;
+    let client = client();
+    let cases: [(&str, &str); 7] = [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        (r#"{"prompt": "hello world"}"#, "is text"),
+        (
+            r#"{"prompt": [1, 4294967296]}"#,
+            "[1] = 4294967296 is not a token ID",
+        ),
+        (r#"{"prompt": [-3]}"#, "is not a token ID"),
+        (r#"{"prompt": []}"#, "is empty"),
+        (r#"{"model": "m"}"#, "missing \"prompt\""),
+    ];
+    for (body, needle) in cases {
+        let resp = client
+            .post(format!("{gw}/v1/completions"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{body}");
+        let v: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{body}: {message}");
+    }
+}
