@@ -29,10 +29,44 @@
 //! # Ok::<(), prefix_router::Error>(())
 //! ```
 //!
-//! ## Errors
+//! ## Bad input
 //!
 //! Bad input never panics: it is an [`Error`] with a message that says what was wrong and
-//! what is allowed, or a documented no-op.
+//! what is allowed, or a documented no-op. Each row has a test in `tests/bad_input.rs`.
+//!
+//! | entry point | bad input | result |
+//! |---|---|---|
+//! | `PrefixHasher::new`, `with_algorithm`, `IndexConfig::block_size` | block size 0 or above [`PrefixHasher::MAX_BLOCK_SIZE`] | [`Error::InvalidBlockSize`] |
+//! | `PrefixHasher::hash*`, `Router::route` | empty, sub-block or 1M-token prompt | no hashes / 0 cached tokens; a 1M-token prompt is hashed and mirrored whole |
+//! | `PrefixHasher::extend_chain` | a chain longer than the prompt | nothing appended |
+//! | `RadixTree::insert`, `touch`, `set_capacity` | worker id ≥ [`RadixTree::MAX_WORKERS`], empty blocks | no-op |
+//! | `RadixTree::remove`, `truncate`, `remove_worker` | unknown worker, blocks not held | no-op |
+//! | `RadixTree` (through any router) | more distinct prompts than [`TreeConfig`] allows | least recently used leaves evicted: memory stays bounded |
+//! | `X::new`, `X::with_config` (every router) | more than 4,096 workers | [`Error::WorkerOutOfRange`] |
+//! | every `*Config` | NaN, infinite or out-of-range values | [`Error::InvalidConfig`] naming the field and the allowed range |
+//! | `Router::route` | no worker registered or available | [`Error::NoWorkers`] |
+//! | `Router::complete`, `first_token` | twice, or after the worker was removed (and re-added) | no-op |
+//! | `Router::add_worker` | a registered id; an id ≥ 4,096 | [`Error::WorkerExists`]; [`Error::WorkerOutOfRange`] |
+//! | `Router::remove_worker`, `set_available`, `report_load` | unknown worker | [`Error::UnknownWorker`] |
+//! | `Router::report_load` | KV usage NaN or outside `0..=1` | [`Error::InvalidConfig`] |
+//! | `CacheSync::*` on a router; on a `CacheIndex` | unknown worker; id ≥ 4,096 | [`Error::UnknownWorker`]; [`Error::WorkerOutOfRange`] |
+//! | `CacheSync::apply_event` | tokens per block ≠ the router's; ragged tokens | [`Error::BlockSizeMismatch`] naming both; [`Error::InvalidEvent`] |
+//! | `CacheSync::apply_event` | duplicate, gapped or backwards sequence numbers | applied, reported as duplicates / [`Sequence::Gap`] / [`Sequence::Restart`] (mirror cleared) |
+//! | `CacheSync::apply_event` | unknown parent; removal of an unknown block | skipped and counted in [`SyncOutcome`] |
+//! | `sync::vllm::decode_batch` | truncated, wrong types, huge lengths, unknown tags, trailing bytes | [`Error::Decode`] |
+//! | `sim::load_mooncake`, `parse_mooncake` | a malformed line; an unreadable file | [`Error::Trace`] with the line number (0 for the file) |
+//! | `sim::Simulation::new`, `run` | 0 workers, NaN rates, capacity below one block; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
+//!
+//! ## Hash flooding
+//!
+//! An attacker who knows the hash algorithm and seed can craft prompts whose blocks collide,
+//! to steer traffic onto a worker or to degrade the mirror's maps. The defences: a secret
+//! per-deployment seed ([`PrefixHasher::with_seed`], [`IndexConfig::seed`]; every router
+//! replica sharing a mirror uses the same one), and [`HashAlgorithm::Sha256`] where tenants
+//! may be hostile (a second preimage costs about 2^64 work; hashes are 64 bits, so finding
+//! *some* pair of colliding prompts costs about 2^32). Internal maps use a fixed, seedless
+//! hasher over values that are already hashes, so their behaviour is deterministic; with a
+//! secret seed an attacker cannot aim at their buckets.
 //!
 //! ## Crate features
 //!

@@ -544,6 +544,8 @@ mod vllm_vectors {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5_000))]
+
         #[test]
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_batch(&bytes);

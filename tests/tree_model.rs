@@ -253,7 +253,7 @@ fn raw_prompts() -> impl Strategy<Value = Vec<Vec<BlockHash>>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn tree_matches_model_on_chained_hashes(
