@@ -32,6 +32,24 @@ pub(crate) trait Linked {
     fn set_next(&mut self, next: u32);
 }
 
+/// Implements [`Linked`] for an arena item through its two link fields.
+macro_rules! linked {
+    ($item:ty, $prev:ident, $next:ident) => {
+        impl $crate::list::Linked for $item {
+            fn links(&self) -> (u32, u32) {
+                (self.$prev, self.$next)
+            }
+            fn set_prev(&mut self, prev: u32) {
+                self.$prev = prev;
+            }
+            fn set_next(&mut self, next: u32) {
+                self.$next = next;
+            }
+        }
+    };
+}
+pub(crate) use linked;
+
 pub(crate) fn unlink<T: Linked>(items: &mut [T], list: &mut List, i: u32) {
     let (prev, next) = items[i as usize].links();
     if prev == NIL {

@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 use super::baseline::least_loaded;
 use super::consistent::Ring;
 use super::{Candidate, Fleet, Policy, RouteRequest, Selection, check_range};
-use crate::list::{Linked, List, NIL, link_before, unlink};
+use crate::list::{List, NIL, link_before, unlink};
 use crate::tree::FoldMap;
 use crate::{ConsistentHashConfig, Error, WorkerId};
 
@@ -57,17 +57,7 @@ struct Entry {
     next: u32,
 }
 
-impl Linked for Entry {
-    fn links(&self) -> (u32, u32) {
-        (self.prev, self.next)
-    }
-    fn set_prev(&mut self, prev: u32) {
-        self.prev = prev;
-    }
-    fn set_next(&mut self, next: u32) {
-        self.next = next;
-    }
-}
+crate::list::linked!(Entry, prev, next);
 
 /// session key → worker, bounded, least recently used forgotten first.
 #[derive(Debug, Default)]

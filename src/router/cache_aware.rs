@@ -3,8 +3,8 @@
 use super::baseline::least_loaded;
 use super::index::Scored;
 use super::{
-    CacheIndex, Candidate, Fleet, IndexConfig, Policy, RouteRequest, Selection, check_range,
-    pick_min,
+    CacheIndex, Candidate, Fleet, IndexConfig, Indexed, Policy, RouteRequest, Selection,
+    check_range, pick_min,
 };
 use crate::{Error, WorkerId};
 
@@ -155,45 +155,8 @@ impl Policy for CacheAwareRouter {
     }
 }
 
-impl crate::CacheSync for CacheAwareRouter {
-    fn apply_event(
-        &self,
-        worker: WorkerId,
-        seq: u64,
-        event: &crate::CacheEvent,
-    ) -> Result<crate::SyncOutcome, Error> {
-        self.fleet.check(worker)?;
-        self.index.apply_event(worker, seq, event)
-    }
-
-    fn replace_worker_cache(
-        &self,
-        worker: WorkerId,
-        prefixes: &[&[crate::TokenId]],
-    ) -> Result<(), Error> {
-        self.fleet.check(worker)?;
-        self.index.replace_worker_cache(worker, prefixes)
-    }
-
-    fn report_cached(
-        &self,
-        worker: WorkerId,
-        tokens: &[crate::TokenId],
-        cached_tokens: usize,
-    ) -> Result<(), Error> {
-        self.fleet.check(worker)?;
-        self.index.report_cached(worker, tokens, cached_tokens)
-    }
-
-    fn report_cached_salted(
-        &self,
-        worker: WorkerId,
-        salt: &[u8],
-        tokens: &[crate::TokenId],
-        cached_tokens: usize,
-    ) -> Result<(), Error> {
-        self.fleet.check(worker)?;
-        self.index
-            .report_cached_salted(worker, salt, tokens, cached_tokens)
+impl Indexed for CacheAwareRouter {
+    fn index(&self) -> &CacheIndex {
+        &self.index
     }
 }

@@ -397,6 +397,49 @@ pub(crate) trait Policy: Send + Sync {
     }
 }
 
+/// A policy that keeps a cache index: [`CacheSync`](crate::CacheSync) is implemented once
+/// for all of them, checking that the worker is registered and delegating to the index.
+pub(crate) trait Indexed: Policy {
+    fn index(&self) -> &CacheIndex;
+}
+
+impl<P: Indexed> crate::CacheSync for P {
+    fn apply_event(
+        &self,
+        worker: WorkerId,
+        seq: u64,
+        event: &crate::CacheEvent,
+    ) -> Result<crate::SyncOutcome, Error> {
+        self.fleet().check(worker)?;
+        Indexed::index(self).apply_event(worker, seq, event)
+    }
+
+    fn replace_worker_cache(&self, worker: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error> {
+        self.fleet().check(worker)?;
+        Indexed::index(self).replace_worker_cache(worker, prefixes)
+    }
+
+    fn report_cached(
+        &self,
+        worker: WorkerId,
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.report_cached_salted(worker, &[], tokens, cached_tokens)
+    }
+
+    fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.fleet().check(worker)?;
+        Indexed::index(self).report_cached_salted(worker, salt, tokens, cached_tokens)
+    }
+}
+
 impl<P: Policy> Router for P {
     fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
         let mut candidates = Candidates::new();

@@ -109,29 +109,9 @@ impl WorkerState {
     };
 }
 
-impl Linked for Node {
-    fn links(&self) -> (u32, u32) {
-        (self.lru_prev, self.lru_next)
-    }
-    fn set_prev(&mut self, prev: u32) {
-        self.lru_prev = prev;
-    }
-    fn set_next(&mut self, next: u32) {
-        self.lru_next = next;
-    }
-}
+crate::list::linked!(Node, lru_prev, lru_next);
 
-impl Linked for Holding {
-    fn links(&self) -> (u32, u32) {
-        (self.prev, self.next)
-    }
-    fn set_prev(&mut self, prev: u32) {
-        self.prev = prev;
-    }
-    fn set_next(&mut self, next: u32) {
-        self.next = next;
-    }
-}
+crate::list::linked!(Holding, prev, next);
 
 /// One mirror of every worker's prefix cache.
 ///
