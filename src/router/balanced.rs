@@ -138,11 +138,7 @@ impl BalancedRouter {
             f64::MIN_POSITIVE..=f64::MAX,
             "a positive number of tokens per second",
         )?;
-        let fleet = Fleet::new(num_workers)?;
-        let index = CacheIndex::new(config.index)?;
-        for w in fleet.workers() {
-            index.reset_worker(w);
-        }
+        let (fleet, index) = CacheIndex::with_fleet(num_workers, config.index)?;
         Ok(Self {
             fleet,
             index,

@@ -83,11 +83,7 @@ impl CacheAwareRouter {
             1.0..=f64::MAX,
             "at least 1.0",
         )?;
-        let fleet = Fleet::new(num_workers)?;
-        let index = CacheIndex::new(config.index)?;
-        for w in fleet.workers() {
-            index.reset_worker(w);
-        }
+        let (fleet, index) = CacheIndex::with_fleet(num_workers, config.index)?;
         Ok(Self {
             fleet,
             index,

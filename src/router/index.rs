@@ -95,6 +95,20 @@ impl CacheIndex {
         })
     }
 
+    /// A fleet of workers `0..num_workers` and an index over it, each worker's mirror
+    /// bounded as configured: what every cache-aware policy starts from.
+    pub(crate) fn with_fleet(
+        num_workers: u32,
+        config: IndexConfig,
+    ) -> Result<(super::Fleet, Self), Error> {
+        let fleet = super::Fleet::new(num_workers)?;
+        let index = Self::new(config)?;
+        for w in fleet.workers() {
+            index.reset_worker(w);
+        }
+        Ok((fleet, index))
+    }
+
     /// The hasher the index uses.
     #[must_use]
     pub fn hasher(&self) -> &PrefixHasher {
