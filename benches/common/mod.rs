@@ -2,7 +2,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use prefix_router::{BlockHash, RadixTree, WorkerId};
+use prefix_router::{BlockHash, RadixTree, TreeConfig, WorkerId};
 
 /// SplitMix64: small, seeded, deterministic.
 pub struct Rng(pub u64);
@@ -114,7 +114,11 @@ pub fn loaded_tree(
     seed: u64,
 ) -> (RadixTree, Vec<(WorkerId, Vec<BlockHash>)>, Workload) {
     let mut wl = Workload::new(seed);
-    let mut tree = RadixTree::new();
+    // Chained comparison, as the routers' cache index uses it: the workload's block hashes
+    // name their prefixes, as a PrefixHasher's do.
+    let mut config = TreeConfig::default();
+    config.chained = true;
+    let mut tree = RadixTree::with_config(config);
     let mut inserted = Vec::new();
     let mut held = 0;
     while held < pairs {

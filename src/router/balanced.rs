@@ -185,13 +185,18 @@ impl Policy for BalancedRouter {
                         -(alpha * scored.fraction_of(c) + (1.0 - alpha) * load)
                     })
                 }
-                Scoring::PredictedTtft => pick_min(candidates, salt, |_, c| {
-                    let miss = (scored.tokens - scored.cached_of(c)) as f64;
-                    let work = c.prefill_tokens as f64 + self.config.miss_weight * miss;
-                    // Equal costs (an idle fleet, a new prefix): balance the prefill work
-                    // handed out so far.
-                    (work / self.config.prefill_tokens_per_s, c.assigned_prefill)
-                }),
+                Scoring::PredictedTtft => {
+                    // Ordering by work is ordering by time: the prefill rate is the same
+                    // for every worker, so the division is left out.
+                    let weight = self.config.miss_weight;
+                    pick_min(candidates, salt, |_, c| {
+                        let miss = (scored.tokens - scored.cached_of(c)) as f64;
+                        let work = c.prefill_tokens as f64 + weight * miss;
+                        // Equal costs (an idle fleet, a new prefix): balance the prefill
+                        // work handed out so far.
+                        (work, c.assigned_prefill)
+                    })
+                }
             }
             .unwrap_or(0)
         });

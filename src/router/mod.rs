@@ -107,20 +107,21 @@ impl<'a> RouteRequest<'a> {
     }
 
     /// A 64-bit key of the request for tie-breaks and hashing policies: the session when
-    /// there is one, else the salt and the first 64 tokens.
+    /// there is one, else the prompt's length and first 8 tokens with the salt. Cheap: it
+    /// is computed on every route.
     pub(crate) fn key(&self) -> u64 {
-        use xxhash_rust::xxh3::xxh3_64_with_seed;
-        match self.session {
-            Some(s) => xxh3_64_with_seed(s.as_bytes(), 0x5345_5353),
-            None => {
-                let head = &self.tokens[..self.tokens.len().min(64)];
-                let mut bytes = [0u8; 256];
-                for (chunk, t) in bytes.chunks_exact_mut(4).zip(head) {
-                    chunk.copy_from_slice(&t.to_le_bytes());
-                }
-                xxh3_64_with_seed(&bytes[..head.len() * 4], xxh3_64_with_seed(self.salt, 0))
-            }
+        use xxhash_rust::xxh3::xxh3_64;
+        if let Some(s) = self.session {
+            return xxh3_64(s.as_bytes());
         }
+        let mut key = mix64(self.tokens.len() as u64 ^ 0x5EED);
+        if !self.salt.is_empty() {
+            key ^= xxh3_64(self.salt);
+        }
+        for &t in self.tokens.iter().take(8) {
+            key = mix64(key ^ u64::from(t));
+        }
+        key
     }
 }
 

@@ -56,6 +56,9 @@ pub(super) struct Node {
     pub(super) edge_len: u32,
     /// Blocks above this node's edge.
     pub(super) depth: u32,
+    /// The edge's last block, kept beside the node so that a walk over a whole edge of
+    /// chained hashes compares it without reading the pool.
+    pub(super) last: BlockHash,
     /// Global LRU links.
     pub(super) lru_prev: u32,
     pub(super) lru_next: u32,
@@ -72,6 +75,7 @@ impl Node {
         edge_start: 0,
         edge_len: 0,
         depth: 0,
+        last: BlockHash::new(0),
         lru_prev: NIL,
         lru_next: NIL,
         stamp: 0,
@@ -237,12 +241,10 @@ fn common_prefix(a: &[BlockHash], b: &[BlockHash]) -> usize {
 /// Length of the common prefix of two runs of **chained** hashes: equal blocks at a depth
 /// mean equal prefixes, so equality is monotone and a binary search finds where they part.
 #[inline]
+/// `a[0] == b[0]` is known (the child map matched it), so it is not read again.
 fn chained_common_prefix(a: &[BlockHash], b: &[BlockHash]) -> usize {
     let n = a.len().min(b.len());
-    if n == 0 || a[0] != b[0] {
-        return 0;
-    }
-    if a[n - 1] == b[n - 1] {
+    if n <= 1 || a[n - 1] == b[n - 1] {
         return n;
     }
     // a[lo] == b[lo] and a[hi] != b[hi].
@@ -343,7 +345,7 @@ impl RadixTree {
                     leaf
                 }
                 Some(child) => {
-                    let common = self.common(self.edge(child), &blocks[pos..]);
+                    let common = self.common(child, &blocks[pos..]);
                     pos += common;
                     if common < self.nodes[child as usize].edge_len as usize {
                         self.split(child, common)
@@ -398,8 +400,8 @@ impl RadixTree {
             let Some(child) = self.child(node, blocks[pos]) else {
                 break;
             };
-            let edge = self.edge(child);
-            let common = self.common(edge, &blocks[pos..]);
+            let common = self.common(child, &blocks[pos..]);
+            let edge_len = self.nodes[child as usize].edge_len as usize;
             if node != ROOT {
                 // Holders of `node` that do not hold `child` match exactly `pos` blocks.
                 let (above, below) = (self.words(node), self.words(child));
@@ -414,7 +416,7 @@ impl RadixTree {
             }
             pos += common;
             node = child;
-            if common < edge.len() {
+            if common < edge_len {
                 break;
             }
         }
@@ -441,11 +443,11 @@ impl RadixTree {
             if !self.has_member(child, w) {
                 break;
             }
-            let edge = self.edge(child);
-            let common = self.common(edge, &blocks[pos..]);
+            let common = self.common(child, &blocks[pos..]);
+            let edge_len = self.nodes[child as usize].edge_len as usize;
             pos += common;
             node = child;
-            if common < edge.len() {
+            if common < edge_len {
                 break;
             }
         }
@@ -517,7 +519,7 @@ impl RadixTree {
                 break None;
             };
             let len = self.nodes[child as usize].edge_len as usize;
-            let common = self.common(self.edge(child), &blocks[pos..]);
+            let common = self.common(child, &blocks[pos..]);
             if keep < pos + common {
                 break Some((child, keep - pos));
             }
@@ -656,13 +658,21 @@ impl RadixTree {
         true
     }
 
-    /// Common prefix of an edge and a query, by the configured comparison.
+    /// Common prefix of an edge and a query, by the configured comparison. Both are
+    /// non-empty and their first blocks are equal: the edge was found in the child map by the
+    /// query's first block.
     #[inline]
-    fn common(&self, edge: &[BlockHash], query: &[BlockHash]) -> usize {
+    fn common(&self, node: u32, query: &[BlockHash]) -> usize {
         if self.config.chained {
-            chained_common_prefix(edge, query)
+            // A whole edge is matched when its last block is: no pool read.
+            let n = &self.nodes[node as usize];
+            let len = n.edge_len as usize;
+            if len <= query.len() && n.last == query[len - 1] {
+                return len;
+            }
+            chained_common_prefix(self.edge(node), query)
         } else {
-            common_prefix(edge, query)
+            1 + common_prefix(&self.edge(node)[1..], &query[1..])
         }
     }
 
@@ -742,6 +752,7 @@ impl RadixTree {
             edge_start: start,
             edge_len: blocks.len() as u32,
             depth: p.depth + p.edge_len,
+            last: blocks[blocks.len() - 1],
             ..Node::FREE
         });
         self.block_count += blocks.len();
@@ -856,6 +867,7 @@ impl RadixTree {
             edge_start: n.edge_start,
             edge_len: at,
             depth: n.depth,
+            last: self.pool[(n.edge_start + at - 1) as usize],
             lru_prev: NIL,
             lru_next: NIL,
             stamp: n.stamp,
@@ -1009,7 +1021,9 @@ impl RadixTree {
         let only_holder = self.nodes[node as usize].first_child == NIL
             && bits(self.words(node)).all(|holder| holder == w);
         if only_holder {
-            self.nodes[node as usize].edge_len -= count as u32;
+            let n = &mut self.nodes[node as usize];
+            n.edge_len -= count as u32;
+            n.last = self.pool[(n.edge_start + n.edge_len - 1) as usize];
             self.garbage += count;
             self.block_count -= count;
             self.workers[w].blocks -= count;

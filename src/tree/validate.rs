@@ -53,6 +53,9 @@ impl RadixTree {
             if n.edge_len == 0 || (n.edge_start + n.edge_len) as usize > self.pool.len() {
                 return fail(format!("node {id}: empty or out-of-pool edge"));
             }
+            if self.edge(id).last() != Some(&n.last) {
+                return fail(format!("node {id}: stale copy of the edge's last block"));
+            }
             let p = &self.nodes[n.parent as usize];
             if !self.alive(n.parent) || n.depth != p.depth + p.edge_len {
                 return fail(format!("node {id}: dead parent or wrong depth"));
