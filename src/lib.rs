@@ -29,6 +29,69 @@
 //! # Ok::<(), prefix_router::Error>(())
 //! ```
 //!
+//! ## Mirroring worker caches: [`RadixTree`]
+//!
+//! One tree holds every worker's cached prefixes (as block hashes); one walk tells how many
+//! leading blocks of a prompt **each** worker holds. Per-worker capacity evicts least
+//! recently used blocks, deepest first; [`TreeConfig`] bounds the whole tree.
+//!
+//! ```
+//! use prefix_router::{PrefixHasher, RadixTree, WorkerId};
+//!
+//! let hasher = PrefixHasher::new(16)?;
+//! let doc: Vec<u32> = (0..320).collect();
+//! let mut tree = RadixTree::new();
+//! tree.insert(WorkerId::new(2), &hasher.hash(&doc));
+//! let m = tree.match_prefix(&hasher.hash(&doc[..200]));
+//! assert_eq!(m.best(), Some((WorkerId::new(2), 12))); // 200 tokens = 12 full blocks
+//! # Ok::<(), prefix_router::Error>(())
+//! ```
+//!
+//! ## Routing: [`Router`]
+//!
+//! A gateway calls [`Router::route`] on a request's tokens and gets a [`RouteDecision`];
+//! [`Router::first_token`] and [`Router::complete`] release its load. The recommended policy
+//! is [`BalancedRouter`] (predicted time to first token, weighing recomputation against
+//! queueing); the README's simulator results compare every policy on real traces.
+//!
+//! ```
+//! use prefix_router::{BalancedRouter, RouteRequest, Router};
+//!
+//! let router = BalancedRouter::new(8)?;
+//! let prompt: Vec<u32> = (0..1_000).collect();
+//! let decision = router.route(&RouteRequest::new(&prompt).with_session("chat-7"))?;
+//! // ... forward the request to decision.worker() ...
+//! router.first_token(&decision);
+//! router.complete(&decision);
+//! # Ok::<(), prefix_router::Error>(())
+//! ```
+//!
+//! ## Keeping the mirror true: [`CacheSync`]
+//!
+//! Engine KV events ([`CacheEvent`], and vLLM's wire format in [`sync::vllm`] with the `vllm`
+//! feature), snapshots, and miss feedback; see the [`sync`] module.
+//!
+//! ## Comparing policies: [`sim`]
+//!
+//! Replays workloads or Mooncake traces through any router against modelled workers with
+//! true caches and prefill queues: `cargo run --release --example simulate`.
+//!
+//! ```
+//! # #[cfg(feature = "sim")] {
+//! use prefix_router::sim::{ClusterConfig, Simulation, Workload};
+//! use prefix_router::{BalancedRouter, RoundRobinRouter};
+//!
+//! let (_, workload) = &Workload::builtin()[1]; // multi-turn conversations
+//! let mut config = ClusterConfig::default();
+//! config.measure_decision_time = false;
+//! let sim = Simulation::new(workload.generate(1), config)?;
+//! let balanced = sim.run(&BalancedRouter::new(8)?)?;
+//! let round_robin = sim.run(&RoundRobinRouter::new(8)?)?;
+//! assert!(balanced.hit_ratio > 2.0 * round_robin.hit_ratio);
+//! # }
+//! # Ok::<(), prefix_router::Error>(())
+//! ```
+//!
 //! ## Bad input
 //!
 //! Bad input never panics: it is an [`Error`] with a message that says what was wrong and
