@@ -272,7 +272,7 @@ impl Fleet {
 
     /// Takes the decision's prefill tokens off its worker's outstanding prefill, once.
     pub(crate) fn prefilled(&self, decision: &RouteDecision) {
-        if decision.is_completed() || !decision.mark_prefilled() {
+        if !decision.mark_prefilled() {
             return;
         }
         self.with_current(decision, |slot| {
@@ -293,10 +293,10 @@ impl Fleet {
     /// Releases what `commit` charged, once; a no-op when the decision was already released
     /// or its worker was removed since.
     pub(crate) fn release(&self, decision: &RouteDecision) {
-        if !decision.mark_released() {
+        let Some(prefill_outstanding) = decision.mark_released() else {
             return;
-        }
-        let prefill = if decision.mark_prefilled() {
+        };
+        let prefill = if prefill_outstanding {
             decision.prefill_tokens() as u64
         } else {
             0
@@ -309,9 +309,10 @@ impl Fleet {
     }
 }
 
-/// Subtracts, saturating at zero: counters never wrap, whatever the host does.
+/// Takes back what `commit` added. Each decision is released once (its state bits and the
+/// registration epoch see to it), so a counter never goes below zero.
 fn sub(counter: &AtomicU64, by: u64) {
-    let _ = counter.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(by)));
+    counter.fetch_sub(by, Relaxed);
 }
 
 /// Worker ids index dense arrays (and the tree's bitsets): they are bounded.

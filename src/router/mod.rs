@@ -1,6 +1,6 @@
 //! Routing: the [`Router`] trait, requests and decisions, load tracking, and every policy.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::{Error, TokenId, WorkerId};
 
@@ -138,9 +138,12 @@ pub struct RouteDecision {
     prompt_tokens: usize,
     matched_blocks: usize,
     cached_tokens: usize,
-    released: AtomicBool,
-    prefilled: AtomicBool,
+    /// `RELEASED` and `PREFILLED` bits: each set once, by one atomic operation.
+    state: AtomicU8,
 }
+
+const RELEASED: u8 = 1;
+const PREFILLED: u8 = 2;
 
 impl RouteDecision {
     pub(crate) fn new(
@@ -156,8 +159,7 @@ impl RouteDecision {
             prompt_tokens,
             matched_blocks,
             cached_tokens,
-            released: AtomicBool::new(false),
-            prefilled: AtomicBool::new(false),
+            state: AtomicU8::new(0),
         }
     }
 
@@ -195,21 +197,23 @@ impl RouteDecision {
     /// Whether the load of this decision was already released.
     #[must_use]
     pub fn is_completed(&self) -> bool {
-        self.released.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) & RELEASED != 0
     }
 
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
-    /// Marks the decision released; false if it already was.
-    pub(crate) fn mark_released(&self) -> bool {
-        !self.released.swap(true, Ordering::AcqRel)
+    /// Marks the decision released (and so prefilled). `None` if it already was released,
+    /// else whether the prefill was still outstanding.
+    pub(crate) fn mark_released(&self) -> Option<bool> {
+        let before = self.state.fetch_or(RELEASED | PREFILLED, Ordering::AcqRel);
+        (before & RELEASED == 0).then_some(before & PREFILLED == 0)
     }
 
-    /// Marks the prefill done; false if it already was.
+    /// Marks the prefill done; false if it already was (or the decision was released).
     pub(crate) fn mark_prefilled(&self) -> bool {
-        !self.prefilled.swap(true, Ordering::AcqRel)
+        self.state.fetch_or(PREFILLED, Ordering::AcqRel) & (PREFILLED | RELEASED) == 0
     }
 }
 
