@@ -4,7 +4,8 @@
 # then bytes per (block, worker) pair. Takes a few minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")"
-log=$(mktemp)
+mkdir -p target
+log=target/peers.log
 cargo bench --bench peers -- --noplot 2>&1 | tee "$log" >/dev/null
 python3 - "$log" <<'PY'
 import re, sys
@@ -13,12 +14,12 @@ rows = {}
 for m in re.finditer(r"^peers/(\S+)/(\S+)/(w\d+/pairs\d+)\s*\n?\s*time:\s+\[\S+ \S+ (\S+) (\S+)", text, re.M):
     op, crate, size, value, unit = m.groups()
     rows[(op, size, crate)] = float(value) * {"ns": 1, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}[unit]
-crates = ["prefix-router", "kv-index-ChainIndex", "kv-index-TokenTree", "dynamo-RadixTree"]
+crates = ["prefix-router", "kv-index-ChainIndex", "kv-index-TokenTree", "dynamo-RadixTree", "dynamo-ThreadPool"]
 def show(ns):
     return f"{ns:.0f} ns" if ns < 1e4 else f"{ns / 1e3:.1f} µs"
 print("| operation | workers, pairs | " + " | ".join(crates) + " |")
 print("|---|---|" + "---|" * len(crates))
-order = {"match": 0, "hash+match": 1, "store8": 2}
+order = {"match": 0, "hash+match": 1, "store8": 2, "remove_worker": 3}
 keys = sorted({(op, size) for op, size, _ in rows}, key=lambda k: (order.get(k[0], 9), int(k[1].split("/")[0][1:]), int(k[1].split("pairs")[1])))
 for op, size in keys:
     ours = rows.get((op, size, "prefix-router"))
@@ -41,4 +42,5 @@ for line in text.splitlines():
         _, workers, pairs, name, b = line.split(",")
         print(f"| {workers} | {int(pairs):,} | {name} | {b} |")
 PY
-rm -f "$log"
+echo
+echo "(raw criterion output: benches/peers/$log)"

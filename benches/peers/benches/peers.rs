@@ -17,10 +17,14 @@
 //!   `match_prefix_with_counts`), which hashes nothing and matches tokens directly.
 //! - dynamo-kv-router: `RadixTree` fed with `RouterEvent`s (`KvCacheEventData::Stored`),
 //!   lookups with `find_matches(.., early_exit = false)` (it takes the hashes by value: the
-//!   clone is part of its cost); request hashing with `compute_block_hash_for_seq`.
+//!   clone is part of its cost); request hashing with `compute_block_hash_for_seq`. Also its
+//!   default concurrent front end, `ThreadPoolIndexer<ConcurrentRadixTreeCompressed>` (2
+//!   event threads), loaded with `apply_event_and_wait` and matched inline on the caller's
+//!   thread with `SyncIndexer::find_matches` (its documented read path).
+//! - remove a worker: measured at 10^4 and 10^5 pairs on a freshly loaded structure each
+//!   iteration (the load is not timed).
 //!
-//! Not covered yet: Dynamo's thread-pool `ConcurrentRadixTreeCompressed` and kv-index's
-//! `ShardedChainIndex` (their concurrent front ends), and removing a worker.
+//! Not covered: kv-index's `ShardedChainIndex` (its concurrent front end).
 //!
 //! The counting allocator is the one place in this project with `unsafe`: a `GlobalAlloc`
 //! cannot be written without it. It lives in this standalone benchmark, never in the crate.
@@ -35,6 +39,8 @@ use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, black_box, criterion_group, criterion_main};
+use dynamo_kv_router::ConcurrentRadixTreeCompressed;
+use dynamo_kv_router::indexer::{SyncIndexer, ThreadPoolIndexer};
 use dynamo_kv_router::protocols::{
     BlockHashOptions, ExternalSequenceBlockHash, KvCacheEvent, KvCacheEventData, KvCacheRemoveData,
     KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash, RouterEvent,
@@ -210,6 +216,29 @@ fn dynamo_remove(worker: u32, id: u64, seq: &[u64]) -> RouterEvent {
     )
 }
 
+/// The median time of `routine` over 15 fresh setups, printed as criterion prints a result.
+/// The routine returns the structure, so that dropping it is not timed.
+fn remove_worker_median<T, R: FnOnce() -> T>(id: &str, mut setup: impl FnMut() -> R) {
+    let mut times: Vec<Duration> = (0..15)
+        .map(|_| {
+            let routine = setup();
+            let start = Instant::now();
+            let kept = routine();
+            let elapsed = start.elapsed();
+            drop(kept);
+            elapsed
+        })
+        .collect();
+    times.sort();
+    let ns = |d: Duration| d.as_nanos();
+    println!(
+        "peers/remove_worker/{id}\n                        time:   [{} ns {} ns {} ns]",
+        ns(times[3]),
+        ns(times[7]),
+        ns(times[11])
+    );
+}
+
 fn chained_tree() -> RadixTree {
     let mut c = TreeConfig::default();
     c.chained = true;
@@ -285,6 +314,17 @@ fn bench(c: &mut Criterion) {
                     .unwrap();
             }
             let dynamo_bytes = allocated() - before;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let before = allocated();
+            let pool =
+                ThreadPoolIndexer::new(ConcurrentRadixTreeCompressed::new(), 2, BLOCK as u32);
+            for (i, ((w, p), s)) in prompts.iter().zip(&seqs).enumerate() {
+                rt.block_on(pool.apply_event_and_wait(dynamo_store(*w, i as u64 + 1, None, p, s)))
+                    .unwrap();
+            }
+            let pool_bytes = allocated() - before;
             let held: usize = (0..workers)
                 .map(|w| ours.tree.worker_block_count(WorkerId::new(w)))
                 .sum();
@@ -294,6 +334,10 @@ fn bench(c: &mut Criterion) {
                 ("kv-index ChainIndex", kv_bytes),
                 ("kv-index TokenTree", token_tree_bytes),
                 ("dynamo-kv-router RadixTree", dynamo_bytes),
+                (
+                    "dynamo-kv-router ThreadPoolIndexer<ConcurrentRadixTreeCompressed>",
+                    pool_bytes,
+                ),
             ] {
                 memory_rows.push(format!(
                     "memory,{workers},{pairs},{name},{:.1}",
@@ -347,6 +391,14 @@ fn bench(c: &mut Criterion) {
                         .len()
                 })
             });
+            group.bench_function(BenchmarkId::new("match/dynamo-ThreadPool", &label), |b| {
+                b.iter(|| {
+                    pool.backend()
+                        .find_matches(black_box(&dyn_hashes[next()]), false)
+                        .scores
+                        .len()
+                })
+            });
             group.bench_function(BenchmarkId::new("hash+match/prefix-router", &label), |b| {
                 let mut out = Vec::new();
                 b.iter(|| {
@@ -376,6 +428,19 @@ fn bench(c: &mut Criterion) {
                         token_tree
                             .match_prefix_with_counts(black_box(queries[next()]))
                             .matched_token_count
+                    })
+                },
+            );
+            group.bench_function(
+                BenchmarkId::new("hash+match/dynamo-ThreadPool", &label),
+                |b| {
+                    b.iter(|| {
+                        let h = compute_block_hash_for_seq(
+                            black_box(queries[next()]),
+                            BLOCK as u32,
+                            BlockHashOptions::default(),
+                        );
+                        pool.backend().find_matches(&h, false).scores.len()
                     })
                 },
             );
@@ -474,6 +539,50 @@ fn bench(c: &mut Criterion) {
                     let _ = dynamo.tree.apply_event(event);
                 })
             });
+            drop(pool);
+
+            if pairs <= 100_000 {
+                // Removing a worker destroys the structure, so each measurement needs a fresh
+                // one: the median of 15 removals, each on a newly loaded structure (untimed),
+                // printed in criterion's format for run.sh.
+                let victim = prompts[0].0;
+                remove_worker_median(&format!("prefix-router/{label}"), || {
+                    let mut tree = chained_tree();
+                    for (w, p) in &prompts {
+                        tree.insert(WorkerId::new(*w), &hasher.hash(p));
+                    }
+                    move || {
+                        tree.remove_worker(WorkerId::new(victim));
+                        tree
+                    }
+                });
+                remove_worker_median(&format!("kv-index-ChainIndex/{label}"), || {
+                    let index = ChainIndex::new();
+                    let mut maps: Vec<ChainBlockMap> =
+                        (0..workers).map(|_| ChainBlockMap::new()).collect();
+                    for ((w, p), s) in prompts.iter().zip(&seqs) {
+                        index
+                            .apply_stored(*w, &kv_blocks(p, s), None, &mut maps[*w as usize])
+                            .unwrap();
+                    }
+                    let map = std::mem::take(&mut maps[victim as usize]);
+                    move || {
+                        index.remove_worker(victim, map);
+                        index
+                    }
+                });
+                remove_worker_median(&format!("dynamo-RadixTree/{label}"), || {
+                    let mut tree = dynamo_kv_router::RadixTree::new();
+                    for (i, ((w, p), s)) in prompts.iter().zip(&seqs).enumerate() {
+                        tree.apply_event(dynamo_store(*w, i as u64 + 1, None, p, s))
+                            .unwrap();
+                    }
+                    move || {
+                        tree.remove_worker(u64::from(victim));
+                        tree
+                    }
+                });
+            }
         }
     }
     group.finish();
