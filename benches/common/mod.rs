@@ -55,49 +55,68 @@ pub const SYSTEM_BLOCKS: usize = 32;
 /// Distinct system prompts.
 pub const SYSTEMS: usize = 200;
 
-/// A generator of prompts as chained block hashes: a Zipf-chosen system prompt, then a tail
-/// unique to the request. Hash values are synthetic (random), as a hasher would produce.
-pub struct Workload {
+/// Seeded prompts: a Zipf-chosen system prompt, then a tail unique to the request,
+/// `PROMPT_BLOCKS` blocks of `unit` items in all. Items are block hashes (synthetic random
+/// values, as a hasher would produce; `unit` 1) or token IDs (`unit` 16).
+pub struct Prompts<T> {
     rng: Rng,
     zipf: Zipf,
-    systems: Vec<Vec<BlockHash>>,
+    systems: Vec<Vec<T>>,
+    unit: usize,
+    item: fn(&mut Rng) -> T,
 }
 
-impl Workload {
+/// Prompts as chained block hashes.
+pub type Workload = Prompts<BlockHash>;
+
+/// Prompts as token IDs (2,048 tokens).
+pub type TokenWorkload = Prompts<u32>;
+
+impl Prompts<BlockHash> {
     pub fn new(seed: u64) -> Self {
+        Self::with(seed, 1, |rng| BlockHash::new(rng.next_u64()))
+    }
+}
+
+impl Prompts<u32> {
+    pub fn new(seed: u64) -> Self {
+        Self::with(seed, 16, |rng| rng.below(151_936) as u32)
+    }
+}
+
+impl<T: Clone> Prompts<T> {
+    fn with(seed: u64, unit: usize, item: fn(&mut Rng) -> T) -> Self {
         let mut rng = Rng(seed);
         let systems = (0..SYSTEMS)
-            .map(|_| {
-                (0..SYSTEM_BLOCKS)
-                    .map(|_| BlockHash::new(rng.next_u64()))
-                    .collect()
-            })
+            .map(|_| (0..SYSTEM_BLOCKS * unit).map(|_| item(&mut rng)).collect())
             .collect();
         Self {
             rng,
             zipf: Zipf::new(SYSTEMS, 1.0),
             systems,
+            unit,
+            item,
         }
     }
 
-    /// A new request: shared system prompt plus a unique tail, `PROMPT_BLOCKS` in all.
-    pub fn prompt(&mut self) -> Vec<BlockHash> {
+    /// A new request: shared system prompt plus a unique tail.
+    pub fn prompt(&mut self) -> Vec<T> {
         let mut p = self.systems[self.zipf.sample(&mut self.rng)].clone();
-        while p.len() < PROMPT_BLOCKS {
-            p.push(BlockHash::new(self.rng.next_u64()));
+        while p.len() < PROMPT_BLOCKS * self.unit {
+            p.push((self.item)(&mut self.rng));
         }
         p
     }
 
     /// A prompt that shares only a system prompt with what is cached.
-    pub fn partial(&mut self) -> Vec<BlockHash> {
+    pub fn partial(&mut self) -> Vec<T> {
         self.prompt()
     }
 
     /// A prompt that shares nothing.
-    pub fn miss(&mut self) -> Vec<BlockHash> {
-        (0..PROMPT_BLOCKS)
-            .map(|_| BlockHash::new(self.rng.next_u64()))
+    pub fn miss(&mut self) -> Vec<T> {
+        (0..PROMPT_BLOCKS * self.unit)
+            .map(|_| (self.item)(&mut self.rng))
             .collect()
     }
 
@@ -137,38 +156,4 @@ pub fn pairs(tree: &RadixTree, workers: u32) -> usize {
     (0..workers)
         .map(|w| tree.worker_block_count(WorkerId::new(w)))
         .sum()
-}
-
-/// Token prompts: a Zipf-chosen system prompt of `SYSTEM_BLOCKS * 16` tokens, then a
-/// unique tail, 2,048 tokens in all.
-pub struct TokenWorkload {
-    rng: Rng,
-    zipf: Zipf,
-    systems: Vec<Vec<u32>>,
-}
-
-impl TokenWorkload {
-    pub fn new(seed: u64) -> Self {
-        let mut rng = Rng(seed);
-        let systems = (0..SYSTEMS)
-            .map(|_| {
-                (0..SYSTEM_BLOCKS * 16)
-                    .map(|_| rng.below(151_936) as u32)
-                    .collect()
-            })
-            .collect();
-        Self {
-            rng,
-            zipf: Zipf::new(SYSTEMS, 1.0),
-            systems,
-        }
-    }
-
-    pub fn prompt(&mut self) -> Vec<u32> {
-        let mut p = self.systems[self.zipf.sample(&mut self.rng)].clone();
-        while p.len() < PROMPT_BLOCKS * 16 {
-            p.push(self.rng.below(151_936) as u32);
-        }
-        p
-    }
 }
