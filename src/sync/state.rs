@@ -5,23 +5,19 @@ use super::{CacheEvent, Sequence, SyncOutcome};
 use crate::tree::FoldMap;
 use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
 
-/// One engine block a worker reported stored.
+/// One engine block a worker reported stored: 16 bytes, so the map's slots are 24.
 #[derive(Clone, Copy, Debug)]
 struct EngineBlock {
     /// The router's chained hash of the same block.
     router: BlockHash,
-    /// The engine hash of its parent, when `HAS_PARENT` is set in `refs`.
+    /// The engine hash of its parent; the block's own engine hash when it is at the root
+    /// (a block cannot be stored under itself: its parent must be known first).
     parent: u64,
-    /// Stores minus removals (low bits) and the `HAS_PARENT` flag.
-    refs: u32,
 }
 
-const HAS_PARENT: u32 = 1 << 31;
-const REFS: u32 = HAS_PARENT - 1;
-
 impl EngineBlock {
-    fn parent(&self) -> Option<u64> {
-        (self.refs & HAS_PARENT != 0).then_some(self.parent)
+    fn parent(&self, own: u64) -> Option<u64> {
+        (self.parent != own).then_some(self.parent)
     }
 }
 
@@ -29,6 +25,9 @@ impl EngineBlock {
 struct WorkerSync {
     last_seq: Option<u64>,
     blocks: FoldMap<u64, EngineBlock>,
+    /// Stores of a block beyond its first (duplicates are rare, so they live apart and the
+    /// main map's entries stay small).
+    extra_refs: FoldMap<u64, u32>,
     /// Router paths of the most recently stored chain tips (engine hash of the tip, path
     /// from the root): an engine stores a running request's blocks as consecutive events,
     /// each continuing from the previous one's last block, so the next store usually finds
@@ -54,7 +53,7 @@ impl WorkerSync {
                 return false;
             }
             out.push(block.router);
-            next = block.parent();
+            next = block.parent(e);
         }
         out.reverse();
         true
@@ -62,6 +61,7 @@ impl WorkerSync {
 
     fn clear(&mut self) {
         self.blocks.clear();
+        self.extra_refs.clear();
         self.recent.clear();
     }
 
@@ -132,7 +132,7 @@ impl SyncState {
             + self
                 .workers
                 .iter()
-                .map(|w| w.blocks.allocation_size())
+                .map(|w| w.blocks.allocation_size() + w.extra_refs.allocation_size())
                 .sum::<usize>()
             + self.path.capacity() * core::mem::size_of::<BlockHash>()
     }
@@ -194,17 +194,20 @@ impl SyncState {
                 hasher.continue_from(root, tokens, &mut path);
                 let mut prev = *parent;
                 for (&engine, &router) in blocks.iter().zip(&path[start..]) {
-                    let entry = ws.blocks.entry(engine).or_insert(EngineBlock {
-                        router,
-                        parent: prev.unwrap_or(0),
-                        refs: if prev.is_some() { HAS_PARENT } else { 0 },
-                    });
-                    if entry.refs & REFS == 0 {
-                        outcome.stored_blocks += 1;
-                    } else {
-                        outcome.duplicate_blocks += 1;
+                    match ws.blocks.entry(engine) {
+                        hashbrown::hash_map::Entry::Vacant(v) => {
+                            v.insert(EngineBlock {
+                                router,
+                                parent: prev.unwrap_or(engine),
+                            });
+                            outcome.stored_blocks += 1;
+                        }
+                        hashbrown::hash_map::Entry::Occupied(_) => {
+                            let extra = ws.extra_refs.entry(engine).or_insert(0);
+                            *extra = extra.saturating_add(1);
+                            outcome.duplicate_blocks += 1;
+                        }
                     }
-                    entry.refs = entry.refs.saturating_add(1).min(entry.refs | REFS);
                     prev = Some(engine);
                 }
                 tree.insert(worker, &path);
@@ -216,12 +219,15 @@ impl SyncState {
                 // Remembered paths may run through a removed block.
                 ws.recent.clear();
                 for &engine in blocks {
-                    let Some(entry) = ws.blocks.get_mut(&engine) else {
+                    if !ws.blocks.contains_key(&engine) {
                         outcome.unknown_removed_blocks += 1;
                         continue;
-                    };
-                    entry.refs -= 1;
-                    if entry.refs & REFS > 0 {
+                    }
+                    if let Some(extra) = ws.extra_refs.get_mut(&engine) {
+                        *extra -= 1;
+                        if *extra == 0 {
+                            ws.extra_refs.remove(&engine);
+                        }
                         outcome.duplicate_blocks += 1;
                         continue;
                     }
