@@ -1,10 +1,14 @@
-//! `apply_event` throughput: stores of 8-block runs into a mirror of 10^6 blocks.
+//! `apply_event` throughput in a mirror of 10^6 blocks.
 //!
-//! A worker's engine stores 128-block prompts (2,048 tokens at block size 16) as 16 events
-//! of 8 blocks, each continuing from the previous one's last block, as vLLM publishes a
-//! request's blocks while it runs. The mirror is first loaded to 10^6 blocks; during the
-//! measurement each batch of stores is timed, then removed again untimed, so the mirror stays
-//! that size.
+//! - `apply_stored_8_blocks`: a worker's engine stores 128-block prompts (2,048 tokens at
+//!   block size 16) as 16 events of 8 blocks, each continuing from the previous one's last
+//!   block, as vLLM publishes a request's blocks while it runs. Each batch of stores is
+//!   timed, then removed again untimed, so the mirror stays that size.
+//! - `apply_removed_1_block`: the eviction of a finished 128-block prompt as vLLM reports it,
+//!   one `Removed` event per block, last block first. The prompt is stored untimed first.
+//! - `map_insert_8_random`: the floor under stores: 8 inserts of random keys into a hashbrown
+//!   map of 10^6 entries with 24-byte slots (what the engine-hash map does per event), with
+//!   no hashing, tree or sync work around them.
 //!
 //! Run: `cargo bench --bench sync`.
 
@@ -80,6 +84,41 @@ fn apply_stores(c: &mut Criterion) {
             });
         },
     );
+    group.throughput(Throughput::Elements(1));
+    group.bench_function(
+        BenchmarkId::new("apply_removed_1_block", "1e6_blocks"),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                let mut done = 0;
+                let mut p = 0;
+                while done < iters {
+                    let (stores, removal) = &pool[p % pool.len()];
+                    for e in stores {
+                        index.apply_event(worker, 0, e).unwrap();
+                    }
+                    let CacheEvent::Removed { blocks } = removal else {
+                        unreachable!()
+                    };
+                    let events: Vec<_> = blocks
+                        .iter()
+                        .rev()
+                        .map(|&b| CacheEvent::Removed { blocks: vec![b] })
+                        .collect();
+                    let n = (iters - done).min(events.len() as u64) as usize;
+                    let start = Instant::now();
+                    for e in &events[..n] {
+                        black_box(index.apply_event(worker, 0, e).unwrap());
+                    }
+                    timed += start.elapsed();
+                    index.apply_event(worker, 0, removal).unwrap();
+                    done += n as u64;
+                    p += 1;
+                }
+                timed
+            });
+        },
+    );
     group.finish();
     println!(
         "mirror fed by events: {} blocks, {:.1} B per block (tree and engine-hash map)",
@@ -88,5 +127,64 @@ fn apply_stores(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, apply_stores);
+/// A multiply-fold hasher like the crate's own (deterministic, one multiply per word).
+#[derive(Default)]
+struct Fold(u64);
+
+impl std::hash::Hasher for Fold {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let p = u128::from(self.0 ^ v ^ 0x243F_6A88_85A3_08D3) * 0x9E37_79B9_7F4A_7C15_u128;
+        self.0 = (p as u64) ^ ((p >> 64) as u64);
+    }
+}
+
+fn map_floor(c: &mut Criterion) {
+    type Map = hashbrown::HashMap<u64, [u64; 2], std::hash::BuildHasherDefault<Fold>>;
+    let mut rng = Rng(11);
+    let mut map = Map::default();
+    let mut live = std::collections::VecDeque::new();
+    for _ in 0..1_000_000 {
+        let k = rng.next_u64();
+        map.insert(k, [k, k]);
+        live.push_back(k);
+    }
+    let mut group = c.benchmark_group("sync");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(RUN as u64));
+    group.bench_function(
+        BenchmarkId::new("map_insert_8_random", "1e6_entries"),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    let keys: [u64; RUN] = std::array::from_fn(|_| rng.next_u64());
+                    let start = Instant::now();
+                    for k in keys {
+                        black_box(map.insert(k, [k, k]));
+                    }
+                    timed += start.elapsed();
+                    // Keep the map at 10^6 entries, untimed, oldest first.
+                    live.extend(keys);
+                    for _ in 0..RUN {
+                        map.remove(&live.pop_front().unwrap());
+                    }
+                }
+                timed
+            });
+        },
+    );
+    group.finish();
+}
+
+criterion_group!(benches, apply_stores, map_floor);
 criterion_main!(benches);

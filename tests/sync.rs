@@ -66,6 +66,56 @@ fn stored_events_continue_from_the_parent_and_removals_drop_what_hangs_below() {
 }
 
 #[test]
+fn evicting_last_block_first_and_storing_below_an_evicted_ancestor() {
+    let router = BalancedRouter::new(1).unwrap();
+    let t = tokens(2, 6);
+    router
+        .apply_event(W0, 0, &stored(None, &[1, 2, 3], &t[..48]))
+        .unwrap();
+    router
+        .apply_event(W0, 0, &stored(Some(3), &[4, 5, 6], &t[48..]))
+        .unwrap();
+    assert_eq!(cached(&router, W0, &t), 96);
+    // An engine evicts a finished request's blocks last first: each removal leaves the
+    // mirror one block shorter.
+    for (i, block) in [6u64, 5, 4].into_iter().enumerate() {
+        let o = router
+            .apply_event(
+                W0,
+                1,
+                &CacheEvent::Removed {
+                    blocks: vec![block],
+                },
+            )
+            .unwrap();
+        assert_eq!(o.removed_blocks, 1);
+        assert_eq!(cached(&router, W0, &t), 80 - 16 * i);
+    }
+    // Block 3 is a chain tip again; a new request continues from it.
+    router
+        .apply_event(W0, 2, &stored(Some(3), &[14], &t[48..64]))
+        .unwrap();
+    assert_eq!(cached(&router, W0, &t), 64);
+    // Evicting an ancestor (2) cuts off the tip below it (14): a later store continuing
+    // from that tip has an unknown parent, however recently the tip was stored.
+    router
+        .apply_event(W0, 3, &CacheEvent::Removed { blocks: vec![2] })
+        .unwrap();
+    assert_eq!(cached(&router, W0, &t), 16);
+    let o = router
+        .apply_event(W0, 4, &stored(Some(14), &[15], &t[64..80]))
+        .unwrap();
+    assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (0, 1));
+    assert_eq!(cached(&router, W0, &t), 16);
+    // The engine recomputes block 2 under block 1: the chain below is reachable again.
+    router
+        .apply_event(W0, 5, &stored(Some(1), &[2], &t[16..32]))
+        .unwrap();
+    assert_eq!(cached(&router, W0, &t), 32);
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+#[test]
 fn duplicates_are_reference_counted() {
     let router = CacheAwareRouter::new(1).unwrap();
     let t = tokens(2, 1);

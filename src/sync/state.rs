@@ -28,12 +28,19 @@ struct WorkerSync {
     /// Stores of a block beyond its first (duplicates are rare, so they live apart and the
     /// main map's entries stay small).
     extra_refs: FoldMap<u64, u32>,
-    /// Router paths of the most recently stored chain tips (engine hash of the tip, path
-    /// from the root): an engine stores a running request's blocks as consecutive events,
-    /// each continuing from the previous one's last block, so the next store usually finds
-    /// its parent's path here instead of walking the parent links.
-    recent: Vec<(u64, Vec<BlockHash>)>,
+    /// Router paths of recent chain tips. An engine stores a running request's blocks as
+    /// consecutive events, each continuing from the previous one's last block, and evicts a
+    /// finished request's blocks last first, so the next event usually finds its block's
+    /// path here instead of walking the parent links (one map lookup per block of depth).
+    recent: Vec<Tip>,
     next_recent: usize,
+}
+
+/// A remembered chain tip: its engine hash and the router path from the root to it.
+#[derive(Debug)]
+struct Tip {
+    engine: u64,
+    path: Vec<BlockHash>,
 }
 
 /// Chain tips remembered per worker (about the number of requests an engine runs at once).
@@ -65,29 +72,49 @@ impl WorkerSync {
         self.recent.clear();
     }
 
-    /// Takes the remembered path of tip `parent` into `path` (swapping buffers); the slot
-    /// to put the extended path back into.
-    fn take_recent(&mut self, parent: u64, path: &mut Vec<BlockHash>) -> Option<usize> {
-        let slot = self.recent.iter().position(|(tip, _)| *tip == parent)?;
-        core::mem::swap(path, &mut self.recent[slot].1);
+    /// Swaps the remembered path of tip `engine` into `path`; the slot it came from (whose
+    /// buffer now holds `path`'s old contents).
+    fn take_recent(&mut self, engine: u64, path: &mut Vec<BlockHash>) -> Option<usize> {
+        let slot = self.recent.iter().position(|tip| tip.engine == engine)?;
+        core::mem::swap(path, &mut self.recent[slot].path);
         Some(slot)
     }
 
-    /// Remembers `path` as the path of tip `tip` (in `slot`, or the next slot in turn).
-    fn remember(&mut self, tip: u64, path: &[BlockHash], slot: Option<usize>) {
-        let slot = slot.unwrap_or_else(|| {
-            if self.recent.len() < RECENT {
-                self.recent.push((tip, Vec::new()));
-                self.recent.len() - 1
-            } else {
+    /// Remembers `path` as the path of tip `engine`, in `slot` or the next slot in turn.
+    /// `path` is left holding a spare buffer of unspecified contents.
+    fn remember(&mut self, engine: u64, path: &mut Vec<BlockHash>, slot: Option<usize>) {
+        let slot = match slot {
+            Some(slot) => slot,
+            None if self.recent.len() < RECENT => {
+                self.recent.push(Tip {
+                    engine,
+                    path: core::mem::take(path),
+                });
+                return;
+            }
+            None => {
                 self.next_recent = (self.next_recent + 1) % RECENT;
                 self.next_recent
             }
+        };
+        let tip = &mut self.recent[slot];
+        tip.engine = engine;
+        core::mem::swap(path, &mut tip.path);
+    }
+
+    /// Forgets every remembered tip whose path runs through the last block of `removed`
+    /// (the path of a block being evicted), and the slot `taken` (its path was taken out).
+    /// A remembered path stays exactly what [`Self::path_to`] would find: the tips below an
+    /// evicted block have an unknown ancestor from now on.
+    fn forget_through(&mut self, removed: &[BlockHash], taken: Option<usize>) {
+        let depth = removed.len();
+        let block = removed[depth - 1];
+        let mut i = 0;
+        self.recent.retain(|tip| {
+            let keep = Some(i) != taken && tip.path.get(depth - 1) != Some(&block);
+            i += 1;
+            keep
         });
-        let (key, saved) = &mut self.recent[slot];
-        *key = tip;
-        saved.clear();
-        saved.extend_from_slice(path);
     }
 }
 
@@ -132,7 +159,15 @@ impl SyncState {
             + self
                 .workers
                 .iter()
-                .map(|w| w.blocks.allocation_size() + w.extra_refs.allocation_size())
+                .map(|w| {
+                    w.blocks.allocation_size()
+                        + w.extra_refs.allocation_size()
+                        + w.recent.capacity() * core::mem::size_of::<Tip>()
+                        + w.recent
+                            .iter()
+                            .map(|tip| tip.path.capacity() * core::mem::size_of::<BlockHash>())
+                            .sum::<usize>()
+                })
                 .sum::<usize>()
             + self.path.capacity() * core::mem::size_of::<BlockHash>()
     }
@@ -212,17 +247,15 @@ impl SyncState {
                 }
                 tree.insert(worker, &path);
                 if let Some(&tip) = blocks.last() {
-                    ws.remember(tip, &path, slot);
+                    ws.remember(tip, &mut path, slot);
                 }
             }
             CacheEvent::Removed { blocks } => {
-                // Remembered paths may run through a removed block.
-                ws.recent.clear();
                 for &engine in blocks {
-                    if !ws.blocks.contains_key(&engine) {
+                    let Some(&block) = ws.blocks.get(&engine) else {
                         outcome.unknown_removed_blocks += 1;
                         continue;
-                    }
+                    };
                     if let Some(extra) = ws.extra_refs.get_mut(&engine) {
                         *extra -= 1;
                         if *extra == 0 {
@@ -231,9 +264,18 @@ impl SyncState {
                         outcome.duplicate_blocks += 1;
                         continue;
                     }
-                    // An ancestor already removed took this block out of the tree.
-                    if ws.path_to(engine, &mut path) {
+                    // Without a path, an ancestor already removed took this block out of
+                    // the tree.
+                    let slot = ws.take_recent(engine, &mut path);
+                    if slot.is_some() || ws.path_to(engine, &mut path) {
                         tree.truncate(worker, &path, path.len() - 1);
+                        ws.forget_through(&path, slot);
+                        // The parent is now a chain tip: remembering it makes evicting a
+                        // chain last block first cost O(1) per block, not O(depth).
+                        if let Some(parent) = block.parent(engine) {
+                            path.pop();
+                            ws.remember(parent, &mut path, None);
+                        }
                     }
                     ws.blocks.remove(&engine);
                     outcome.removed_blocks += 1;
