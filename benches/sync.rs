@@ -46,6 +46,37 @@ fn prompt_events(rng: &mut Rng) -> (Vec<CacheEvent>, CacheEvent) {
     (events, CacheEvent::Removed { blocks: all })
 }
 
+/// One prompt's events: `before` applied untimed, `timed` timed, `after` (untimed) restores
+/// the mirror's size.
+struct Case {
+    before: Vec<CacheEvent>,
+    timed: Vec<CacheEvent>,
+    after: CacheEvent,
+}
+
+/// Time of `iters` timed events, taken from the cases in turn.
+fn time_events(index: &CacheIndex, cases: &[Case], iters: u64) -> Duration {
+    let worker = WorkerId::new(0);
+    let mut timed = Duration::ZERO;
+    let (mut done, mut p) = (0, 0);
+    while done < iters {
+        let case = &cases[p % cases.len()];
+        for e in &case.before {
+            index.apply_event(worker, 0, e).unwrap();
+        }
+        let n = (iters - done).min(case.timed.len() as u64) as usize;
+        let start = Instant::now();
+        for e in &case.timed[..n] {
+            black_box(index.apply_event(worker, 0, e).unwrap());
+        }
+        timed += start.elapsed();
+        index.apply_event(worker, 0, &case.after).unwrap();
+        done += n as u64;
+        p += 1;
+    }
+    timed
+}
+
 fn apply_stores(c: &mut Criterion) {
     let mut rng = Rng(5);
     let index = CacheIndex::new(IndexConfig::default()).unwrap();
@@ -61,63 +92,39 @@ fn apply_stores(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3))
         .throughput(Throughput::Elements(RUN as u64));
+    let stores: Vec<Case> = pool
+        .iter()
+        .map(|(stores, removal)| Case {
+            before: Vec::new(),
+            timed: stores.clone(),
+            after: removal.clone(),
+        })
+        .collect();
     group.bench_function(
         BenchmarkId::new("apply_stored_8_blocks", "1e6_blocks"),
-        |b| {
-            b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                let mut done = 0;
-                let mut p = 0;
-                while done < iters {
-                    let (stores, removal) = &pool[p % pool.len()];
-                    let n = (iters - done).min(stores.len() as u64) as usize;
-                    let start = Instant::now();
-                    for e in &stores[..n] {
-                        black_box(index.apply_event(worker, 0, e).unwrap());
-                    }
-                    timed += start.elapsed();
-                    index.apply_event(worker, 0, removal).unwrap();
-                    done += n as u64;
-                    p += 1;
-                }
-                timed
-            });
-        },
+        |b| b.iter_custom(|iters| time_events(&index, &stores, iters)),
     );
+    let evictions: Vec<Case> = pool
+        .iter()
+        .map(|(stores, removal)| {
+            let CacheEvent::Removed { blocks } = removal else {
+                unreachable!()
+            };
+            Case {
+                before: stores.clone(),
+                timed: blocks
+                    .iter()
+                    .rev()
+                    .map(|&b| CacheEvent::Removed { blocks: vec![b] })
+                    .collect(),
+                after: removal.clone(),
+            }
+        })
+        .collect();
     group.throughput(Throughput::Elements(1));
     group.bench_function(
         BenchmarkId::new("apply_removed_1_block", "1e6_blocks"),
-        |b| {
-            b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                let mut done = 0;
-                let mut p = 0;
-                while done < iters {
-                    let (stores, removal) = &pool[p % pool.len()];
-                    for e in stores {
-                        index.apply_event(worker, 0, e).unwrap();
-                    }
-                    let CacheEvent::Removed { blocks } = removal else {
-                        unreachable!()
-                    };
-                    let events: Vec<_> = blocks
-                        .iter()
-                        .rev()
-                        .map(|&b| CacheEvent::Removed { blocks: vec![b] })
-                        .collect();
-                    let n = (iters - done).min(events.len() as u64) as usize;
-                    let start = Instant::now();
-                    for e in &events[..n] {
-                        black_box(index.apply_event(worker, 0, e).unwrap());
-                    }
-                    timed += start.elapsed();
-                    index.apply_event(worker, 0, removal).unwrap();
-                    done += n as u64;
-                    p += 1;
-                }
-                timed
-            });
-        },
+        |b| b.iter_custom(|iters| time_events(&index, &evictions, iters)),
     );
     group.finish();
     println!(
