@@ -339,6 +339,13 @@ impl RadixTree {
         let mut pos = 0;
         while pos < blocks.len() {
             let next = match self.child(node, blocks[pos]) {
+                None if self.extendable(node, w) => {
+                    // A chain growing on one worker (an engine storing a running request's
+                    // blocks, a conversation's next turn): what a new leaf merged back into
+                    // this one would give, without making and freeing the leaf.
+                    self.extend_leaf(node, w, &blocks[pos..]);
+                    break;
+                }
                 None => {
                     let leaf = self.new_leaf(node, &blocks[pos..]);
                     pos = blocks.len();
@@ -758,6 +765,37 @@ impl RadixTree {
         self.block_count += blocks.len();
         self.attach(parent, leaf);
         leaf
+    }
+
+    /// Whether `node` is a leaf that `w` alone holds, so that blocks inserted below it for
+    /// `w` (which has just refreshed it) extend its edge instead of hanging a new leaf.
+    fn extendable(&self, node: u32, w: usize) -> bool {
+        node != ROOT
+            && self.nodes[node as usize].first_child == NIL
+            && self
+                .words(node)
+                .iter()
+                .enumerate()
+                .all(|(i, &word)| word == if i == w / 64 { 1 << (w % 64) } else { 0 })
+    }
+
+    /// Appends `blocks` to the edge of `node`, an [extendable](Self::extendable) leaf of
+    /// `w`, moving the edge to the end of the pool first unless it is there already.
+    fn extend_leaf(&mut self, node: u32, w: usize, blocks: &[BlockHash]) {
+        let n = self.nodes[node as usize];
+        let (start, len) = (n.edge_start as usize, n.edge_len as usize);
+        if start + len != self.pool.len() {
+            let new_start = self.pool.len() as u32;
+            self.pool.extend_from_within(start..start + len);
+            self.garbage += len;
+            self.nodes[node as usize].edge_start = new_start;
+        }
+        self.pool.extend_from_slice(blocks);
+        let n = &mut self.nodes[node as usize];
+        n.edge_len += blocks.len() as u32;
+        n.last = blocks[blocks.len() - 1];
+        self.block_count += blocks.len();
+        self.workers[w].blocks += blocks.len();
     }
 
     /// Links `child` (whose `parent` field is set) into its parent's child list and map.
