@@ -6,9 +6,10 @@
 //!   timed, then removed again untimed, so the mirror stays that size.
 //! - `apply_removed_1_block`: the eviction of a finished 128-block prompt as vLLM reports it,
 //!   one `Removed` event per block, last block first. The prompt is stored untimed first.
-//! - `map_insert_8_random`: the floor under stores: 8 inserts of random keys into a hashbrown
-//!   map of 10^6 entries with 24-byte slots (what the engine-hash map does per event), with
-//!   no hashing, tree or sync work around them.
+//! - `map_insert_8_random`: a floor under any design with one hash-map insert per stored
+//!   block: 8 inserts of random keys into a hashbrown map of 10^6 entries with 24-byte slots
+//!   (the engine-hash map's shape before its records moved to an arena), with no hashing,
+//!   tree or sync work around them.
 //!
 //! Run: `cargo bench --bench sync`.
 

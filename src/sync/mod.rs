@@ -17,6 +17,7 @@
 //! ([`IndexConfig::worker_capacity_blocks`](crate::IndexConfig::worker_capacity_blocks)) or
 //! by age ([`IndexConfig::ttl`](crate::IndexConfig::ttl)).
 
+mod blocks;
 mod state;
 #[cfg(feature = "vllm")]
 pub mod vllm;

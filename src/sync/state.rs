@@ -1,30 +1,15 @@
 //! Per-worker sync state: the engine-hash map and sequence tracking, and how events change
 //! the tree.
 
+use super::blocks::{EngineBlock, EngineBlocks};
 use super::{CacheEvent, Sequence, SyncOutcome};
 use crate::tree::FoldMap;
 use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
 
-/// One engine block a worker reported stored: 16 bytes, so the map's slots are 24.
-#[derive(Clone, Copy, Debug)]
-struct EngineBlock {
-    /// The router's chained hash of the same block.
-    router: BlockHash,
-    /// The engine hash of its parent; the block's own engine hash when it is at the root
-    /// (a block cannot be stored under itself: its parent must be known first).
-    parent: u64,
-}
-
-impl EngineBlock {
-    fn parent(&self, own: u64) -> Option<u64> {
-        (self.parent != own).then_some(self.parent)
-    }
-}
-
 #[derive(Debug, Default)]
 struct WorkerSync {
     last_seq: Option<u64>,
-    blocks: FoldMap<u64, EngineBlock>,
+    blocks: EngineBlocks,
     /// Stores of a block beyond its first (duplicates are rare, so they live apart and the
     /// main map's entries stay small).
     extra_refs: FoldMap<u64, u32>,
@@ -53,14 +38,14 @@ impl WorkerSync {
         out.clear();
         let mut next = Some(engine);
         while let Some(e) = next {
-            let Some(block) = self.blocks.get(&e) else {
+            let Some(block) = self.blocks.get(e) else {
                 return false;
             };
             if out.len() > self.blocks.len() {
                 return false;
             }
             out.push(block.router);
-            next = block.parent(e);
+            next = block.parent();
         }
         out.reverse();
         true
@@ -183,6 +168,16 @@ impl SyncState {
     ) -> Result<SyncOutcome, Error> {
         check_worker(worker)?;
         validate(hasher, event)?;
+        let ws = self.worker(worker);
+        if let CacheEvent::Stored { blocks, .. } = event {
+            if ws.blocks.len().saturating_add(blocks.len()) > EngineBlocks::MAX_LEN {
+                return Err(Error::InvalidEvent(format!(
+                    "worker {} would hold more than {} engine blocks",
+                    worker.get(),
+                    EngineBlocks::MAX_LEN
+                )));
+            }
+        }
         let mut outcome = SyncOutcome::default();
         let mut path = core::mem::take(&mut self.path);
         let ws = self.worker(worker);
@@ -227,21 +222,22 @@ impl SyncState {
                 };
                 let start = path.len();
                 hasher.continue_from(root, tokens, &mut path);
+                for &engine in blocks {
+                    ws.blocks.touch(engine);
+                }
                 let mut prev = *parent;
                 for (&engine, &router) in blocks.iter().zip(&path[start..]) {
-                    match ws.blocks.entry(engine) {
-                        hashbrown::hash_map::Entry::Vacant(v) => {
-                            v.insert(EngineBlock {
-                                router,
-                                parent: prev.unwrap_or(engine),
-                            });
-                            outcome.stored_blocks += 1;
-                        }
-                        hashbrown::hash_map::Entry::Occupied(_) => {
-                            let extra = ws.extra_refs.entry(engine).or_insert(0);
-                            *extra = extra.saturating_add(1);
-                            outcome.duplicate_blocks += 1;
-                        }
+                    let block = EngineBlock {
+                        engine,
+                        router,
+                        parent: prev.unwrap_or(engine),
+                    };
+                    if ws.blocks.insert(block) {
+                        outcome.stored_blocks += 1;
+                    } else {
+                        let extra = ws.extra_refs.entry(engine).or_insert(0);
+                        *extra = extra.saturating_add(1);
+                        outcome.duplicate_blocks += 1;
                     }
                     prev = Some(engine);
                 }
@@ -252,7 +248,7 @@ impl SyncState {
             }
             CacheEvent::Removed { blocks } => {
                 for &engine in blocks {
-                    let Some(&block) = ws.blocks.get(&engine) else {
+                    let Some(&block) = ws.blocks.get(engine) else {
                         outcome.unknown_removed_blocks += 1;
                         continue;
                     };
@@ -272,12 +268,12 @@ impl SyncState {
                         ws.forget_through(&path, slot);
                         // The parent is now a chain tip: remembering it makes evicting a
                         // chain last block first cost O(1) per block, not O(depth).
-                        if let Some(parent) = block.parent(engine) {
+                        if let Some(parent) = block.parent() {
                             path.pop();
                             ws.remember(parent, &mut path, None);
                         }
                     }
-                    ws.blocks.remove(&engine);
+                    ws.blocks.remove(engine);
                     outcome.removed_blocks += 1;
                 }
             }
