@@ -19,6 +19,7 @@
 
 mod blocks;
 mod state;
+mod tips;
 #[cfg(feature = "vllm")]
 pub mod vllm;
 

@@ -2,6 +2,7 @@
 //! the tree.
 
 use super::blocks::{EngineBlock, EngineBlocks};
+use super::tips::Tips;
 use super::{CacheEvent, Sequence, SyncOutcome};
 use crate::tree::FoldMap;
 use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
@@ -13,23 +14,9 @@ struct WorkerSync {
     /// Stores of a block beyond its first (duplicates are rare, so they live apart and the
     /// main map's entries stay small).
     extra_refs: FoldMap<u64, u32>,
-    /// Router paths of recent chain tips. An engine stores a running request's blocks as
-    /// consecutive events, each continuing from the previous one's last block, and evicts a
-    /// finished request's blocks last first, so the next event usually finds its block's
-    /// path here instead of walking the parent links (one map lookup per block of depth).
-    recent: Vec<Tip>,
-    next_recent: usize,
+    /// Chain tips most likely named by the next events.
+    recent: Tips,
 }
-
-/// A remembered chain tip: its engine hash and the router path from the root to it.
-#[derive(Debug)]
-struct Tip {
-    engine: u64,
-    path: Vec<BlockHash>,
-}
-
-/// Chain tips remembered per worker (about the number of requests an engine runs at once).
-const RECENT: usize = 64;
 
 impl WorkerSync {
     /// The router path from the root to `engine` (inclusive), through the parent links.
@@ -55,51 +42,6 @@ impl WorkerSync {
         self.blocks.clear();
         self.extra_refs.clear();
         self.recent.clear();
-    }
-
-    /// Swaps the remembered path of tip `engine` into `path`; the slot it came from (whose
-    /// buffer now holds `path`'s old contents).
-    fn take_recent(&mut self, engine: u64, path: &mut Vec<BlockHash>) -> Option<usize> {
-        let slot = self.recent.iter().position(|tip| tip.engine == engine)?;
-        core::mem::swap(path, &mut self.recent[slot].path);
-        Some(slot)
-    }
-
-    /// Remembers `path` as the path of tip `engine`, in `slot` or the next slot in turn.
-    /// `path` is left holding a spare buffer of unspecified contents.
-    fn remember(&mut self, engine: u64, path: &mut Vec<BlockHash>, slot: Option<usize>) {
-        let slot = match slot {
-            Some(slot) => slot,
-            None if self.recent.len() < RECENT => {
-                self.recent.push(Tip {
-                    engine,
-                    path: core::mem::take(path),
-                });
-                return;
-            }
-            None => {
-                self.next_recent = (self.next_recent + 1) % RECENT;
-                self.next_recent
-            }
-        };
-        let tip = &mut self.recent[slot];
-        tip.engine = engine;
-        core::mem::swap(path, &mut tip.path);
-    }
-
-    /// Forgets every remembered tip whose path runs through the last block of `removed`
-    /// (the path of a block being evicted), and the slot `taken` (its path was taken out).
-    /// A remembered path stays exactly what [`Self::path_to`] would find: the tips below an
-    /// evicted block have an unknown ancestor from now on.
-    fn forget_through(&mut self, removed: &[BlockHash], taken: Option<usize>) {
-        let depth = removed.len();
-        let block = removed[depth - 1];
-        let mut i = 0;
-        self.recent.retain(|tip| {
-            let keep = Some(i) != taken && tip.path.get(depth - 1) != Some(&block);
-            i += 1;
-            keep
-        });
     }
 }
 
@@ -147,11 +89,7 @@ impl SyncState {
                 .map(|w| {
                     w.blocks.allocation_size()
                         + w.extra_refs.allocation_size()
-                        + w.recent.capacity() * core::mem::size_of::<Tip>()
-                        + w.recent
-                            .iter()
-                            .map(|tip| tip.path.capacity() * core::mem::size_of::<BlockHash>())
-                            .sum::<usize>()
+                        + w.recent.allocation_size()
                 })
                 .sum::<usize>()
             + self.path.capacity() * core::mem::size_of::<BlockHash>()
@@ -204,15 +142,13 @@ impl SyncState {
                 blocks,
                 tokens,
             } => {
-                let mut slot = None;
                 let root = match parent {
                     None => {
                         path.clear();
                         hasher.root(&[])
                     }
                     Some(p) => {
-                        slot = ws.take_recent(*p, &mut path);
-                        if slot.is_none() && !ws.path_to(*p, &mut path) {
+                        if !ws.recent.take(*p, &mut path) && !ws.path_to(*p, &mut path) {
                             outcome.unknown_parent_blocks = blocks.len();
                             self.path = path;
                             return Ok(outcome);
@@ -243,7 +179,7 @@ impl SyncState {
                 }
                 tree.insert(worker, &path);
                 if let Some(&tip) = blocks.last() {
-                    ws.remember(tip, &mut path, slot);
+                    ws.recent.remember(tip, &mut path);
                 }
             }
             CacheEvent::Removed { blocks } => {
@@ -262,15 +198,14 @@ impl SyncState {
                     }
                     // Without a path, an ancestor already removed took this block out of
                     // the tree.
-                    let slot = ws.take_recent(engine, &mut path);
-                    if slot.is_some() || ws.path_to(engine, &mut path) {
+                    if ws.recent.take(engine, &mut path) || ws.path_to(engine, &mut path) {
                         tree.truncate(worker, &path, path.len() - 1);
-                        ws.forget_through(&path, slot);
+                        ws.recent.forget_through(&path);
                         // The parent is now a chain tip: remembering it makes evicting a
                         // chain last block first cost O(1) per block, not O(depth).
                         if let Some(parent) = block.parent() {
                             path.pop();
-                            ws.remember(parent, &mut path, None);
+                            ws.recent.remember(parent, &mut path);
                         }
                     }
                     ws.blocks.remove(engine);
