@@ -14,7 +14,7 @@ rows = {}
 for m in re.finditer(r"^peers/(\S+)/(\S+)/(w\d+/pairs\d+)\s*\n?\s*time:\s+\[\S+ \S+ (\S+) (\S+)", text, re.M):
     op, crate, size, value, unit = m.groups()
     rows[(op, size, crate)] = float(value) * {"ns": 1, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}[unit]
-crates = ["prefix-router", "kv-index-ChainIndex", "kv-index-TokenTree", "dynamo-RadixTree", "dynamo-ThreadPool"]
+crates = ["prefix-router", "kv-index-ChainIndex", "kv-index-Sharded", "kv-index-TokenTree", "dynamo-RadixTree", "dynamo-ThreadPool"]
 def show(ns):
     return f"{ns:.0f} ns" if ns < 1e4 else f"{ns / 1e3:.1f} µs"
 print("| operation | workers, pairs | " + " | ".join(crates) + " |")

@@ -24,7 +24,9 @@
 //! - remove a worker: measured at 10^4 and 10^5 pairs on a freshly loaded structure each
 //!   iteration (the load is not timed).
 //!
-//! Not covered: kv-index's `ShardedChainIndex` (its concurrent front end).
+//! - kv-index's `ShardedChainIndex::new(2, 256)`: two shards (one per core of this machine,
+//!   as its docs advise one per socket), worker `w` in shard `w % 2`, fed and queried on one
+//!   thread with the same calls as `ChainIndex` (`score_into` walks both shards).
 //!
 //! The counting allocator is the one place in this project with `unsafe`: a `GlobalAlloc`
 //! cannot be written without it. It lives in this standalone benchmark, never in the crate.
@@ -46,7 +48,9 @@ use dynamo_kv_router::protocols::{
     KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash, RouterEvent,
     compute_block_hash_for_seq,
 };
-use kv_index::{ChainBlockMap, ChainIndex, ContentHash, SequenceHash, StoredBlock, TokenTree};
+use kv_index::{
+    ChainBlockMap, ChainIndex, ContentHash, SequenceHash, ShardedChainIndex, StoredBlock, TokenTree,
+};
 use prefix_router::{
     BlockHash, CacheEvent, CacheIndex, CacheSync, IndexConfig, PrefixHasher, PrefixMatch,
     RadixTree, TreeConfig, WorkerId,
@@ -151,9 +155,94 @@ struct Ours {
     tree: RadixTree,
 }
 
-struct KvIndex {
-    index: ChainIndex,
+/// kv-index's two chain indexes behind the calls this bench makes, with this bench's worker
+/// numbers (the sharded index's ids carry the shard).
+trait KvChain {
+    fn with_workers(workers: u32) -> Self;
+    fn store(&self, w: u32, blocks: &[StoredBlock], parent: Option<u64>, map: &mut ChainBlockMap);
+    fn remove(&self, w: u32, seq: &[u64], map: &mut ChainBlockMap);
+    fn score(&self, hashes: &[ContentHash]) -> u32;
+    fn remove_worker(&self, w: u32, map: ChainBlockMap);
+}
+
+fn sequence_hashes(seq: &[u64]) -> Vec<SequenceHash> {
+    seq.iter().map(|&s| SequenceHash(s)).collect()
+}
+
+impl KvChain for ChainIndex {
+    fn with_workers(_: u32) -> Self {
+        ChainIndex::new()
+    }
+    fn store(&self, w: u32, blocks: &[StoredBlock], parent: Option<u64>, map: &mut ChainBlockMap) {
+        let _ = self.apply_stored(w, blocks, parent.map(SequenceHash), map);
+    }
+    fn remove(&self, w: u32, seq: &[u64], map: &mut ChainBlockMap) {
+        self.apply_removed(w, &sequence_hashes(seq), map);
+    }
+    fn score(&self, hashes: &[ContentHash]) -> u32 {
+        let mut n = 0;
+        self.score_into(hashes, |h| h.0, false, |_, s| n += s);
+        n
+    }
+    fn remove_worker(&self, w: u32, map: ChainBlockMap) {
+        ChainIndex::remove_worker(self, w, map);
+    }
+}
+
+const SHARDS: u32 = 2;
+
+fn sharded_id(w: u32) -> u32 {
+    ((w % SHARDS) << kv_index::sharded::SHARD_SHIFT) | (w / SHARDS)
+}
+
+impl KvChain for ShardedChainIndex {
+    fn with_workers(workers: u32) -> Self {
+        ShardedChainIndex::new(SHARDS as usize, workers.div_ceil(SHARDS) as usize)
+    }
+    fn store(&self, w: u32, blocks: &[StoredBlock], parent: Option<u64>, map: &mut ChainBlockMap) {
+        let _ = self.apply_stored(sharded_id(w), blocks, parent.map(SequenceHash), map);
+    }
+    fn remove(&self, w: u32, seq: &[u64], map: &mut ChainBlockMap) {
+        self.apply_removed(sharded_id(w), &sequence_hashes(seq), map);
+    }
+    fn score(&self, hashes: &[ContentHash]) -> u32 {
+        let mut n = 0;
+        self.score_into(hashes, |h| h.0, false, |_, s| n += s);
+        n
+    }
+    fn remove_worker(&self, w: u32, map: ChainBlockMap) {
+        ShardedChainIndex::remove_worker(self, sharded_id(w), map);
+    }
+}
+
+/// A kv-index chain index with one lane map per worker.
+struct KvIndex<C> {
+    index: C,
     maps: Vec<ChainBlockMap>,
+}
+
+impl<C: KvChain> KvIndex<C> {
+    fn load(workers: u32, prompts: &[(u32, Vec<u32>)], seqs: &[Vec<u64>]) -> Self {
+        let mut kv = KvIndex {
+            index: C::with_workers(workers),
+            maps: (0..workers).map(|_| ChainBlockMap::new()).collect(),
+        };
+        for ((w, p), s) in prompts.iter().zip(seqs) {
+            kv.index
+                .store(*w, &kv_blocks(p, s), None, &mut kv.maps[*w as usize]);
+        }
+        kv
+    }
+
+    /// Stores a run (or removes blocks) as the store8 bench's `op`.
+    fn op(&mut self, remove: bool, w: u32, parent: Option<u64>, tokens: &[u32], seq: &[u64]) {
+        let map = &mut self.maps[w as usize];
+        if remove {
+            self.index.remove(w, seq, map);
+        } else {
+            self.index.store(w, &kv_blocks(tokens, seq), parent, map);
+        }
+    }
 }
 
 struct Dynamo {
@@ -239,6 +328,21 @@ fn remove_worker_median<T, R: FnOnce() -> T>(id: &str, mut setup: impl FnMut() -
     );
 }
 
+/// A freshly loaded kv-index chain index, and the timed removal of `victim` from it.
+fn kv_remove_worker<C: KvChain>(
+    workers: u32,
+    prompts: &[(u32, Vec<u32>)],
+    seqs: &[Vec<u64>],
+    victim: u32,
+) -> impl FnOnce() -> C {
+    let mut kv = KvIndex::<C>::load(workers, prompts, seqs);
+    let map = std::mem::take(&mut kv.maps[victim as usize]);
+    move || {
+        kv.index.remove_worker(victim, map);
+        kv.index
+    }
+}
+
 fn chained_tree() -> RadixTree {
     let mut c = TreeConfig::default();
     c.chained = true;
@@ -283,17 +387,11 @@ fn bench(c: &mut Criterion) {
             }
             let ours_events_bytes = allocated() - before;
             let before = allocated();
-            let mut kv = KvIndex {
-                index: ChainIndex::new(),
-                maps: (0..workers).map(|_| ChainBlockMap::new()).collect(),
-            };
-            for ((w, p), s) in prompts.iter().zip(&seqs) {
-                let blocks = kv_blocks(p, s);
-                kv.index
-                    .apply_stored(*w, &blocks, None, &mut kv.maps[*w as usize])
-                    .unwrap();
-            }
+            let mut kv = KvIndex::<ChainIndex>::load(workers, &prompts, &seqs);
             let kv_bytes = allocated() - before;
+            let before = allocated();
+            let mut sharded = KvIndex::<ShardedChainIndex>::load(workers, &prompts, &seqs);
+            let sharded_bytes = allocated() - before;
             let before = allocated();
             let token_tree = TokenTree::new();
             let names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
@@ -332,6 +430,7 @@ fn bench(c: &mut Criterion) {
                 ("prefix-router RadixTree (routing mirror)", ours_bytes),
                 ("prefix-router CacheIndex fed by events", ours_events_bytes),
                 ("kv-index ChainIndex", kv_bytes),
+                ("kv-index ShardedChainIndex (2 shards)", sharded_bytes),
                 ("kv-index TokenTree", token_tree_bytes),
                 ("dynamo-kv-router RadixTree", dynamo_bytes),
                 (
@@ -371,16 +470,10 @@ fn bench(c: &mut Criterion) {
                 })
             });
             group.bench_function(BenchmarkId::new("match/kv-index-ChainIndex", &label), |b| {
-                b.iter(|| {
-                    let mut n = 0;
-                    kv.index.score_into(
-                        black_box(&kv_hashes[next()]),
-                        |h| h.0,
-                        false,
-                        |_, s| n += s,
-                    );
-                    n
-                })
+                b.iter(|| kv.index.score(black_box(&kv_hashes[next()])))
+            });
+            group.bench_function(BenchmarkId::new("match/kv-index-Sharded", &label), |b| {
+                b.iter(|| sharded.index.score(black_box(&kv_hashes[next()])))
             });
             group.bench_function(BenchmarkId::new("match/dynamo-RadixTree", &label), |b| {
                 b.iter(|| {
@@ -407,19 +500,14 @@ fn bench(c: &mut Criterion) {
                     m.len()
                 })
             });
+            let kv_hash = |q: &[u32]| kv_index::compute_request_content_hashes(q, BLOCK);
             group.bench_function(
                 BenchmarkId::new("hash+match/kv-index-ChainIndex", &label),
-                |b| {
-                    b.iter(|| {
-                        let h = kv_index::compute_request_content_hashes(
-                            black_box(queries[next()]),
-                            BLOCK,
-                        );
-                        let mut n = 0;
-                        kv.index.score_into(&h, |h| h.0, false, |_, s| n += s);
-                        n
-                    })
-                },
+                |b| b.iter(|| kv.index.score(&kv_hash(black_box(queries[next()])))),
+            );
+            group.bench_function(
+                BenchmarkId::new("hash+match/kv-index-Sharded", &label),
+                |b| b.iter(|| sharded.index.score(&kv_hash(black_box(queries[next()])))),
             );
             group.bench_function(
                 BenchmarkId::new("hash+match/kv-index-TokenTree", &label),
@@ -512,22 +600,13 @@ fn bench(c: &mut Criterion) {
             });
             group.bench_function(
                 BenchmarkId::new("store8/kv-index-ChainIndex", &label),
-                |b| {
-                    store(b, &mut |remove, w, parent, tokens, seq| {
-                        let map = &mut kv.maps[w as usize];
-                        if remove {
-                            let hashes: Vec<SequenceHash> =
-                                seq.iter().map(|&s| SequenceHash(s)).collect();
-                            kv.index.apply_removed(w, &hashes, map);
-                        } else {
-                            let blocks = kv_blocks(tokens, seq);
-                            let _ =
-                                kv.index
-                                    .apply_stored(w, &blocks, parent.map(SequenceHash), map);
-                        }
-                    })
-                },
+                |b| store(b, &mut |r, w, parent, t, seq| kv.op(r, w, parent, t, seq)),
             );
+            group.bench_function(BenchmarkId::new("store8/kv-index-Sharded", &label), |b| {
+                store(b, &mut |r, w, parent, t, seq| {
+                    sharded.op(r, w, parent, t, seq)
+                })
+            });
             group.bench_function(BenchmarkId::new("store8/dynamo-RadixTree", &label), |b| {
                 store(b, &mut |remove, w, parent, tokens, seq| {
                     dynamo.events += 1;
@@ -557,19 +636,10 @@ fn bench(c: &mut Criterion) {
                     }
                 });
                 remove_worker_median(&format!("kv-index-ChainIndex/{label}"), || {
-                    let index = ChainIndex::new();
-                    let mut maps: Vec<ChainBlockMap> =
-                        (0..workers).map(|_| ChainBlockMap::new()).collect();
-                    for ((w, p), s) in prompts.iter().zip(&seqs) {
-                        index
-                            .apply_stored(*w, &kv_blocks(p, s), None, &mut maps[*w as usize])
-                            .unwrap();
-                    }
-                    let map = std::mem::take(&mut maps[victim as usize]);
-                    move || {
-                        index.remove_worker(victim, map);
-                        index
-                    }
+                    kv_remove_worker::<ChainIndex>(workers, &prompts, &seqs, victim)
+                });
+                remove_worker_median(&format!("kv-index-Sharded/{label}"), || {
+                    kv_remove_worker::<ShardedChainIndex>(workers, &prompts, &seqs, victim)
                 });
                 remove_worker_median(&format!("dynamo-RadixTree/{label}"), || {
                     let mut tree = dynamo_kv_router::RadixTree::new();
