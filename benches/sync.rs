@@ -19,33 +19,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Rng;
+use common::{Rng, event_fed_index, prompt_events};
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use prefix_router::*;
 
-const RUN: usize = 8;
-const CHAIN: usize = 128;
-
-/// The store events of one 128-block prompt, and the removal of all its blocks.
-fn prompt_events(rng: &mut Rng) -> (Vec<CacheEvent>, CacheEvent) {
-    let mut events = Vec::new();
-    let mut parent = None;
-    let mut all = Vec::new();
-    for _ in 0..CHAIN / RUN {
-        let blocks: Vec<u64> = (0..RUN).map(|_| rng.next_u64()).collect();
-        let tokens: Vec<u32> = (0..RUN * 16).map(|_| rng.below(151_936) as u32).collect();
-        all.extend(&blocks);
-        parent = {
-            events.push(CacheEvent::Stored {
-                parent,
-                blocks: blocks.clone(),
-                tokens,
-            });
-            blocks.last().copied()
-        };
-    }
-    (events, CacheEvent::Removed { blocks: all })
-}
+const RUN: usize = common::EVENT_BLOCKS;
 
 /// One prompt's events: `before` applied untimed, `timed` timed, `after` (untimed) restores
 /// the mirror's size.
@@ -80,13 +58,7 @@ fn time_events(index: &CacheIndex, cases: &[Case], iters: u64) -> Duration {
 
 fn apply_stores(c: &mut Criterion) {
     let mut rng = Rng(5);
-    let index = CacheIndex::new(IndexConfig::default()).unwrap();
-    let worker = WorkerId::new(0);
-    for _ in 0..1_000_000 / CHAIN {
-        for e in prompt_events(&mut rng).0 {
-            index.apply_event(worker, 0, &e).unwrap();
-        }
-    }
+    let index = event_fed_index(&mut rng, 1_000_000);
     let pool: Vec<_> = (0..512).map(|_| prompt_events(&mut rng)).collect();
     let mut group = c.benchmark_group("sync");
     group

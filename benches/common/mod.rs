@@ -2,7 +2,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use prefix_router::{BlockHash, RadixTree, TreeConfig, WorkerId};
+use prefix_router::{
+    BlockHash, CacheEvent, CacheIndex, CacheSync, IndexConfig, RadixTree, TreeConfig, WorkerId,
+};
 
 /// SplitMix64: small, seeded, deterministic.
 pub struct Rng(pub u64);
@@ -156,4 +158,42 @@ pub fn pairs(tree: &RadixTree, workers: u32) -> usize {
     (0..workers)
         .map(|w| tree.worker_block_count(WorkerId::new(w)))
         .sum()
+}
+
+/// Blocks per `Stored` event in the sync benches.
+pub const EVENT_BLOCKS: usize = 8;
+
+/// The `Stored` events of one 128-block prompt as an engine publishes them while it runs
+/// (8-block runs, each continuing the previous one's last block; random engine hashes and
+/// tokens), and the `Removed` event of all its blocks.
+pub fn prompt_events(rng: &mut Rng) -> (Vec<CacheEvent>, CacheEvent) {
+    let mut events = Vec::new();
+    let mut parent = None;
+    let mut all = Vec::new();
+    for _ in 0..PROMPT_BLOCKS / EVENT_BLOCKS {
+        let blocks: Vec<u64> = (0..EVENT_BLOCKS).map(|_| rng.next_u64()).collect();
+        let tokens: Vec<u32> = (0..EVENT_BLOCKS * 16)
+            .map(|_| rng.below(151_936) as u32)
+            .collect();
+        all.extend(&blocks);
+        let next = blocks.last().copied();
+        events.push(CacheEvent::Stored {
+            parent,
+            blocks,
+            tokens,
+        });
+        parent = next;
+    }
+    (events, CacheEvent::Removed { blocks: all })
+}
+
+/// A cache index holding `blocks` blocks of one worker (worker 0), fed by store events.
+pub fn event_fed_index(rng: &mut Rng, blocks: usize) -> CacheIndex {
+    let index = CacheIndex::new(IndexConfig::default()).unwrap();
+    for _ in 0..blocks / PROMPT_BLOCKS {
+        for e in prompt_events(rng).0 {
+            index.apply_event(WorkerId::new(0), 0, &e).unwrap();
+        }
+    }
+    index
 }
