@@ -137,6 +137,7 @@
 //! |---|---|---|
 //! | `sim` | yes | [`sim`]: workloads, Mooncake traces, the simulated cluster (adds `serde_json` to read traces) |
 //! | `vllm` | no | [`sync::vllm::decode_batch`](crate::sync): decoding of vLLM's msgpack KV-event batches (adds `rmpv`) |
+//! | `zmq` | no | nothing in the library: lets `examples/vllm_events` subscribe to vLLM's ZMQ PUB sockets (adds `zeromq`, pure Rust, with `vllm`) |
 //!
 //! Without features the crate depends only on `sha2`, `xxhash-rust`, `smallvec`,
 //! `hashbrown` and `thiserror`: no async runtime, no I/O, no global state.
