@@ -115,6 +115,55 @@ fn evicting_last_block_first_and_storing_below_an_evicted_ancestor() {
     router.index().with_tree(|t| t.validate()).unwrap();
 }
 
+/// Far more chains grow and shrink at once than the table of remembered chain tips holds
+/// (64 per worker, two per set): every event still lands under its parent, found by its tip
+/// or else through the parent links, and nothing is reported unknown.
+#[test]
+fn many_interleaved_chains_grow_and_shrink_exactly() {
+    let router = BalancedRouter::new(1).unwrap();
+    let (chains, len) = (300usize, 12usize);
+    let prompt = |c: usize| tokens(c as u32 + 1, len);
+    let engine = |c: usize, i: usize| ((c as u64) << 16 | i as u64) + 1;
+    let apply = |event: &CacheEvent| {
+        let o = router.apply_event(W0, 0, event).unwrap();
+        assert_eq!((o.unknown_parent_blocks, o.unknown_removed_blocks), (0, 0));
+        o
+    };
+    let grow = |from: &dyn Fn(usize) -> usize| {
+        // One block per event, the chains taking turns.
+        for i in 0..len {
+            for c in (0..chains).filter(|&c| i >= from(c)) {
+                let parent = i.checked_sub(1).map(|p| engine(c, p));
+                let t = &prompt(c)[i * 16..(i + 1) * 16];
+                assert_eq!(apply(&stored(parent, &[engine(c, i)], t)).stored_blocks, 1);
+            }
+        }
+    };
+    grow(&|_| 0);
+    for c in 0..chains {
+        assert_eq!(cached(&router, W0, &prompt(c)), len * 16, "chain {c}");
+    }
+    // Chain c loses its last c % len blocks, last first, the chains taking turns.
+    let kept = |c: usize| len - c % len;
+    for k in 0..len {
+        for c in (0..chains).filter(|&c| k < c % len) {
+            let removed = CacheEvent::Removed {
+                blocks: vec![engine(c, len - 1 - k)],
+            };
+            assert_eq!(apply(&removed).removed_blocks, 1);
+        }
+    }
+    for c in 0..chains {
+        assert_eq!(cached(&router, W0, &prompt(c)), kept(c) * 16, "chain {c}");
+    }
+    // And grows back from where it was cut.
+    grow(&kept);
+    for c in 0..chains {
+        assert_eq!(cached(&router, W0, &prompt(c)), len * 16, "chain {c}");
+    }
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
 #[test]
 fn duplicates_are_reference_counted() {
     let router = CacheAwareRouter::new(1).unwrap();
