@@ -6,6 +6,8 @@
 //!   timed, then removed again untimed, so the mirror stays that size.
 //! - `apply_removed_1_block`: the eviction of a finished 128-block prompt as vLLM reports it,
 //!   one `Removed` event per block, last block first. The prompt is stored untimed first.
+//! - `apply_stored_8_blocks_interleaved`: the same stores from 256 requests running at once,
+//!   taking turns (more chains than the sync state remembers tips for).
 //! - `map_insert_8_random`: a floor under any design with one hash-map insert per stored
 //!   block: 8 inserts of random keys into a hashbrown map of 10^6 entries with 24-byte slots
 //!   (the engine-hash map's shape before its records moved to an arena), with no hashing,
@@ -107,6 +109,63 @@ fn apply_stores(c: &mut Criterion) {
     );
 }
 
+/// Requests running at once on one engine in `apply_stored_8_blocks_interleaved`.
+const CONCURRENT: usize = 256;
+
+/// Stores of `CONCURRENT` requests taking turns, as an engine running that many at once
+/// publishes them: each round applies every request's next 8-block event (timed), then
+/// (untimed) a request that has stored its 128 blocks is evicted and a new one takes its
+/// place. Requests start at staggered points, so that evictions spread over rounds.
+fn apply_interleaved(c: &mut Criterion) {
+    let mut rng = Rng(6);
+    let index = event_fed_index(&mut rng, 1_000_000);
+    let pool: Vec<_> = (0..4 * CONCURRENT)
+        .map(|_| prompt_events(&mut rng))
+        .collect();
+    let worker = WorkerId::new(0);
+    // (prompt in the pool, next event) per running request.
+    let mut running: Vec<(usize, usize)> = (0..CONCURRENT).map(|r| (r, r % 16)).collect();
+    for &(p, next) in &running {
+        for e in &pool[p].0[..next] {
+            index.apply_event(worker, 0, e).unwrap();
+        }
+    }
+    let mut next_prompt = CONCURRENT;
+    let mut group = c.benchmark_group("sync");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(RUN as u64));
+    group.bench_function(
+        BenchmarkId::new("apply_stored_8_blocks_interleaved", "256_requests"),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let n = (iters - done).min(CONCURRENT as u64) as usize;
+                    let start = Instant::now();
+                    for &(p, next) in &running[..n] {
+                        black_box(index.apply_event(worker, 0, &pool[p].0[next]).unwrap());
+                    }
+                    timed += start.elapsed();
+                    for (p, next) in &mut running[..n] {
+                        *next += 1;
+                        if *next == pool[*p].0.len() {
+                            index.apply_event(worker, 0, &pool[*p].1).unwrap();
+                            (*p, *next) = (next_prompt % pool.len(), 0);
+                            next_prompt += 1;
+                        }
+                    }
+                    done += n as u64;
+                }
+                timed
+            });
+        },
+    );
+    group.finish();
+}
+
 /// A multiply-fold hasher like the crate's own (deterministic, one multiply per word).
 #[derive(Default)]
 struct Fold(u64);
@@ -166,5 +225,5 @@ fn map_floor(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, apply_stores, map_floor);
+criterion_group!(benches, apply_stores, apply_interleaved, map_floor);
 criterion_main!(benches);

@@ -38,6 +38,26 @@ impl WorkerSync {
         true
     }
 
+    /// The router path of the stored block `engine` into `out`: from the remembered tips
+    /// (taking the tip), else from the tree when the block ends an edge there and `worker`
+    /// holds it (the path the mirror holds for it: with chained hashes, the one the parent
+    /// links give), else through the parent links, one lookup per block of depth. `false`
+    /// when none knows it.
+    fn find_path(
+        &mut self,
+        tree: &RadixTree,
+        engine: u64,
+        worker: WorkerId,
+        out: &mut Vec<BlockHash>,
+    ) -> bool {
+        self.recent.take(engine, out)
+            || self
+                .blocks
+                .get(engine)
+                .is_some_and(|b| tree.path_ending_at(b.router, Some(worker), out))
+            || self.path_to(engine, out)
+    }
+
     fn clear(&mut self) {
         self.blocks.clear();
         self.extra_refs.clear();
@@ -116,6 +136,7 @@ impl SyncState {
                 )));
             }
         }
+        tree.index_last_blocks();
         let mut outcome = SyncOutcome::default();
         let mut path = core::mem::take(&mut self.path);
         let ws = self.worker(worker);
@@ -148,7 +169,7 @@ impl SyncState {
                         hasher.root(&[])
                     }
                     Some(p) => {
-                        if !ws.recent.take(*p, &mut path) && !ws.path_to(*p, &mut path) {
+                        if !ws.find_path(tree, *p, worker, &mut path) {
                             outcome.unknown_parent_blocks = blocks.len();
                             self.path = path;
                             return Ok(outcome);
@@ -198,7 +219,7 @@ impl SyncState {
                     }
                     // Without a path, an ancestor already removed took this block out of
                     // the tree.
-                    if ws.recent.take(engine, &mut path) || ws.path_to(engine, &mut path) {
+                    if ws.find_path(tree, engine, worker, &mut path) {
                         tree.truncate(worker, &path, path.len() - 1);
                         ws.recent.forget_through(&path);
                         // The parent is now a chain tip: remembering it makes evicting a

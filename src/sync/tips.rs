@@ -5,7 +5,9 @@
 //! the previous one's last block, and evicts a finished request's blocks last first. So the
 //! parent of a store, or the block of a removal, is usually a tip remembered here, and its
 //! router path is found without walking the engine map's parent links (one lookup per block
-//! of depth).
+//! of depth). When the tip was replaced (more requests at once than slots), the tree finds
+//! a block that ends one of its edges; tips also cover the blocks that do not, such as the
+//! middle of a prompt the router inserted whole before the engine's events for it came.
 
 use core::hash::Hasher as _;
 

@@ -182,6 +182,10 @@ pub struct RadixTree {
     pub(super) clock: u64,
     /// Nodes whose merge with their only child must be checked once the operation is done.
     merge_queue: Vec<u32>,
+    /// Edge's last block → node, kept once [`Self::index_last_blocks`] has been called (by
+    /// event sync, for chained trees): a block that ends an edge is found by its hash alone.
+    pub(super) by_last: FoldMap<BlockHash, u32>,
+    pub(super) last_indexed: bool,
 }
 
 impl Default for RadixTree {
@@ -310,6 +314,8 @@ impl RadixTree {
             block_count: 0,
             clock: 0,
             merge_queue: Vec::new(),
+            by_last: FoldMap::default(),
+            last_indexed: false,
         }
     }
 
@@ -638,6 +644,7 @@ impl RadixTree {
             + self.holdings.capacity() * size_of::<Holding>()
             + self.free_holdings.capacity() * size_of::<u32>()
             + self.holding_index.allocation_size()
+            + self.by_last.allocation_size()
             + self.workers.capacity() * size_of::<WorkerState>()
             + self.merge_queue.capacity() * size_of::<u32>()
     }
@@ -742,6 +749,7 @@ impl RadixTree {
     }
 
     fn free_node(&mut self, id: u32) {
+        self.unindex_last(id);
         self.nodes[id as usize] = Node::FREE;
         let start = id as usize * self.stride;
         self.members[start..start + self.stride].fill(0);
@@ -764,7 +772,67 @@ impl RadixTree {
         });
         self.block_count += blocks.len();
         self.attach(parent, leaf);
+        self.index_last(leaf);
         leaf
+    }
+
+    /// Starts keeping the index of edges' last blocks (chained trees only; idempotent), so
+    /// that [`Self::path_ending_at`] can answer. Cost: O(nodes) the first time.
+    pub(crate) fn index_last_blocks(&mut self) {
+        if self.last_indexed || !self.config.chained {
+            return;
+        }
+        self.last_indexed = true;
+        for id in 1..self.nodes.len() as u32 {
+            if self.alive(id) {
+                self.index_last(id);
+            }
+        }
+    }
+
+    fn index_last(&mut self, node: u32) {
+        if self.last_indexed {
+            self.by_last.insert(self.nodes[node as usize].last, node);
+        }
+    }
+
+    fn unindex_last(&mut self, node: u32) {
+        if self.last_indexed {
+            let last = self.nodes[node as usize].last;
+            if self.by_last.get(&last) == Some(&node) {
+                self.by_last.remove(&last);
+            }
+        }
+    }
+
+    /// Writes into `out` the path from the root to the block `last`, when `last` ends an edge
+    /// (in a chained tree a block's hash names its whole prefix, so the path is that
+    /// block's) and, with `holder`, that worker holds it. `false` (and `out` unspecified)
+    /// otherwise, or before [`Self::index_last_blocks`]. Cost: O(depth) to copy, no hashing
+    /// beyond one lookup.
+    pub(crate) fn path_ending_at(
+        &self,
+        last: BlockHash,
+        holder: Option<WorkerId>,
+        out: &mut Vec<BlockHash>,
+    ) -> bool {
+        let Some(&node) = self.by_last.get(&last) else {
+            return false;
+        };
+        if holder.is_some_and(|w| !self.has_member(node, w.index())) {
+            return false;
+        }
+        let n = &self.nodes[node as usize];
+        out.clear();
+        out.resize((n.depth + n.edge_len) as usize, BlockHash::new(0));
+        let mut id = node;
+        while id != ROOT {
+            let n = &self.nodes[id as usize];
+            let start = n.depth as usize;
+            out[start..start + n.edge_len as usize].copy_from_slice(self.edge(id));
+            id = n.parent;
+        }
+        true
     }
 
     /// Whether `node` is a leaf that `w` alone holds, so that blocks inserted below it for
@@ -791,9 +859,11 @@ impl RadixTree {
             self.nodes[node as usize].edge_start = new_start;
         }
         self.pool.extend_from_slice(blocks);
+        self.unindex_last(node);
         let n = &mut self.nodes[node as usize];
         n.edge_len += blocks.len() as u32;
         n.last = blocks[blocks.len() - 1];
+        self.index_last(node);
         self.block_count += blocks.len();
         self.workers[w].blocks += blocks.len();
     }
@@ -943,6 +1013,7 @@ impl RadixTree {
             }
         }
         link_after(&mut self.nodes, &mut self.lru, upper, node);
+        self.index_last(upper);
         upper
     }
 
@@ -1059,9 +1130,11 @@ impl RadixTree {
         let only_holder = self.nodes[node as usize].first_child == NIL
             && bits(self.words(node)).all(|holder| holder == w);
         if only_holder {
+            self.unindex_last(node);
             let n = &mut self.nodes[node as usize];
             n.edge_len -= count as u32;
             n.last = self.pool[(n.edge_start + n.edge_len - 1) as usize];
+            self.index_last(node);
             self.garbage += count;
             self.block_count -= count;
             self.workers[w].blocks -= count;

@@ -202,3 +202,82 @@ fn match_into_reuses_buffers() {
     assert_eq!((m.matched_blocks(A), m.matched_blocks(B)), (0, 0));
     assert_eq!(m.query_blocks(), 1);
 }
+
+/// The last-block index that event sync turns on: whatever the operations and whenever it is
+/// turned on, every edge's last block is indexed (`validate`), and a found block comes with
+/// exactly its path, held by the worker asked about.
+mod last_block_index {
+    use super::*;
+    use crate::PrefixHasher;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u32, Vec<u32>),
+        Truncate(u32, Vec<u32>, usize),
+        Capacity(u32, usize),
+        RemoveWorker(u32),
+    }
+
+    fn prompt() -> impl Strategy<Value = Vec<u32>> {
+        // A small alphabet, so prompts share prefixes and split edges often.
+        proptest::collection::vec(0u32..3, 1..7)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (0u32..3, prompt()).prop_map(|(w, p)| Op::Insert(w, p)),
+            2 => (0u32..3, prompt(), 0usize..6).prop_map(|(w, p, k)| Op::Truncate(w, p, k)),
+            1 => (0u32..3, 1usize..12).prop_map(|(w, c)| Op::Capacity(w, c)),
+            1 => (0u32..3).prop_map(Op::RemoveWorker),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_edge_end_is_found_with_its_path(
+            ops in proptest::collection::vec(op(), 1..60),
+            index_from in 0usize..60,
+        ) {
+            let hasher = PrefixHasher::new(1).unwrap();
+            let mut tree = RadixTree::with_config(TreeConfig {
+                chained: true,
+                ..TreeConfig::default()
+            });
+            let mut seen: Vec<Vec<BlockHash>> = Vec::new();
+            let mut out = Vec::new();
+            for (i, op) in ops.iter().enumerate() {
+                if i == index_from {
+                    tree.index_last_blocks();
+                }
+                match op {
+                    Op::Insert(w, p) => {
+                        let blocks = hasher.hash(p);
+                        tree.insert(WorkerId::new(*w), &blocks);
+                        seen.push(blocks);
+                    }
+                    Op::Truncate(w, p, keep) => {
+                        tree.truncate(WorkerId::new(*w), &hasher.hash(p), *keep);
+                    }
+                    Op::Capacity(w, c) => tree.set_capacity(WorkerId::new(*w), *c),
+                    Op::RemoveWorker(w) => tree.remove_worker(WorkerId::new(*w)),
+                }
+                tree.validate().map_err(TestCaseError::fail)?;
+                for p in &seen {
+                    for k in 1..=p.len() {
+                        if tree.path_ending_at(p[k - 1], None, &mut out) {
+                            prop_assert!(i >= index_from, "answered before the index was on");
+                            prop_assert_eq!(&out[..], &p[..k]);
+                        }
+                        for w in 0..3 {
+                            let worker = WorkerId::new(w);
+                            if tree.path_ending_at(p[k - 1], Some(worker), &mut out) {
+                                prop_assert_eq!(tree.held_prefix(worker, &out), k);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

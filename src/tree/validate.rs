@@ -99,11 +99,20 @@ impl RadixTree {
             if self.mergeable(id).is_some() {
                 return fail(format!("node {id}: could be merged with its only child"));
             }
+            if self.last_indexed && self.by_last.get(&n.last) != Some(&id) {
+                return fail(format!("node {id}: missing from the last-block index"));
+            }
         }
         if child_links != live || self.children.len() != live {
             return fail(format!(
                 "{live} nodes, {child_links} child links, {} map entries",
                 self.children.len()
+            ));
+        }
+        if self.last_indexed && self.by_last.len() != live {
+            return fail(format!(
+                "{live} nodes, {} last-block index entries",
+                self.by_last.len()
             ));
         }
         if live + 1 != self.live_nodes
