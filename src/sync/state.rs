@@ -2,7 +2,7 @@
 //! the tree.
 
 use super::blocks::{EngineBlock, EngineBlocks};
-use super::tips::Tips;
+use super::tips::{Tip, Tips};
 use super::{CacheEvent, Sequence, SyncOutcome};
 use crate::tree::FoldMap;
 use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
@@ -38,24 +38,43 @@ impl WorkerSync {
         true
     }
 
-    /// The router path of the stored block `engine` into `out`: from the remembered tips
-    /// (taking the tip), else from the tree when the block ends an edge there and `worker`
-    /// holds it (the path the mirror holds for it: with chained hashes, the one the parent
-    /// links give), else through the parent links, one lookup per block of depth. `false`
-    /// when none knows it.
+    /// Where the tree holds the stored block `engine` for `worker`: the node, the block's
+    /// depth and its router hash, from the block's remembered tip (taken) or the tree's index
+    /// of edges' last blocks. Either is checked by the tree, so the position is the path the
+    /// mirror holds for the block (with chained hashes, the one its parent links give).
+    fn locate(
+        &mut self,
+        tree: &RadixTree,
+        engine: u64,
+        worker: WorkerId,
+    ) -> Option<(u32, usize, BlockHash)> {
+        if let Some(tip) = self.recent.take(engine) {
+            let depth = tip.depth as usize;
+            if let Some(node) = tree.position(tip.node, depth, tip.router, worker) {
+                return Some((node, depth, tip.router));
+            }
+        }
+        let router = self.blocks.get(engine)?.router;
+        let (node, depth) = tree.node_ending_with(router, worker)?;
+        Some((node, depth, router))
+    }
+
+    /// The router path of the stored block `engine` into `out`: read off the tree where
+    /// [`Self::locate`] finds it, else through the parent links, one lookup per block of
+    /// depth. The tree node holding the block, when known (a hint for remembering its
+    /// parent); `None` when no path is known.
     fn find_path(
         &mut self,
         tree: &RadixTree,
         engine: u64,
         worker: WorkerId,
         out: &mut Vec<BlockHash>,
-    ) -> bool {
-        self.recent.take(engine, out)
-            || self
-                .blocks
-                .get(engine)
-                .is_some_and(|b| tree.path_ending_at(b.router, Some(worker), out))
-            || self.path_to(engine, out)
+    ) -> Option<Option<u32>> {
+        if let Some((node, depth, _)) = self.locate(tree, engine, worker) {
+            tree.path_to_position(node, depth, out);
+            return Some(Some(node));
+        }
+        self.path_to(engine, out).then_some(None)
     }
 
     fn clear(&mut self) {
@@ -69,8 +88,9 @@ impl WorkerSync {
 #[derive(Debug, Default)]
 pub(crate) struct SyncState {
     workers: Vec<WorkerSync>,
-    /// Scratch path, kept to avoid allocating per event.
+    /// Scratch paths, kept to avoid allocating per event.
     path: Vec<BlockHash>,
+    scratch: Vec<BlockHash>,
 }
 
 fn check_worker(worker: WorkerId) -> Result<(), Error> {
@@ -112,7 +132,7 @@ impl SyncState {
                         + w.recent.allocation_size()
                 })
                 .sum::<usize>()
-            + self.path.capacity() * core::mem::size_of::<BlockHash>()
+            + (self.path.capacity() + self.scratch.capacity()) * core::mem::size_of::<BlockHash>()
     }
 
     /// Applies one event to `tree`.
@@ -139,6 +159,7 @@ impl SyncState {
         tree.index_last_blocks();
         let mut outcome = SyncOutcome::default();
         let mut path = core::mem::take(&mut self.path);
+        let mut full = core::mem::take(&mut self.scratch);
         let ws = self.worker(worker);
         outcome.sequence = match ws.last_seq {
             Some(last) if seq == last || seq == last.wrapping_add(1) => Sequence::InOrder,
@@ -163,19 +184,25 @@ impl SyncState {
                 blocks,
                 tokens,
             } => {
+                // The new blocks go below a position of the tree (no path needed), or below
+                // the path in `path` (empty at the root).
+                path.clear();
+                let mut below = None;
                 let root = match parent {
-                    None => {
-                        path.clear();
-                        hasher.root(&[])
-                    }
-                    Some(p) => {
-                        if !ws.find_path(tree, *p, worker, &mut path) {
+                    None => hasher.root(&[]),
+                    Some(p) => match ws.locate(tree, *p, worker) {
+                        Some((node, depth, router)) => {
+                            below = Some((node, depth));
+                            router
+                        }
+                        None if ws.path_to(*p, &mut path) => path[path.len() - 1],
+                        None => {
                             outcome.unknown_parent_blocks = blocks.len();
                             self.path = path;
+                            self.scratch = full;
                             return Ok(outcome);
                         }
-                        path[path.len() - 1]
-                    }
+                    },
                 };
                 let start = path.len();
                 hasher.continue_from(root, tokens, &mut path);
@@ -198,9 +225,28 @@ impl SyncState {
                     }
                     prev = Some(engine);
                 }
-                tree.insert(worker, &path);
-                if let Some(&tip) = blocks.last() {
-                    ws.recent.remember(tip, &mut path);
+                let depth = match below {
+                    Some((node, depth)) => {
+                        if !tree.insert_below(worker, node, depth, &path) {
+                            // The parent is inside an edge: the whole path, then.
+                            tree.path_to_position(node, depth, &mut full);
+                            full.extend_from_slice(&path);
+                            tree.insert(worker, &full);
+                        }
+                        depth + path.len()
+                    }
+                    None => {
+                        tree.insert(worker, &path);
+                        path.len()
+                    }
+                };
+                if let (Some(&engine), Some(&router)) = (blocks.last(), path.last()) {
+                    ws.recent.remember(Tip {
+                        engine,
+                        router,
+                        node: tree.last_insert_end(),
+                        depth: depth_u32(depth),
+                    });
                 }
             }
             CacheEvent::Removed { blocks } => {
@@ -219,14 +265,25 @@ impl SyncState {
                     }
                     // Without a path, an ancestor already removed took this block out of
                     // the tree.
-                    if ws.find_path(tree, engine, worker, &mut path) {
-                        tree.truncate(worker, &path, path.len() - 1);
-                        ws.recent.forget_through(&path);
-                        // The parent is now a chain tip: remembering it makes evicting a
-                        // chain last block first cost O(1) per block, not O(depth).
-                        if let Some(parent) = block.parent() {
-                            path.pop();
-                            ws.recent.remember(parent, &mut path);
+                    if let Some(node) = ws.find_path(tree, engine, worker, &mut path) {
+                        let depth = path.len();
+                        // The parent is about to be a chain tip: remembering it makes
+                        // evicting a chain last block first cost O(1) per block, not
+                        // O(depth). Its node is found before the truncation changes it.
+                        let parent_hint = match (block.parent(), depth > 1) {
+                            (Some(parent), true) => node
+                                .or_else(|| tree.node_holding_end(&path))
+                                .map(|n| (parent, tree.hint_before(n, depth))),
+                            _ => None,
+                        };
+                        tree.truncate(worker, &path, depth - 1);
+                        if let Some((parent, hint)) = parent_hint {
+                            ws.recent.remember(Tip {
+                                engine: parent,
+                                router: path[depth - 2],
+                                node: hint,
+                                depth: depth_u32(depth - 1),
+                            });
                         }
                     }
                     ws.blocks.remove(engine);
@@ -239,6 +296,7 @@ impl SyncState {
             }
         }
         self.path = path;
+        self.scratch = full;
         Ok(outcome)
     }
 
@@ -281,6 +339,12 @@ impl SyncState {
         }
         Ok(())
     }
+}
+
+/// A path length as a tip stores it (saturating: a tip of an absurdly deep block is stale,
+/// never wrong).
+fn depth_u32(depth: usize) -> u32 {
+    u32::try_from(depth).unwrap_or(u32::MAX)
 }
 
 /// Checks an event against the router's block size before anything changes.

@@ -182,6 +182,9 @@ pub struct RadixTree {
     pub(super) clock: u64,
     /// Nodes whose merge with their only child must be checked once the operation is done.
     merge_queue: Vec<u32>,
+    /// The node holding the last block of the last [`Self::insert`] (a hint for
+    /// [`Self::position`]).
+    last_end: u32,
     /// Edge's last block → node, kept once [`Self::index_last_blocks`] has been called (by
     /// event sync, for chained trees): a block that ends an edge is found by its hash alone.
     pub(super) by_last: FoldMap<BlockHash, u32>,
@@ -191,6 +194,24 @@ pub struct RadixTree {
 impl Default for RadixTree {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// An insert's walk: its time and the anchors its refreshes link before (the node and the
+/// holding refreshed last, one level up).
+struct Walk {
+    now: u64,
+    node: u32,
+    holding: u32,
+}
+
+impl Walk {
+    fn new(now: u64) -> Self {
+        Self {
+            now,
+            node: NIL,
+            holding: NIL,
+        }
     }
 }
 
@@ -314,6 +335,7 @@ impl RadixTree {
             block_count: 0,
             clock: 0,
             merge_queue: Vec::new(),
+            last_end: ROOT,
             by_last: FoldMap::default(),
             last_indexed: false,
         }
@@ -338,10 +360,57 @@ impl RadixTree {
             return;
         }
         let w = worker.index();
+        let mut walk = Walk::new(self.tick());
+        let end = self.descend(w, &mut walk, ROOT, blocks);
+        self.finish_insert(w, end);
+    }
+
+    /// [`Self::insert`] of a path that continues the one to position `depth` of `node` (as
+    /// [`Self::position`] or [`Self::node_ending_with`] found it) with `blocks`, without the
+    /// path itself: done, and `true`, when that position ends `node`'s edge (where a walk from
+    /// the root would reach it); `false`, and nothing done, otherwise.
+    pub(crate) fn insert_below(
+        &mut self,
+        worker: WorkerId,
+        node: u32,
+        depth: usize,
+        blocks: &[BlockHash],
+    ) -> bool {
+        let ends_edge = node != ROOT
+            && self.alive(node)
+            && depth
+                == (self.nodes[node as usize].depth + self.nodes[node as usize].edge_len) as usize;
+        if blocks.is_empty() || !ends_edge || !self.ensure_worker(worker) {
+            return false;
+        }
+        let w = worker.index();
+        let mut walk = Walk::new(self.tick());
+        // The path down to `node`, refreshed root first as the walk from the root does.
+        let mut above: SmallVec<[u32; 16]> = SmallVec::new();
+        let mut id = node;
+        while id != ROOT {
+            above.push(id);
+            id = self.nodes[id as usize].parent;
+        }
+        for &id in above.iter().rev() {
+            self.refresh(id, w, walk.now, &mut walk.node, &mut walk.holding);
+            self.merge_queue.push(id);
+        }
+        let end = self.descend(w, &mut walk, node, blocks);
+        self.finish_insert(w, end);
+        true
+    }
+
+    /// Advances the logical clock for one insert; the new time.
+    fn tick(&mut self) -> u64 {
         self.clock += 1;
-        let now = self.clock;
-        let (mut anchor_node, mut anchor_holding) = (NIL, NIL);
-        let mut node = ROOT;
+        self.clock
+    }
+
+    /// The insert's walk below `node` (already refreshed, or the root) along `blocks`:
+    /// matching, splitting, extending or adding a leaf, refreshing each node reached for
+    /// `w`. Returns the deepest node reached.
+    fn descend(&mut self, w: usize, walk: &mut Walk, mut node: u32, blocks: &[BlockHash]) -> u32 {
         let mut pos = 0;
         while pos < blocks.len() {
             let next = match self.child(node, blocks[pos]) {
@@ -367,10 +436,17 @@ impl RadixTree {
                     }
                 }
             };
-            self.refresh(next, w, now, &mut anchor_node, &mut anchor_holding);
+            self.refresh(next, w, walk.now, &mut walk.node, &mut walk.holding);
             self.merge_queue.push(next);
             node = next;
         }
+        node
+    }
+
+    /// What every insert does last, `end` being the deepest node its walk reached.
+    fn finish_insert(&mut self, w: usize, end: u32) {
+        // The deepest node is the most recent on the path: no merge removes it.
+        self.last_end = end;
         self.finish_merges();
         self.enforce_capacity(w);
         self.enforce_budget();
@@ -749,7 +825,6 @@ impl RadixTree {
     }
 
     fn free_node(&mut self, id: u32) {
-        self.unindex_last(id);
         self.nodes[id as usize] = Node::FREE;
         let start = id as usize * self.stride;
         self.members[start..start + self.stride].fill(0);
@@ -776,6 +851,97 @@ impl RadixTree {
         leaf
     }
 
+    /// The node that held the last block of the last [`Self::insert`] when it returned.
+    pub(crate) fn last_insert_end(&self) -> u32 {
+        self.last_end
+    }
+
+    /// The node holding the block at `depth` (the length of the path through it; at least 1)
+    /// when that block is `block` and `holder` holds it. `hint` is a node that held the block,
+    /// or one below it on its path, when last seen: nodes keep their ids when a leaf grows or
+    /// the node above is split off, so the position is found by walking up from the hint.
+    /// `None` when the hint went stale (its node was freed, or merged away) or the block is
+    /// no longer there for `holder`: the caller finds the path another way.
+    pub(crate) fn position(
+        &self,
+        hint: u32,
+        depth: usize,
+        block: BlockHash,
+        holder: WorkerId,
+    ) -> Option<u32> {
+        if hint == ROOT || depth == 0 || !self.alive(hint) {
+            return None;
+        }
+        let at = depth - 1;
+        let mut id = hint;
+        loop {
+            let n = &self.nodes[id as usize];
+            let start = n.depth as usize;
+            if at >= start + n.edge_len as usize {
+                return None;
+            }
+            if at >= start {
+                let found = self.pool[n.edge_start as usize + at - start] == block
+                    && self.has_member(id, holder.index());
+                return found.then_some(id);
+            }
+            id = n.parent;
+            if id == ROOT {
+                return None;
+            }
+        }
+    }
+
+    /// The node holding the last block of `blocks` (a path from the root), if the tree has it.
+    /// Cost: one child lookup per node on the path.
+    pub(crate) fn node_holding_end(&self, blocks: &[BlockHash]) -> Option<u32> {
+        let mut node = ROOT;
+        let mut pos = 0;
+        while pos < blocks.len() {
+            let child = self.child(node, blocks[pos])?;
+            let common = self.common(child, &blocks[pos..]);
+            if pos + common == blocks.len() {
+                return Some(child);
+            }
+            if common < self.nodes[child as usize].edge_len as usize {
+                return None;
+            }
+            pos += common;
+            node = child;
+        }
+        None
+    }
+
+    /// A hint for [`Self::position`] of the block before position `depth` (at least 2) of
+    /// `node`: the node itself, or its parent when the block at `depth` starts the edge.
+    pub(crate) fn hint_before(&self, node: u32, depth: usize) -> u32 {
+        let n = &self.nodes[node as usize];
+        if depth - 1 > n.depth as usize {
+            node
+        } else {
+            n.parent
+        }
+    }
+
+    /// Writes into `out` the path from the root to position `depth` (at least 1) of `node`,
+    /// a node [`Self::position`] or [`Self::node_ending_with`] returned for it.
+    pub(crate) fn path_to_position(&self, node: u32, depth: usize, out: &mut Vec<BlockHash>) {
+        // The edges' pool ranges, leaf first, then copied root first.
+        let mut ranges: SmallVec<[(usize, usize); 16]> = SmallVec::new();
+        let (mut id, mut end) = (node, depth);
+        while id != ROOT {
+            let n = &self.nodes[id as usize];
+            let start = n.depth as usize;
+            ranges.push((n.edge_start as usize, end - start));
+            end = start;
+            id = n.parent;
+        }
+        out.clear();
+        for &(from, len) in ranges.iter().rev() {
+            out.extend_from_slice(&self.pool[from..from + len]);
+        }
+    }
+
     /// Starts keeping the index of edges' last blocks (chained trees only; idempotent), so
     /// that [`Self::path_ending_at`] can answer. Cost: O(nodes) the first time.
     pub(crate) fn index_last_blocks(&mut self) {
@@ -790,49 +956,36 @@ impl RadixTree {
         }
     }
 
+    /// Indexes `node` under its edge's last block. The entry under its old last block (or
+    /// of a freed node) is left to go stale rather than removed, one map operation fewer
+    /// where a leaf grows: lookups check an entry against its node, and stale entries are
+    /// dropped once they are as many as the live ones.
     fn index_last(&mut self, node: u32) {
-        if self.last_indexed {
-            self.by_last.insert(self.nodes[node as usize].last, node);
+        if !self.last_indexed {
+            return;
         }
+        if self.by_last.len() >= 2 * self.live_nodes + 1024 {
+            let nodes = &self.nodes;
+            self.by_last.retain(|last, &mut id| {
+                nodes[id as usize].parent != NIL && nodes[id as usize].last == *last
+            });
+        }
+        self.by_last.insert(self.nodes[node as usize].last, node);
     }
 
-    fn unindex_last(&mut self, node: u32) {
-        if self.last_indexed {
-            let last = self.nodes[node as usize].last;
-            if self.by_last.get(&last) == Some(&node) {
-                self.by_last.remove(&last);
-            }
-        }
-    }
-
-    /// Writes into `out` the path from the root to the block `last`, when `last` ends an edge
-    /// (in a chained tree a block's hash names its whole prefix, so the path is that
-    /// block's) and, with `holder`, that worker holds it. `false` (and `out` unspecified)
-    /// otherwise, or before [`Self::index_last_blocks`]. Cost: O(depth) to copy, no hashing
-    /// beyond one lookup.
-    pub(crate) fn path_ending_at(
+    /// The node whose edge ends with the block `last`, and the block's depth, when the index
+    /// of edges' last blocks is kept (in a chained tree a block's hash names its whole
+    /// prefix, so that is the block's own position) and `holder` holds it.
+    pub(crate) fn node_ending_with(
         &self,
         last: BlockHash,
-        holder: Option<WorkerId>,
-        out: &mut Vec<BlockHash>,
-    ) -> bool {
-        let Some(&node) = self.by_last.get(&last) else {
-            return false;
-        };
-        if holder.is_some_and(|w| !self.has_member(node, w.index())) {
-            return false;
-        }
+        holder: WorkerId,
+    ) -> Option<(u32, usize)> {
+        let &node = self.by_last.get(&last)?;
         let n = &self.nodes[node as usize];
-        out.clear();
-        out.resize((n.depth + n.edge_len) as usize, BlockHash::new(0));
-        let mut id = node;
-        while id != ROOT {
-            let n = &self.nodes[id as usize];
-            let start = n.depth as usize;
-            out[start..start + n.edge_len as usize].copy_from_slice(self.edge(id));
-            id = n.parent;
-        }
-        true
+        let live = n.parent != NIL && n.last == last;
+        (live && self.has_member(node, holder.index()))
+            .then_some((node, (n.depth + n.edge_len) as usize))
     }
 
     /// Whether `node` is a leaf that `w` alone holds, so that blocks inserted below it for
@@ -859,7 +1012,6 @@ impl RadixTree {
             self.nodes[node as usize].edge_start = new_start;
         }
         self.pool.extend_from_slice(blocks);
-        self.unindex_last(node);
         let n = &mut self.nodes[node as usize];
         n.edge_len += blocks.len() as u32;
         n.last = blocks[blocks.len() - 1];
@@ -1130,7 +1282,6 @@ impl RadixTree {
         let only_holder = self.nodes[node as usize].first_child == NIL
             && bits(self.words(node)).all(|holder| holder == w);
         if only_holder {
-            self.unindex_last(node);
             let n = &mut self.nodes[node as usize];
             n.edge_len -= count as u32;
             n.last = self.pool[(n.edge_start + n.edge_len - 1) as usize];
