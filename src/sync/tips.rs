@@ -17,11 +17,11 @@ use core::hash::Hasher as _;
 use crate::BlockHash;
 use crate::tree::FoldHasher;
 
-/// Sets of two slots each: 256 tips in all, as many requests as an engine runs at once by
-/// default (vLLM's `max_num_seqs`).
-const SETS: usize = 128;
-const SLOTS: usize = 2 * SETS;
-const WORDS: usize = SLOTS / 64;
+/// Sets of two slots each: the table starts with [`MIN_SETS`] and doubles while tips
+/// collide, up to 256 tips in all, as many requests as an engine runs at once by default
+/// (vLLM's `max_num_seqs`).
+const MIN_SETS: usize = 4;
+const MAX_SETS: usize = 128;
 
 /// One remembered tip.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,24 +36,27 @@ pub(super) struct Tip {
     pub(super) depth: u32,
 }
 
-/// Up to [`SLOTS`] tips in a two-way set-associative table: finding one reads two slots,
-/// whatever the number of tips. When both slots of a set are taken, the one written less
-/// recently is replaced (its block's path is then found through the parent links instead,
-/// which is slower, never wrong).
+/// Tips in a two-way set-associative table: finding one reads two slots, whatever the
+/// number of tips. When both slots of a set are taken the table doubles, up to
+/// [`MAX_SETS`] sets; past that the slot written less recently is replaced (its block's path
+/// is then found another way, which is slower, never wrong). So a worker's tips take memory
+/// in proportion to the requests it runs at once, at most 6 KiB.
 #[derive(Debug, Default)]
 pub(super) struct Tips {
-    /// Empty until the first tip.
+    /// Two per set; empty until the first tip.
     slots: Vec<Tip>,
-    live: [u64; WORDS],
-    /// Per set, which of its two slots was written last.
-    recent_way: [u64; SETS / 64],
+    /// A bit per slot: whether it holds a tip.
+    live: Vec<u64>,
+    /// A bit per set: which of its two slots was written last.
+    recent_way: Vec<u64>,
 }
 
-/// The set of tip `engine`.
-fn set_of(engine: u64) -> usize {
+/// The set of tip `engine` among `sets` (a power of two): the top bits of its hash, so that
+/// doubling the sets splits each in two.
+fn set_of(engine: u64, sets: usize) -> usize {
     let mut h = FoldHasher::default();
     h.write_u64(engine);
-    (h.finish() >> (64 - SETS.trailing_zeros())) as usize
+    (h.finish() >> (64 - sets.trailing_zeros())) as usize
 }
 
 fn bit(words: &[u64], i: usize) -> bool {
@@ -69,12 +72,16 @@ fn set_bit(words: &mut [u64], i: usize, on: bool) {
 }
 
 impl Tips {
+    fn sets(&self) -> usize {
+        self.slots.len() / 2
+    }
+
     /// The live slot of tip `engine`.
     fn find(&self, engine: u64) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
-        let base = 2 * set_of(engine);
+        let base = 2 * set_of(engine, self.sets());
         (base..base + 2).find(|&s| bit(&self.live, s) && self.slots[s].engine == engine)
     }
 
@@ -88,33 +95,61 @@ impl Tips {
     /// Remembers `tip`, replacing any tip of the same engine hash.
     pub(super) fn remember(&mut self, tip: Tip) {
         if self.slots.is_empty() {
-            self.slots = vec![Tip::default(); SLOTS];
+            self.resize(MIN_SETS);
         }
-        let set = set_of(tip.engine);
-        let slot = self.find(tip.engine).unwrap_or_else(|| {
-            let base = 2 * set;
-            if !bit(&self.live, base) {
-                base
-            } else if !bit(&self.live, base + 1) {
-                base + 1
-            } else {
-                // Both taken: replace the one written less recently.
-                base + usize::from(!bit(&self.recent_way, set))
-            }
-        });
+        let slot = match self.find(tip.engine) {
+            Some(slot) => slot,
+            None => loop {
+                let (sets, base) = (self.sets(), 2 * set_of(tip.engine, self.sets()));
+                if !bit(&self.live, base) {
+                    break base;
+                }
+                if !bit(&self.live, base + 1) {
+                    break base + 1;
+                }
+                if sets < MAX_SETS {
+                    self.resize(2 * sets);
+                    continue;
+                }
+                // Both taken and the table at its size: replace the one written less recently.
+                break base + usize::from(!bit(&self.recent_way, base / 2));
+            },
+        };
+        self.put(slot, tip);
+    }
+
+    fn put(&mut self, slot: usize, tip: Tip) {
         self.slots[slot] = tip;
         set_bit(&mut self.live, slot, true);
-        set_bit(&mut self.recent_way, set, slot % 2 == 1);
+        set_bit(&mut self.recent_way, slot / 2, slot % 2 == 1);
+    }
+
+    /// Rebuilds the table with `sets` sets, keeping every live tip: a set of the old table
+    /// splits into two of the new one, so two slots each still suffice.
+    fn resize(&mut self, sets: usize) {
+        let old = core::mem::take(&mut self.slots);
+        let live = core::mem::take(&mut self.live);
+        self.slots = vec![Tip::default(); 2 * sets];
+        self.live = vec![0; (2 * sets).div_ceil(64)];
+        self.recent_way = vec![0; sets.div_ceil(64)];
+        for (slot, tip) in old.iter().enumerate() {
+            if bit(&live, slot) {
+                let base = 2 * set_of(tip.engine, sets);
+                let way = usize::from(bit(&self.live, base));
+                self.put(base + way, *tip);
+            }
+        }
     }
 
     /// Forgets every tip (keeping the allocation).
     pub(super) fn clear(&mut self) {
-        self.live = [0; WORDS];
+        self.live.fill(0);
     }
 
     /// Bytes allocated.
     pub(super) fn allocation_size(&self) -> usize {
         self.slots.capacity() * core::mem::size_of::<Tip>()
+            + (self.live.capacity() + self.recent_way.capacity()) * core::mem::size_of::<u64>()
     }
 }
 
@@ -151,24 +186,56 @@ mod tests {
     }
 
     #[test]
-    fn a_full_set_replaces_its_less_recently_written_slot() {
-        // Three tips of one set: the first written is the one replaced.
-        let same_set: Vec<u64> = (0..).filter(|&e| set_of(e) == set_of(0)).take(3).collect();
+    fn colliding_tips_grow_the_table_and_past_its_size_replace_the_older_slot() {
         let mut tips = Tips::default();
-        for &e in &same_set {
+        // Three tips of one set of the smallest table: it grows instead of dropping one.
+        let same: Vec<u64> = (0..)
+            .filter(|&e| set_of(e, MIN_SETS) == set_of(0, MIN_SETS))
+            .take(3)
+            .collect();
+        for &e in &same {
             tips.remember(tip(e));
         }
-        assert!(tips.take(same_set[0]).is_none());
-        assert!(tips.take(same_set[1]).is_some());
-        assert!(tips.take(same_set[2]).is_some());
-        // Tips of other sets are untouched by a full one.
-        let other = (0..).find(|&e| set_of(e) != set_of(0)).unwrap();
+        assert!(tips.sets() > MIN_SETS);
+        for &e in &same {
+            assert_eq!(tips.take(e).map(|t| t.engine), Some(e));
+        }
+        // At the largest size, three tips of one set: the first written is replaced.
+        let full: Vec<u64> = (0..)
+            .filter(|&e| set_of(e, MAX_SETS) == set_of(0, MAX_SETS))
+            .take(3)
+            .collect();
+        for &e in &full {
+            tips.remember(tip(e));
+        }
+        assert_eq!(tips.sets(), MAX_SETS);
+        assert!(tips.take(full[0]).is_none());
+        assert!(tips.take(full[1]).is_some());
+        assert!(tips.take(full[2]).is_some());
+        // Tips of other sets are untouched, and clearing forgets them all.
+        let other = (0..)
+            .find(|&e| set_of(e, MAX_SETS) != set_of(0, MAX_SETS))
+            .unwrap();
         tips.remember(tip(other));
-        for &e in &same_set {
+        for &e in &full {
             tips.remember(tip(e));
         }
         assert!(tips.take(other).is_some());
+        tips.remember(tip(other));
         tips.clear();
-        assert!(tips.take(same_set[2]).is_none());
+        assert!(tips.take(other).is_none());
+        assert!(tips.allocation_size() <= 2 * MAX_SETS * 24 + 64);
+    }
+
+    #[test]
+    fn growing_keeps_every_tip() {
+        let mut tips = Tips::default();
+        for e in 0..200u64 {
+            tips.remember(tip(e));
+        }
+        // 200 tips fit in 256 slots unless three hash to one set of the largest table.
+        let kept = (0..200u64).filter(|&e| tips.take(e).is_some()).count();
+        assert!(kept >= 190, "{kept}");
+        assert!(tips.sets() <= MAX_SETS);
     }
 }
