@@ -27,6 +27,18 @@ use prefix_router::*;
 
 const RUN: usize = common::EVENT_BLOCKS;
 
+/// The benches' group: timing settings, throughput in blocks (events of `RUN` blocks).
+fn sync_group(
+    c: &mut Criterion,
+) -> criterion::BenchmarkGroup<'_, criterion::measurement::WallTime> {
+    let mut group = c.benchmark_group("sync");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(RUN as u64));
+    group
+}
+
 /// One prompt's events: `before` applied untimed, `timed` timed, `after` (untimed) restores
 /// the mirror's size.
 struct Case {
@@ -62,11 +74,7 @@ fn apply_stores(c: &mut Criterion) {
     let mut rng = Rng(5);
     let index = event_fed_index(&mut rng, 1_000_000);
     let pool: Vec<_> = (0..512).map(|_| prompt_events(&mut rng)).collect();
-    let mut group = c.benchmark_group("sync");
-    group
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(RUN as u64));
+    let mut group = sync_group(c);
     let stores: Vec<Case> = pool
         .iter()
         .map(|(stores, removal)| Case {
@@ -131,11 +139,7 @@ fn apply_interleaved(c: &mut Criterion) {
         }
     }
     let mut next_prompt = CONCURRENT;
-    let mut group = c.benchmark_group("sync");
-    group
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(RUN as u64));
+    let mut group = sync_group(c);
     group.bench_function(
         BenchmarkId::new("apply_stored_8_blocks_interleaved", "256_requests"),
         |b| {
@@ -195,11 +199,7 @@ fn map_floor(c: &mut Criterion) {
         map.insert(k, [k, k]);
         live.push_back(k);
     }
-    let mut group = c.benchmark_group("sync");
-    group
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(3))
-        .throughput(Throughput::Elements(RUN as u64));
+    let mut group = sync_group(c);
     group.bench_function(
         BenchmarkId::new("map_insert_8_random", "1e6_entries"),
         |b| {

@@ -185,14 +185,19 @@ mod tests {
         assert!(tips.take(7).is_none());
     }
 
+    /// Three engine hashes in the set of 0 among `sets`.
+    fn same_set(sets: usize) -> Vec<u64> {
+        (0..)
+            .filter(|&e| set_of(e, sets) == set_of(0, sets))
+            .take(3)
+            .collect()
+    }
+
     #[test]
     fn colliding_tips_grow_the_table_and_past_its_size_replace_the_older_slot() {
         let mut tips = Tips::default();
         // Three tips of one set of the smallest table: it grows instead of dropping one.
-        let same: Vec<u64> = (0..)
-            .filter(|&e| set_of(e, MIN_SETS) == set_of(0, MIN_SETS))
-            .take(3)
-            .collect();
+        let same = same_set(MIN_SETS);
         for &e in &same {
             tips.remember(tip(e));
         }
@@ -201,10 +206,7 @@ mod tests {
             assert_eq!(tips.take(e).map(|t| t.engine), Some(e));
         }
         // At the largest size, three tips of one set: the first written is replaced.
-        let full: Vec<u64> = (0..)
-            .filter(|&e| set_of(e, MAX_SETS) == set_of(0, MAX_SETS))
-            .take(3)
-            .collect();
+        let full = same_set(MAX_SETS);
         for &e in &full {
             tips.remember(tip(e));
         }

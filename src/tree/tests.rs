@@ -203,17 +203,15 @@ fn match_into_reuses_buffers() {
     assert_eq!(m.query_blocks(), 1);
 }
 
-/// The weak pointers event sync keeps into the tree: a position found from a hint taken at
-/// any earlier time is exactly the block's path, held by the worker asked about; right after
-/// an insert its hint finds the inserted block (unless the worker's capacity evicted it).
-mod positions {
+/// Random operations on a chained tree, shared by the property tests below.
+mod random_ops {
     use super::*;
-    use crate::PrefixHasher;
     use proptest::prelude::*;
 
     #[derive(Clone, Debug)]
-    enum Op {
-        Insert(u32, Vec<u32>),
+    pub(super) enum Op {
+        /// A worker inserts a prompt; the number is where a test may cut it.
+        Insert(u32, Vec<u32>, usize),
         Truncate(u32, Vec<u32>, usize),
         Capacity(u32, usize),
         RemoveWorker(u32),
@@ -221,58 +219,77 @@ mod positions {
 
     fn prompt() -> impl Strategy<Value = Vec<u32>> {
         // A small alphabet, so prompts share prefixes and split and merge edges often.
-        proptest::collection::vec(0u32..3, 1..7)
+        proptest::collection::vec(0u32..3, 1..8)
     }
 
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            5 => (0u32..3, prompt()).prop_map(|(w, p)| Op::Insert(w, p)),
+    pub(super) fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let op = prop_oneof![
+            5 => (0u32..3, prompt(), 1usize..8).prop_map(|(w, p, k)| Op::Insert(w, p, k)),
             2 => (0u32..3, prompt(), 0usize..6).prop_map(|(w, p, k)| Op::Truncate(w, p, k)),
             1 => (0u32..3, 1usize..12).prop_map(|(w, c)| Op::Capacity(w, c)),
             1 => (0u32..3).prop_map(Op::RemoveWorker),
-        ]
+        ];
+        proptest::collection::vec(op, 1..60)
     }
+
+    pub(super) fn chained() -> RadixTree {
+        RadixTree::with_config(TreeConfig {
+            chained: true,
+            ..TreeConfig::default()
+        })
+    }
+
+    /// Applies `op` to `tree` unless it is an insert (each test inserts its own way).
+    pub(super) fn apply_other(tree: &mut RadixTree, hasher: &crate::PrefixHasher, op: &Op) {
+        match op {
+            Op::Insert(..) => {}
+            Op::Truncate(w, p, keep) => tree.truncate(WorkerId::new(*w), &hasher.hash(p), *keep),
+            Op::Capacity(w, c) => tree.set_capacity(WorkerId::new(*w), *c),
+            Op::RemoveWorker(w) => tree.remove_worker(WorkerId::new(*w)),
+        }
+    }
+}
+
+/// The weak pointers event sync keeps into the tree: a position found from a hint taken at
+/// any earlier time is exactly the block's path, held by the worker asked about; right after
+/// an insert its hint finds the inserted block (unless the worker's capacity evicted it).
+mod positions {
+    use super::random_ops::{Op, apply_other, chained, ops};
+    use super::*;
+    use crate::PrefixHasher;
+    use proptest::prelude::*;
 
     proptest! {
         #[test]
-        fn a_position_is_the_blocks_path_or_nothing(ops in proptest::collection::vec(op(), 1..60)) {
+        fn a_position_is_the_blocks_path_or_nothing(ops in ops()) {
             let hasher = PrefixHasher::new(1).unwrap();
-            let mut tree = RadixTree::with_config(TreeConfig {
-                chained: true,
-                ..TreeConfig::default()
-            });
+            let mut tree = chained();
             // (worker, path, hint) for every inserted prefix of every inserted prompt.
             let mut hints: Vec<(WorkerId, Vec<BlockHash>, u32)> = Vec::new();
             let mut out = Vec::new();
             for op in &ops {
-                match op {
-                    Op::Insert(w, p) => {
-                        let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
-                        tree.insert(w, &blocks);
-                        let end = tree.last_insert_end();
-                        let last = *blocks.last().unwrap();
-                        // Unless the worker's capacity evicted it at once.
-                        if tree.held_prefix(w, &blocks) == blocks.len() {
-                            prop_assert_eq!(tree.position(end, blocks.len(), last, w), Some(end));
-                            prop_assert_eq!(tree.node_holding_end(&blocks), Some(end));
-                        }
-                        for k in 1..=blocks.len() {
-                            let Some(node) = tree.node_holding_end(&blocks[..k]) else {
-                                continue;
-                            };
-                            hints.push((w, blocks[..k].to_vec(), node));
-                            if k > 1 {
-                                let before = tree.hint_before(node, k);
-                                hints.push((w, blocks[..k - 1].to_vec(), before));
-                            }
+                if let Op::Insert(w, p, _) = op {
+                    let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
+                    tree.insert(w, &blocks);
+                    let end = tree.last_insert_end();
+                    let last = *blocks.last().unwrap();
+                    // Unless the worker's capacity evicted it at once.
+                    if tree.held_prefix(w, &blocks) == blocks.len() {
+                        prop_assert_eq!(tree.position(end, blocks.len(), last, w), Some(end));
+                        prop_assert_eq!(tree.node_holding_end(&blocks), Some(end));
+                    }
+                    for k in 1..=blocks.len() {
+                        let Some(node) = tree.node_holding_end(&blocks[..k]) else {
+                            continue;
+                        };
+                        hints.push((w, blocks[..k].to_vec(), node));
+                        if k > 1 {
+                            let before = tree.hint_before(node, k);
+                            hints.push((w, blocks[..k - 1].to_vec(), before));
                         }
                     }
-                    Op::Truncate(w, p, keep) => {
-                        tree.truncate(WorkerId::new(*w), &hasher.hash(p), *keep);
-                    }
-                    Op::Capacity(w, c) => tree.set_capacity(WorkerId::new(*w), *c),
-                    Op::RemoveWorker(w) => tree.remove_worker(WorkerId::new(*w)),
                 }
+                apply_other(&mut tree, &hasher, op);
                 tree.validate().map_err(TestCaseError::fail)?;
                 for (w, path, hint) in &hints {
                     let Some(node) = tree.position(*hint, path.len(), *path.last().unwrap(), *w)
@@ -293,61 +310,28 @@ mod positions {
 /// turned on, every edge's last block is indexed (`validate`), and a found block comes with
 /// exactly its path, held by the worker asked about.
 mod last_block_index {
+    use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
     use crate::PrefixHasher;
     use proptest::prelude::*;
 
-    #[derive(Clone, Debug)]
-    enum Op {
-        Insert(u32, Vec<u32>),
-        Truncate(u32, Vec<u32>, usize),
-        Capacity(u32, usize),
-        RemoveWorker(u32),
-    }
-
-    fn prompt() -> impl Strategy<Value = Vec<u32>> {
-        // A small alphabet, so prompts share prefixes and split edges often.
-        proptest::collection::vec(0u32..3, 1..7)
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            5 => (0u32..3, prompt()).prop_map(|(w, p)| Op::Insert(w, p)),
-            2 => (0u32..3, prompt(), 0usize..6).prop_map(|(w, p, k)| Op::Truncate(w, p, k)),
-            1 => (0u32..3, 1usize..12).prop_map(|(w, c)| Op::Capacity(w, c)),
-            1 => (0u32..3).prop_map(Op::RemoveWorker),
-        ]
-    }
-
     proptest! {
         #[test]
-        fn every_edge_end_is_found_with_its_path(
-            ops in proptest::collection::vec(op(), 1..60),
-            index_from in 0usize..60,
-        ) {
+        fn every_edge_end_is_found_with_its_path(ops in ops(), index_from in 0usize..60) {
             let hasher = PrefixHasher::new(1).unwrap();
-            let mut tree = RadixTree::with_config(TreeConfig {
-                chained: true,
-                ..TreeConfig::default()
-            });
+            let mut tree = chained();
             let mut seen: Vec<Vec<BlockHash>> = Vec::new();
             let mut out = Vec::new();
             for (i, op) in ops.iter().enumerate() {
                 if i == index_from {
                     tree.index_last_blocks();
                 }
-                match op {
-                    Op::Insert(w, p) => {
-                        let blocks = hasher.hash(p);
-                        tree.insert(WorkerId::new(*w), &blocks);
-                        seen.push(blocks);
-                    }
-                    Op::Truncate(w, p, keep) => {
-                        tree.truncate(WorkerId::new(*w), &hasher.hash(p), *keep);
-                    }
-                    Op::Capacity(w, c) => tree.set_capacity(WorkerId::new(*w), *c),
-                    Op::RemoveWorker(w) => tree.remove_worker(WorkerId::new(*w)),
+                if let Op::Insert(w, p, _) = op {
+                    let blocks = hasher.hash(p);
+                    tree.insert(WorkerId::new(*w), &blocks);
+                    seen.push(blocks);
                 }
+                apply_other(&mut tree, &hasher, op);
                 tree.validate().map_err(TestCaseError::fail)?;
                 for p in &seen {
                     for k in 1..=p.len() {
@@ -372,74 +356,37 @@ mod last_block_index {
 /// exactly as `insert` of the whole path does: two trees, one fed each way, agree on every
 /// answer, count and later eviction.
 mod insert_below {
+    use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
     use crate::PrefixHasher;
     use proptest::prelude::*;
 
-    #[derive(Clone, Debug)]
-    enum Op {
-        Insert(u32, Vec<u32>, usize),
-        Truncate(u32, Vec<u32>, usize),
-        Capacity(u32, usize),
-    }
-
-    fn prompt() -> impl Strategy<Value = Vec<u32>> {
-        proptest::collection::vec(0u32..3, 1..8)
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            6 => (0u32..3, prompt(), 1usize..8).prop_map(|(w, p, k)| Op::Insert(w, p, k)),
-            2 => (0u32..3, prompt(), 0usize..6).prop_map(|(w, p, k)| Op::Truncate(w, p, k)),
-            1 => (0u32..3, 1usize..12).prop_map(|(w, c)| Op::Capacity(w, c)),
-        ]
-    }
-
-    fn chained() -> RadixTree {
-        RadixTree::with_config(TreeConfig {
-            chained: true,
-            ..TreeConfig::default()
-        })
-    }
-
     proptest! {
         #[test]
-        fn inserting_below_a_position_is_inserting_the_path(
-            ops in proptest::collection::vec(op(), 1..50),
-        ) {
+        fn inserting_below_a_position_is_inserting_the_path(ops in ops()) {
             let hasher = PrefixHasher::new(1).unwrap();
             let (mut below, mut whole) = (chained(), chained());
             let mut seen: Vec<Vec<BlockHash>> = Vec::new();
             let mut used = 0;
             for op in &ops {
-                match op {
-                    Op::Insert(w, p, k) => {
-                        let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
-                        // Continue from the first `k` blocks where the tree has them for `w`.
-                        let k = (*k).min(blocks.len() - 1);
-                        let node = (k > 0)
-                            .then(|| below.node_holding_end(&blocks[..k]))
-                            .flatten()
-                            .filter(|&n| below.position(n, k, blocks[k - 1], w) == Some(n));
-                        let done = node.is_some_and(|n| below.insert_below(w, n, k, &blocks[k..]));
-                        if done {
-                            used += 1;
-                        } else {
-                            below.insert(w, &blocks);
-                        }
-                        whole.insert(w, &blocks);
-                        seen.push(blocks);
+                if let Op::Insert(w, p, k) = op {
+                    let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
+                    // Continue from the first `k` blocks where the tree has them for `w`.
+                    let k = (*k).min(blocks.len() - 1);
+                    let node = (k > 0)
+                        .then(|| below.node_holding_end(&blocks[..k]))
+                        .flatten()
+                        .filter(|&n| below.position(n, k, blocks[k - 1], w) == Some(n));
+                    if node.is_some_and(|n| below.insert_below(w, n, k, &blocks[k..])) {
+                        used += 1;
+                    } else {
+                        below.insert(w, &blocks);
                     }
-                    Op::Truncate(w, p, keep) => {
-                        let blocks = hasher.hash(p);
-                        below.truncate(WorkerId::new(*w), &blocks, *keep);
-                        whole.truncate(WorkerId::new(*w), &blocks, *keep);
-                    }
-                    Op::Capacity(w, c) => {
-                        below.set_capacity(WorkerId::new(*w), *c);
-                        whole.set_capacity(WorkerId::new(*w), *c);
-                    }
+                    whole.insert(w, &blocks);
+                    seen.push(blocks);
                 }
+                apply_other(&mut below, &hasher, op);
+                apply_other(&mut whole, &hasher, op);
                 below.validate().map_err(TestCaseError::fail)?;
                 prop_assert_eq!(below.block_count(), whole.block_count());
                 prop_assert_eq!(below.node_count(), whole.node_count());
