@@ -519,15 +519,14 @@ fn bench(c: &mut Criterion) {
                     })
                 },
             );
+            let dyn_hash = |q: &[u32]| {
+                compute_block_hash_for_seq(q, BLOCK as u32, BlockHashOptions::default())
+            };
             group.bench_function(
                 BenchmarkId::new("hash+match/dynamo-ThreadPool", &label),
                 |b| {
                     b.iter(|| {
-                        let h = compute_block_hash_for_seq(
-                            black_box(queries[next()]),
-                            BLOCK as u32,
-                            BlockHashOptions::default(),
-                        );
+                        let h = dyn_hash(black_box(queries[next()]));
                         pool.backend().find_matches(&h, false).scores.len()
                     })
                 },
@@ -536,11 +535,7 @@ fn bench(c: &mut Criterion) {
                 BenchmarkId::new("hash+match/dynamo-RadixTree", &label),
                 |b| {
                     b.iter(|| {
-                        let h = compute_block_hash_for_seq(
-                            black_box(queries[next()]),
-                            BLOCK as u32,
-                            BlockHashOptions::default(),
-                        );
+                        let h = dyn_hash(black_box(queries[next()]));
                         dynamo.tree.find_matches(h, false).scores.len()
                     })
                 },
