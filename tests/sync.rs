@@ -164,6 +164,50 @@ fn many_interleaved_chains_grow_and_shrink_exactly() {
     router.index().with_tree(|t| t.validate()).unwrap();
 }
 
+/// The usual deployment: the router inserts each routed prompt whole, then the worker's
+/// engine publishes the same prompt's blocks as events while it runs it, many requests at
+/// once. Each event's parent sits inside an edge the routed insert made, and the requests
+/// outnumber the remembered chain tips; every store still lands, and the engine evicting
+/// everything last block first leaves the mirror holding nothing for the worker.
+#[test]
+fn events_after_routed_prompts_land_and_evict_exactly() {
+    let router = BalancedRouter::new(1).unwrap();
+    let (requests, len, run) = (300usize, 16usize, 4usize);
+    let prompt = |r: usize| tokens(r as u32 + 1, len);
+    let engine = |r: usize, i: usize| ((r as u64) << 16 | i as u64) + 1;
+    for r in 0..requests {
+        let d = router.route(&RouteRequest::new(&prompt(r))).unwrap();
+        assert_eq!(d.worker(), W0);
+        router.complete(&d);
+    }
+    for r in 0..requests {
+        assert_eq!(cached(&router, W0, &prompt(r)), len * 16, "routed {r}");
+    }
+    for k in 0..len / run {
+        for r in 0..requests {
+            let parent = k.checked_sub(1).map(|_| engine(r, k * run - 1));
+            let blocks: Vec<u64> = (k * run..(k + 1) * run).map(|i| engine(r, i)).collect();
+            let t = &prompt(r)[k * run * 16..(k + 1) * run * 16];
+            let o = router
+                .apply_event(W0, 0, &stored(parent, &blocks, t))
+                .unwrap();
+            assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (run, 0));
+        }
+    }
+    for i in (0..len).rev() {
+        for r in 0..requests {
+            let removed = CacheEvent::Removed {
+                blocks: vec![engine(r, i)],
+            };
+            let o = router.apply_event(W0, 0, &removed).unwrap();
+            assert_eq!((o.removed_blocks, o.unknown_removed_blocks), (1, 0));
+            assert_eq!(cached(&router, W0, &prompt(r)), i * 16, "request {r}");
+        }
+    }
+    assert_eq!(router.index().with_tree(|t| t.worker_block_count(W0)), 0);
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
 #[test]
 fn duplicates_are_reference_counted() {
     let router = CacheAwareRouter::new(1).unwrap();
