@@ -834,6 +834,7 @@ impl RadixTree {
 
     /// Appends `blocks` to the pool and hangs a new leaf with that edge under `parent`.
     fn new_leaf(&mut self, parent: u32, blocks: &[BlockHash]) -> u32 {
+        self.make_room(blocks.len());
         let start = self.pool.len() as u32;
         self.pool.extend_from_slice(blocks);
         let p = self.nodes[parent as usize];
@@ -1003,6 +1004,7 @@ impl RadixTree {
     /// Appends `blocks` to the edge of `node`, an [extendable](Self::extendable) leaf of
     /// `w`, moving the edge to the end of the pool first unless it is there already.
     fn extend_leaf(&mut self, node: u32, w: usize, blocks: &[BlockHash]) {
+        self.make_room(self.nodes[node as usize].edge_len as usize + blocks.len());
         let n = self.nodes[node as usize];
         let (start, len) = (n.edge_start as usize, n.edge_len as usize);
         if start + len != self.pool.len() {
@@ -1204,8 +1206,12 @@ impl RadixTree {
         let Some(child) = self.mergeable(parent) else {
             return;
         };
-        let p = self.nodes[parent as usize];
-        let c = self.nodes[child as usize];
+        let (p, c) = (self.nodes[parent as usize], self.nodes[child as usize]);
+        if p.edge_start + p.edge_len != c.edge_start {
+            self.make_room((p.edge_len + c.edge_len) as usize);
+        }
+        // (Re-read: making room may have moved the edges.)
+        let (p, c) = (self.nodes[parent as usize], self.nodes[child as usize]);
         let (start, len) = if p.edge_start + p.edge_len == c.edge_start {
             (p.edge_start, p.edge_len + c.edge_len)
         } else {
@@ -1370,14 +1376,29 @@ impl RadixTree {
         self.finish_merges();
     }
 
-    /// Rewrites the edge pool when a third of it is garbage (so it never exceeds 1.5 × the
-    /// live blocks).
+    /// Rewrites the edge pool when a third of it is garbage.
     fn maybe_compact(&mut self) {
         let live = self.pool.len() - self.garbage;
-        if self.garbage < 4096 || self.garbage < live / 2 {
-            return;
+        if self.garbage >= 4096 && self.garbage >= live / 2 {
+            self.compact(0);
         }
-        let mut pool = Vec::with_capacity(live + live / 4);
+    }
+
+    /// Before `additional` blocks are appended to the pool: when they would make it grow, it
+    /// is rewritten without its garbage and with half the live blocks to spare instead of
+    /// doubled, so that its capacity stays within 1.5 × the live blocks (a doubled pool
+    /// full of garbage reached 3 ×). As often as [`Self::maybe_compact`] rewrites it anyway.
+    fn make_room(&mut self, additional: usize) {
+        if self.pool.len() + additional > self.pool.capacity() {
+            self.compact(additional);
+        }
+    }
+
+    /// Rewrites the edge pool without garbage, with room for the live blocks, half as many
+    /// more (at least 64) and `additional`.
+    fn compact(&mut self, additional: usize) {
+        let live = self.pool.len() - self.garbage;
+        let mut pool = Vec::with_capacity(live + (live / 2).max(64) + additional);
         for node in &mut self.nodes {
             if node.edge_len > 0 {
                 let start = node.edge_start as usize;

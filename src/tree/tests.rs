@@ -189,6 +189,44 @@ fn memory_is_reported_from_real_allocations_and_churn_does_not_leak() {
     );
 }
 
+/// Chains that grow and shrink at their ends (event sync's steady state) keep the edge pool
+/// within 1.5 × the live blocks: garbage is rewritten away when the pool would otherwise
+/// double.
+#[test]
+fn a_churning_pool_stays_near_its_live_blocks() {
+    let mut t = RadixTree::with_config(TreeConfig {
+        chained: true,
+        ..TreeConfig::default()
+    });
+    let chain = |c: u64, len: u64| -> Vec<BlockHash> {
+        (0..len).map(|j| BlockHash::new(c << 20 | j)).collect()
+    };
+    // 400 chains of up to 64 blocks, each growing by 8 blocks a turn and, once full,
+    // cut back to 8 (another chain's growth in between, so extensions move edges).
+    let mut len = vec![0u64; 400];
+    for turn in 0..40_000usize {
+        let c = (turn * 7919) % 400;
+        let w = WorkerId::new((c % 4) as u32);
+        if len[c] == 64 {
+            t.truncate(w, &chain(c as u64, 64), 8);
+            len[c] = 8;
+        } else {
+            len[c] += 8;
+            t.insert(w, &chain(c as u64, len[c]));
+        }
+        if turn % 4_000 == 0 {
+            t.validate().unwrap();
+        }
+    }
+    t.validate().unwrap();
+    let live = t.block_count();
+    assert!(
+        t.pool.capacity() <= live + live / 2 + live / 8 + 64,
+        "pool capacity {} for {live} live blocks",
+        t.pool.capacity()
+    );
+}
+
 #[test]
 fn match_into_reuses_buffers() {
     let mut t = RadixTree::new();
