@@ -8,6 +8,11 @@
 //!   one `Removed` event per block, last block first. The prompt is stored untimed first.
 //! - `apply_stored_8_blocks_interleaved`: the same stores from 256 requests running at once,
 //!   taking turns (more chains than the sync state remembers tips for).
+//! - `apply_stored_next_turn`: conversations that come back for another turn after the
+//!   engine has stored other requests' blocks in between (512 conversations taking turns,
+//!   more than the sync state remembers tips for). Each turn is routed first (untimed), so
+//!   the mirror already holds the whole prompt and the previous turn's last block is inside
+//!   an edge; the timed event stores the turn's 8 new blocks below that block.
 //! - `map_insert_8_random`: a floor under any design with one hash-map insert per stored
 //!   block: 8 inserts of random keys into a hashbrown map of 10^6 entries with 24-byte slots
 //!   (the engine-hash map's shape before its records moved to an arena), with no hashing,
@@ -39,6 +44,16 @@ fn sync_group(
     group
 }
 
+/// Applies the timed events of every bench to worker 0, apart so that callgrind can count
+/// their instructions alone (`valgrind --tool=callgrind --toggle-collect='*apply_timed*'
+/// <bench binary> --bench <name> --profile-time 2`).
+#[inline(never)]
+fn apply_timed<'a, S: CacheSync>(sync: &S, events: impl IntoIterator<Item = &'a CacheEvent>) {
+    for e in events {
+        black_box(sync.apply_event(WorkerId::new(0), 0, e).unwrap());
+    }
+}
+
 /// One prompt's events: `before` applied untimed, `timed` timed, `after` (untimed) restores
 /// the mirror's size.
 struct Case {
@@ -59,9 +74,7 @@ fn time_events(index: &CacheIndex, cases: &[Case], iters: u64) -> Duration {
         }
         let n = (iters - done).min(case.timed.len() as u64) as usize;
         let start = Instant::now();
-        for e in &case.timed[..n] {
-            black_box(index.apply_event(worker, 0, e).unwrap());
-        }
+        apply_timed(index, &case.timed[..n]);
         timed += start.elapsed();
         index.apply_event(worker, 0, &case.after).unwrap();
         done += n as u64;
@@ -149,9 +162,10 @@ fn apply_interleaved(c: &mut Criterion) {
                 while done < iters {
                     let n = (iters - done).min(CONCURRENT as u64) as usize;
                     let start = Instant::now();
-                    for &(p, next) in &running[..n] {
-                        black_box(index.apply_event(worker, 0, &pool[p].0[next]).unwrap());
-                    }
+                    apply_timed(
+                        &index,
+                        running[..n].iter().map(|&(p, next)| &pool[p].0[next]),
+                    );
                     timed += start.elapsed();
                     for (p, next) in &mut running[..n] {
                         *next += 1;
@@ -159,6 +173,126 @@ fn apply_interleaved(c: &mut Criterion) {
                             index.apply_event(worker, 0, &pool[*p].1).unwrap();
                             (*p, *next) = (next_prompt % pool.len(), 0);
                             next_prompt += 1;
+                        }
+                    }
+                    done += n as u64;
+                }
+                timed
+            });
+        },
+    );
+    group.finish();
+}
+
+/// Conversations taking turns in `apply_stored_next_turn`.
+const CONVERSATIONS: usize = 512;
+/// Turns per conversation before it ends (and is evicted).
+const TURNS: usize = 8;
+
+/// One conversation: its tokens and the engine's hashes of its blocks, the first turn 128
+/// blocks, each later one `RUN` more.
+struct Conversation {
+    tokens: Vec<u32>,
+    engine: Vec<u64>,
+}
+
+impl Conversation {
+    fn new(rng: &mut Rng) -> Self {
+        let blocks = common::PROMPT_BLOCKS + RUN * (TURNS - 1);
+        Self {
+            tokens: (0..blocks * 16)
+                .map(|_| rng.below(151_936) as u32)
+                .collect(),
+            engine: (0..blocks).map(|_| rng.next_u64()).collect(),
+        }
+    }
+
+    /// Blocks of the prompt of turn `turn` (0-based).
+    fn blocks(turn: usize) -> usize {
+        common::PROMPT_BLOCKS + RUN * turn
+    }
+
+    /// The store of blocks `from..to`, continuing from block `from - 1`.
+    fn stored(&self, from: usize, to: usize) -> CacheEvent {
+        CacheEvent::Stored {
+            parent: from.checked_sub(1).map(|i| self.engine[i]),
+            blocks: self.engine[from..to].to_vec(),
+            tokens: self.tokens[from * 16..to * 16].to_vec(),
+        }
+    }
+
+    /// Routes turn `turn` (the router inserts the whole prompt for the worker it picks).
+    fn route(&self, router: &BalancedRouter, turn: usize) {
+        let prompt = &self.tokens[..Self::blocks(turn) * 16];
+        let decision = router.route(&RouteRequest::new(prompt)).unwrap();
+        router.complete(&decision);
+    }
+
+    /// Routes the first turn and applies its stores, `RUN` blocks per event.
+    fn start(&self, router: &BalancedRouter) {
+        self.route(router, 0);
+        for from in (0..common::PROMPT_BLOCKS).step_by(RUN) {
+            let e = self.stored(from, from + RUN);
+            router.apply_event(WorkerId::new(0), 0, &e).unwrap();
+        }
+    }
+}
+
+fn apply_next_turn(c: &mut Criterion) {
+    let mut rng = Rng(7);
+    let router = BalancedRouter::new(1).unwrap();
+    let worker = WorkerId::new(0);
+    for _ in 0..1_000_000 / common::PROMPT_BLOCKS {
+        for e in prompt_events(&mut rng).0 {
+            router.apply_event(worker, 0, &e).unwrap();
+        }
+    }
+    // (conversation, its next turn) per slot; turns staggered so that conversations end in
+    // different rounds.
+    let mut slots: Vec<(Conversation, usize)> = (0..CONVERSATIONS)
+        .map(|i| {
+            let conversation = Conversation::new(&mut rng);
+            conversation.start(&router);
+            for turn in 1..1 + i % (TURNS - 1) {
+                conversation.route(&router, turn);
+                let to = Conversation::blocks(turn);
+                router
+                    .apply_event(worker, 0, &conversation.stored(to - RUN, to))
+                    .unwrap();
+            }
+            (conversation, 1 + i % (TURNS - 1))
+        })
+        .collect();
+    let mut group = sync_group(c);
+    group.bench_function(
+        BenchmarkId::new("apply_stored_next_turn", "512_conversations"),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let n = (iters - done).min(CONVERSATIONS as u64) as usize;
+                    let events: Vec<CacheEvent> = slots[..n]
+                        .iter()
+                        .map(|(conversation, turn)| {
+                            conversation.route(&router, *turn);
+                            let to = Conversation::blocks(*turn);
+                            conversation.stored(to - RUN, to)
+                        })
+                        .collect();
+                    let start = Instant::now();
+                    apply_timed(&router, &events);
+                    timed += start.elapsed();
+                    for (conversation, turn) in &mut slots[..n] {
+                        *turn += 1;
+                        if *turn == TURNS {
+                            let blocks = conversation.engine.clone();
+                            router
+                                .apply_event(worker, 0, &CacheEvent::Removed { blocks })
+                                .unwrap();
+                            *conversation = Conversation::new(&mut rng);
+                            conversation.start(&router);
+                            *turn = 1;
                         }
                     }
                     done += n as u64;
@@ -225,5 +359,11 @@ fn map_floor(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, apply_stores, apply_interleaved, map_floor);
+criterion_group!(
+    benches,
+    apply_stores,
+    apply_interleaved,
+    apply_next_turn,
+    map_floor
+);
 criterion_main!(benches);

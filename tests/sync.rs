@@ -208,6 +208,57 @@ fn events_after_routed_prompts_land_and_evict_exactly() {
     router.index().with_tree(|t| t.validate()).unwrap();
 }
 
+/// Conversations come back for a second turn after more requests than the remembered chain
+/// tips: each turn is routed whole first (so the previous turn's last block is inside an
+/// edge when the engine stores below it), then stored in two events, the first ending
+/// inside the routed edge. Every store lands where the engine says, and evicting
+/// everything last block first leaves nothing.
+#[test]
+fn next_turns_after_forgotten_tips_land_exactly() {
+    let router = BalancedRouter::new(1).unwrap();
+    let (conversations, first, more, run) = (300usize, 6usize, 4usize, 2usize);
+    let prompt = |c: usize| tokens(c as u32 + 1, first + more);
+    let engine = |c: usize, i: usize| ((c as u64) << 16 | i as u64) + 1;
+    let store = |c: usize, from: usize| {
+        let blocks: Vec<u64> = (from..from + run).map(|i| engine(c, i)).collect();
+        let t = &prompt(c)[from * 16..(from + run) * 16];
+        let parent = from.checked_sub(1).map(|i| engine(c, i));
+        let o = router
+            .apply_event(W0, 0, &stored(parent, &blocks, t))
+            .unwrap();
+        assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (run, 0), "{c}");
+    };
+    for turn_blocks in [first, first + more] {
+        for c in 0..conversations {
+            let d = router
+                .route(&RouteRequest::new(&prompt(c)[..turn_blocks * 16]))
+                .unwrap();
+            router.complete(&d);
+        }
+        for from in (turn_blocks - if turn_blocks == first { first } else { more }..turn_blocks)
+            .step_by(run)
+        {
+            for c in 0..conversations {
+                store(c, from);
+                assert_eq!(cached(&router, W0, &prompt(c)), turn_blocks * 16, "{c}");
+            }
+        }
+        router.index().with_tree(|t| t.validate()).unwrap();
+    }
+    for i in (0..first + more).rev() {
+        for c in 0..conversations {
+            let removed = CacheEvent::Removed {
+                blocks: vec![engine(c, i)],
+            };
+            let o = router.apply_event(W0, 0, &removed).unwrap();
+            assert_eq!((o.removed_blocks, o.unknown_removed_blocks), (1, 0));
+            assert_eq!(cached(&router, W0, &prompt(c)), i * 16, "{c}");
+        }
+    }
+    assert_eq!(router.index().with_tree(|t| t.worker_block_count(W0)), 0);
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
 #[test]
 fn duplicates_are_reference_counted() {
     let router = CacheAwareRouter::new(1).unwrap();

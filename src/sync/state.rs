@@ -55,7 +55,7 @@ impl WorkerSync {
             }
         }
         let router = self.blocks.get(engine)?.router;
-        let (node, depth) = tree.node_ending_with(router, worker)?;
+        let (node, depth) = tree.indexed_position(router, worker)?;
         Some((node, depth, router))
     }
 
@@ -75,6 +75,15 @@ impl WorkerSync {
             return Some(Some(node));
         }
         self.path_to(engine, out).then_some(None)
+    }
+
+    /// Remembers `tip`; a tip it displaces has its position kept by the tree instead, so
+    /// that a later event naming that block (a conversation's next turn, say) still finds it
+    /// without walking the parent links.
+    fn remember(&mut self, tree: &mut RadixTree, tip: Tip) {
+        if let Some(old) = self.recent.remember(tip) {
+            tree.keep_position(old.router, old.node, old.depth as usize);
+        }
     }
 
     fn clear(&mut self) {
@@ -241,12 +250,16 @@ impl SyncState {
                     }
                 };
                 if let (Some(&engine), Some(&router)) = (blocks.last(), path.last()) {
-                    ws.recent.remember(Tip {
-                        engine,
-                        router,
-                        node: tree.last_insert_end(),
-                        depth: depth_u32(depth),
-                    });
+                    let node = tree.last_insert_end();
+                    ws.remember(
+                        tree,
+                        Tip {
+                            engine,
+                            router,
+                            node,
+                            depth: depth_u32(depth),
+                        },
+                    );
                 }
             }
             CacheEvent::Removed { blocks } => {
@@ -278,12 +291,15 @@ impl SyncState {
                         };
                         tree.truncate(worker, &path, depth - 1);
                         if let Some((parent, hint)) = parent_hint {
-                            ws.recent.remember(Tip {
-                                engine: parent,
-                                router: path[depth - 2],
-                                node: hint,
-                                depth: depth_u32(depth - 1),
-                            });
+                            ws.remember(
+                                tree,
+                                Tip {
+                                    engine: parent,
+                                    router: path[depth - 2],
+                                    node: hint,
+                                    depth: depth_u32(depth - 1),
+                                },
+                            );
                         }
                     }
                     ws.blocks.remove(engine);

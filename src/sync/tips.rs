@@ -92,11 +92,13 @@ impl Tips {
         Some(self.slots[slot])
     }
 
-    /// Remembers `tip`, replacing any tip of the same engine hash.
-    pub(super) fn remember(&mut self, tip: Tip) {
+    /// Remembers `tip`, replacing any tip of the same engine hash. Returns the tip it
+    /// displaced to make room (another block's, once the table is at its largest).
+    pub(super) fn remember(&mut self, tip: Tip) -> Option<Tip> {
         if self.slots.is_empty() {
             self.resize(MIN_SETS);
         }
+        let mut displaced = None;
         let slot = match self.find(tip.engine) {
             Some(slot) => slot,
             None => loop {
@@ -112,10 +114,13 @@ impl Tips {
                     continue;
                 }
                 // Both taken and the table at its size: replace the one written less recently.
-                break base + usize::from(!bit(&self.recent_way, base / 2));
+                let slot = base + usize::from(!bit(&self.recent_way, base / 2));
+                displaced = Some(self.slots[slot]);
+                break slot;
             },
         };
         self.put(slot, tip);
+        displaced
     }
 
     fn put(&mut self, slot: usize, tip: Tip) {

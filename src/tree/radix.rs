@@ -187,14 +187,38 @@ pub struct RadixTree {
     last_end: u32,
     /// Edge's last block → node, kept once [`Self::index_last_blocks`] has been called (by
     /// event sync, for chained trees): a block that ends an edge is found by its hash alone.
-    pub(super) by_last: FoldMap<BlockHash, u32>,
+    pub(super) by_last: FoldMap<BlockHash, Indexed>,
     pub(super) last_indexed: bool,
+    /// The most live nodes, or live entries, `by_last` has had since it last dropped stale
+    /// entries: it holds at most twice that (plus [`INDEX_SLACK`]).
+    pub(super) index_bound: usize,
 }
 
 impl Default for RadixTree {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Stale entries the index of edges' last blocks may hold beyond as many as its live ones
+/// (small in unit tests, so that dropping them is exercised).
+#[cfg(not(test))]
+pub(super) const INDEX_SLACK: usize = 1024;
+#[cfg(test)]
+pub(super) const INDEX_SLACK: usize = 4;
+
+/// An entry of the index of edges' last blocks: where the block is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Indexed {
+    /// The node that held the block when indexed (or one below it on its path).
+    pub(super) node: u32,
+    /// The block's depth, with [`Self::KEPT`] set for a position kept while the block is
+    /// in the tree (`RadixTree::keep_position`), not only while it ends an edge.
+    pub(super) depth: u32,
+}
+
+impl Indexed {
+    pub(super) const KEPT: u32 = 1 << 31;
 }
 
 /// An insert's walk: its time and the anchors its refreshes link before (the node and the
@@ -338,6 +362,7 @@ impl RadixTree {
             last_end: ROOT,
             by_last: FoldMap::default(),
             last_indexed: false,
+            index_bound: 0,
         }
     }
 
@@ -366,9 +391,11 @@ impl RadixTree {
     }
 
     /// [`Self::insert`] of a path that continues the one to position `depth` of `node` (as
-    /// [`Self::position`] or [`Self::node_ending_with`] found it) with `blocks`, without the
+    /// [`Self::position`] or [`Self::indexed_position`] found it) with `blocks`, without the
     /// path itself: done, and `true`, when that position ends `node`'s edge (where a walk from
-    /// the root would reach it); `false`, and nothing done, otherwise.
+    /// the root would reach it), or inside the edge where `blocks` go on as the rest of the
+    /// edge does (a store of blocks a routed prompt put there first); `false`, and nothing
+    /// done, otherwise (`blocks` diverge from the edge: the caller inserts the whole path).
     pub(crate) fn insert_below(
         &mut self,
         worker: WorkerId,
@@ -376,14 +403,29 @@ impl RadixTree {
         depth: usize,
         blocks: &[BlockHash],
     ) -> bool {
-        let ends_edge = node != ROOT
-            && self.alive(node)
-            && depth
-                == (self.nodes[node as usize].depth + self.nodes[node as usize].edge_len) as usize;
-        if blocks.is_empty() || !ends_edge || !self.ensure_worker(worker) {
+        if blocks.is_empty() || node == ROOT || !self.alive(node) {
+            return false;
+        }
+        let n = self.nodes[node as usize];
+        let (start, end) = (n.depth as usize, (n.depth + n.edge_len) as usize);
+        if depth <= start || depth > end || !self.ensure_worker(worker) {
             return false;
         }
         let w = worker.index();
+        // Inside the edge, the blocks must be the edge's own.
+        let along = (end - depth).min(blocks.len());
+        let mut node = node;
+        if along > 0 {
+            let from = n.edge_start as usize + depth - start;
+            if self.pool[from..from + along] != blocks[..along] {
+                return false;
+            }
+            if depth + along < end {
+                // Ending inside the edge: split there, as the walk from the root does, so
+                // that only the part above is refreshed.
+                node = self.split(node, depth + along - start);
+            }
+        }
         let mut walk = Walk::new(self.tick());
         // The path down to `node`, refreshed root first as the walk from the root does.
         let mut above: SmallVec<[u32; 16]> = SmallVec::new();
@@ -396,7 +438,11 @@ impl RadixTree {
             self.refresh(id, w, walk.now, &mut walk.node, &mut walk.holding);
             self.merge_queue.push(id);
         }
-        let end = self.descend(w, &mut walk, node, blocks);
+        let end = if along == blocks.len() {
+            node
+        } else {
+            self.descend(w, &mut walk, node, &blocks[along..])
+        };
         self.finish_insert(w, end);
         true
     }
@@ -870,6 +916,13 @@ impl RadixTree {
         block: BlockHash,
         holder: WorkerId,
     ) -> Option<u32> {
+        self.node_at(hint, depth, block)
+            .filter(|&id| self.has_member(id, holder.index()))
+    }
+
+    /// [`Self::position`] for any holder: the node at or above `hint` whose edge has `block`
+    /// at `depth`.
+    fn node_at(&self, hint: u32, depth: usize, block: BlockHash) -> Option<u32> {
         if hint == ROOT || depth == 0 || !self.alive(hint) {
             return None;
         }
@@ -882,9 +935,7 @@ impl RadixTree {
                 return None;
             }
             if at >= start {
-                let found = self.pool[n.edge_start as usize + at - start] == block
-                    && self.has_member(id, holder.index());
-                return found.then_some(id);
+                return (self.pool[n.edge_start as usize + at - start] == block).then_some(id);
             }
             id = n.parent;
             if id == ROOT {
@@ -925,7 +976,7 @@ impl RadixTree {
     }
 
     /// Writes into `out` the path from the root to position `depth` (at least 1) of `node`,
-    /// a node [`Self::position`] or [`Self::node_ending_with`] returned for it.
+    /// a node [`Self::position`] or [`Self::indexed_position`] returned for it.
     pub(crate) fn path_to_position(&self, node: u32, depth: usize, out: &mut Vec<BlockHash>) {
         // The edges' pool ranges, leaf first, then copied root first.
         let mut ranges: SmallVec<[(usize, usize); 16]> = SmallVec::new();
@@ -944,7 +995,7 @@ impl RadixTree {
     }
 
     /// Starts keeping the index of edges' last blocks (chained trees only; idempotent), so
-    /// that [`Self::path_ending_at`] can answer. Cost: O(nodes) the first time.
+    /// that [`Self::indexed_position`] can answer. Cost: O(nodes) the first time.
     pub(crate) fn index_last_blocks(&mut self) {
         if self.last_indexed || !self.config.chained {
             return;
@@ -959,34 +1010,101 @@ impl RadixTree {
 
     /// Indexes `node` under its edge's last block. The entry under its old last block (or
     /// of a freed node) is left to go stale rather than removed, one map operation fewer
-    /// where a leaf grows: lookups check an entry against its node, and stale entries are
-    /// dropped once they are as many as the live ones.
+    /// where a leaf grows: lookups check an entry against the tree, and stale entries are
+    /// dropped once they are as many as the rest.
     fn index_last(&mut self, node: u32) {
         if !self.last_indexed {
             return;
         }
-        if self.by_last.len() >= 2 * self.live_nodes + 1024 {
-            let nodes = &self.nodes;
-            self.by_last.retain(|last, &mut id| {
-                nodes[id as usize].parent != NIL && nodes[id as usize].last == *last
-            });
-        }
-        self.by_last.insert(self.nodes[node as usize].last, node);
+        self.drop_stale_positions();
+        let n = &self.nodes[node as usize];
+        let depth = n.depth + n.edge_len;
+        let kept = self
+            .by_last
+            .entry(n.last)
+            .or_insert(Indexed { node, depth });
+        // A kept position of the same block is the same position.
+        *kept = Indexed {
+            node,
+            depth: depth | (kept.depth & Indexed::KEPT),
+        };
     }
 
-    /// The node whose edge ends with the block `last`, and the block's depth, when the index
-    /// of edges' last blocks is kept (in a chained tree a block's hash names its whole
-    /// prefix, so that is the block's own position) and `holder` holds it.
-    pub(crate) fn node_ending_with(
+    /// Keeps the position of `block` (at `depth`, in `hint` or a node above it) in the index
+    /// until the block leaves the tree, even once it no longer ends an edge: a chain tip the
+    /// sync state can no longer remember, whose block a later event may name after a leaf
+    /// grew past it (a conversation's next turn, routed whole). A no-op unless the index is
+    /// kept. The position is not checked here (that would read the tree at a random place):
+    /// it is checked where it is used, and dropped with the stale entries when wrong.
+    pub(crate) fn keep_position(&mut self, block: BlockHash, hint: u32, depth: usize) {
+        let Ok(depth) = u32::try_from(depth) else {
+            return;
+        };
+        if !self.last_indexed || depth >= Indexed::KEPT {
+            return;
+        }
+        self.drop_stale_positions();
+        self.by_last
+            .entry(block)
+            // An entry of the same block is the same position, or stale.
+            .and_modify(|entry| entry.depth |= Indexed::KEPT)
+            .or_insert(Indexed {
+                node: hint,
+                depth: depth | Indexed::KEPT,
+            });
+    }
+
+    /// Whether the index entry of `block` still names where the block is: kept positions
+    /// while the block is there, other entries while the block ends their node's edge.
+    fn indexed_live(&self, block: BlockHash, entry: Indexed) -> bool {
+        if entry.depth & Indexed::KEPT != 0 {
+            return self
+                .node_at(entry.node, (entry.depth & !Indexed::KEPT) as usize, block)
+                .is_some();
+        }
+        self.nodes
+            .get(entry.node as usize)
+            .is_some_and(|n| n.parent != NIL && n.last == block)
+    }
+
+    /// Drops the index's stale entries once they may be as many as the live ones (so
+    /// amortised O(1) per entry added), before an entry is added.
+    #[inline]
+    fn drop_stale_positions(&mut self) {
+        self.index_bound = self.index_bound.max(self.live_nodes);
+        if self.by_last.len() >= 2 * self.index_bound + INDEX_SLACK {
+            self.drop_stale_now();
+        }
+    }
+
+    #[cold]
+    fn drop_stale_now(&mut self) {
+        let mut by_last = core::mem::take(&mut self.by_last);
+        by_last.retain(|&block, &mut entry| self.indexed_live(block, entry));
+        self.by_last = by_last;
+        self.index_bound = self.by_last.len().max(self.live_nodes);
+    }
+
+    /// Where `block` is in the tree, from the index of edges' last blocks and kept positions,
+    /// when `holder` holds it there: the node and the block's depth (in a chained tree a
+    /// block's hash names its whole prefix, so that is the block's own position).
+    pub(crate) fn indexed_position(
         &self,
-        last: BlockHash,
+        block: BlockHash,
         holder: WorkerId,
     ) -> Option<(u32, usize)> {
-        let &node = self.by_last.get(&last)?;
-        let n = &self.nodes[node as usize];
-        let live = n.parent != NIL && n.last == last;
-        (live && self.has_member(node, holder.index()))
-            .then_some((node, (n.depth + n.edge_len) as usize))
+        let &entry = self.by_last.get(&block)?;
+        let depth = (entry.depth & !Indexed::KEPT) as usize;
+        let n = self.nodes.get(entry.node as usize)?;
+        let node = if n.parent != NIL && n.last == block && n.depth + n.edge_len == entry.depth {
+            // Still the end of its node's edge: no need to read the edge.
+            self.has_member(entry.node, holder.index())
+                .then_some(entry.node)?
+        } else {
+            // A kept position, or an edge's former end not dropped yet.
+            self.position(entry.node, depth, block, holder)?
+        };
+        Some((node, depth))
     }
 
     /// Whether `node` is a leaf that `w` alone holds, so that blocks inserted below it for

@@ -36,6 +36,55 @@ fn extending_a_leaf_grows_one_node() {
     assert_eq!(t.worker_block_count(A), 6);
 }
 
+/// A conversation's next turn, routed whole, grows the leaf past the previous turn's last
+/// block: the index still finds that block where its position was kept (through drops of
+/// stale entries and a split above it), and no longer once the block has left the tree.
+#[test]
+fn a_kept_position_outlives_its_edge_end() {
+    let mut t = RadixTree::with_config(TreeConfig {
+        chained: true,
+        ..TreeConfig::default()
+    });
+    t.index_last_blocks();
+    t.insert(A, &chain(&[1, 2, 3]));
+    let node = t.last_insert_end();
+    let (three, four) = (BlockHash::new(3), BlockHash::new(4));
+    assert_eq!(t.indexed_position(three, A), Some((node, 3)));
+    t.keep_position(three, node, 3);
+    t.insert(A, &chain(&[1, 2, 3, 4]));
+    t.insert(A, &chain(&[1, 2, 3, 4, 5]));
+    // Block 4 ended an edge too, but its position was not kept: it is found until stale
+    // entries are dropped, then no longer.
+    assert_eq!(t.indexed_position(four, A), Some((node, 4)));
+    // The leaf grows on (each end left behind a stale entry, enough to drop them), then a
+    // split above the block.
+    let mut turns = vec![1, 2, 3, 4, 5];
+    for p in 6..30 {
+        turns.push(p);
+        t.insert(A, &chain(&turns));
+    }
+    t.insert(B, &chain(&[1]));
+    t.validate().unwrap();
+    assert_eq!(t.indexed_position(three, A), Some((node, 3)));
+    assert_eq!(
+        t.indexed_position(three, B),
+        None,
+        "B does not hold block 3"
+    );
+    assert_eq!(t.indexed_position(four, A), None);
+    let mut path = Vec::new();
+    t.path_to_position(node, 3, &mut path);
+    assert_eq!(path, chain(&[1, 2, 3]));
+    // A position kept with a wrong node is never an answer.
+    t.keep_position(BlockHash::new(2), 10_000, 2);
+    t.keep_position(BlockHash::new(77), node, 3);
+    assert_eq!(t.indexed_position(BlockHash::new(77), A), None);
+    // Evicting down to two blocks takes block 3 out of the tree for A.
+    t.truncate(A, &chain(&[1, 2, 3]), 2);
+    t.validate().unwrap();
+    assert_eq!(t.indexed_position(three, A), None);
+}
+
 #[test]
 fn diverging_at_the_first_block_makes_siblings() {
     let mut t = RadixTree::new();
@@ -346,7 +395,8 @@ mod positions {
 
 /// The last-block index that event sync turns on: whatever the operations and whenever it is
 /// turned on, every edge's last block is indexed (`validate`), and a found block comes with
-/// exactly its path, held by the worker asked about.
+/// exactly its path, held by the worker asked about, also where positions were kept
+/// (`keep_position`, at random blocks, workers and hints) and the tree changed since.
 mod last_block_index {
     use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
@@ -370,12 +420,28 @@ mod last_block_index {
                     seen.push(blocks);
                 }
                 apply_other(&mut tree, &hasher, op);
+                if !seen.is_empty() {
+                    // Keep a position: a block of an earlier prompt, hinted at by the node
+                    // holding it or, as a stale tip might, by another node.
+                    let p = &seen[i * 31 % seen.len()];
+                    let k = i * 7 % p.len() + 1;
+                    let hint = match i % 4 {
+                        0 => tree.node_holding_end(&p[..k]),
+                        1 => tree.node_holding_end(p),
+                        2 => Some(tree.last_insert_end()),
+                        // A node id the tree never had.
+                        _ => Some(10_000 + i as u32),
+                    };
+                    if let Some(hint) = hint {
+                        tree.keep_position(p[k - 1], hint, k);
+                    }
+                }
                 tree.validate().map_err(TestCaseError::fail)?;
                 for p in &seen {
                     for k in 1..=p.len() {
                         for w in 0..3 {
                             let worker = WorkerId::new(w);
-                            if let Some((node, depth)) = tree.node_ending_with(p[k - 1], worker) {
+                            if let Some((node, depth)) = tree.indexed_position(p[k - 1], worker) {
                                 prop_assert!(i >= index_from, "answered before the index was on");
                                 prop_assert_eq!(depth, k);
                                 tree.path_to_position(node, depth, &mut out);

@@ -2,7 +2,7 @@
 
 use core::cmp::Reverse;
 
-use super::radix::{Linked, NIL, ROOT, RadixTree, bits};
+use super::radix::{INDEX_SLACK, Indexed, Linked, NIL, ROOT, RadixTree, bits};
 
 impl RadixTree {
     /// Checks every invariant of the tree and returns the first violation found.
@@ -99,7 +99,13 @@ impl RadixTree {
             if self.mergeable(id).is_some() {
                 return fail(format!("node {id}: could be merged with its only child"));
             }
-            if self.last_indexed && self.by_last.get(&n.last) != Some(&id) {
+            let end = n.depth + n.edge_len;
+            if self.last_indexed
+                && self
+                    .by_last
+                    .get(&n.last)
+                    .is_none_or(|e| e.node != id || e.depth & !Indexed::KEPT != end)
+            {
                 return fail(format!("node {id}: missing from the last-block index"));
             }
         }
@@ -109,7 +115,7 @@ impl RadixTree {
                 self.children.len()
             ));
         }
-        if self.last_indexed && self.by_last.len() > 2 * self.live_nodes + 1024 {
+        if self.last_indexed && self.by_last.len() > 2 * self.index_bound + INDEX_SLACK {
             return fail(format!(
                 "{live} nodes, {} last-block index entries (stale ones not dropped)",
                 self.by_last.len()
