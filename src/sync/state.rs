@@ -40,12 +40,15 @@ impl WorkerSync {
 
     /// Where the tree holds the stored block `engine` for `worker`: the node, the block's
     /// depth and its router hash, from the block's remembered tip (taken) or the tree's index
-    /// of edges' last blocks. Either is checked by the tree, so the position is the path the
-    /// mirror holds for the block (with chained hashes, the one its parent links give).
+    /// of edges' last blocks and kept positions (`router`: the block's router hash when the
+    /// caller has its record; looked up otherwise). Either is checked by the tree, so the
+    /// position is the path the mirror holds for the block (with chained hashes, the one its
+    /// parent links give).
     fn locate(
         &mut self,
         tree: &RadixTree,
         engine: u64,
+        router: Option<BlockHash>,
         worker: WorkerId,
     ) -> Option<(u32, usize, BlockHash)> {
         if let Some(tip) = self.recent.take(engine) {
@@ -54,27 +57,12 @@ impl WorkerSync {
                 return Some((node, depth, tip.router));
             }
         }
-        let router = self.blocks.get(engine)?.router;
+        let router = match router {
+            Some(router) => router,
+            None => self.blocks.get(engine)?.router,
+        };
         let (node, depth) = tree.indexed_position(router, worker)?;
         Some((node, depth, router))
-    }
-
-    /// The router path of the stored block `engine` into `out`: read off the tree where
-    /// [`Self::locate`] finds it, else through the parent links, one lookup per block of
-    /// depth. The tree node holding the block, when known (a hint for remembering its
-    /// parent); `None` when no path is known.
-    fn find_path(
-        &mut self,
-        tree: &RadixTree,
-        engine: u64,
-        worker: WorkerId,
-        out: &mut Vec<BlockHash>,
-    ) -> Option<Option<u32>> {
-        if let Some((node, depth, _)) = self.locate(tree, engine, worker) {
-            tree.path_to_position(node, depth, out);
-            return Some(Some(node));
-        }
-        self.path_to(engine, out).then_some(None)
     }
 
     /// Remembers `tip`; a tip it displaces has its position kept by the tree instead, so
@@ -199,7 +187,7 @@ impl SyncState {
                 let mut below = None;
                 let root = match parent {
                     None => hasher.root(&[]),
-                    Some(p) => match ws.locate(tree, *p, worker) {
+                    Some(p) => match ws.locate(tree, *p, None, worker) {
                         Some((node, depth, router)) => {
                             below = Some((node, depth));
                             router
@@ -276,30 +264,35 @@ impl SyncState {
                         outcome.duplicate_blocks += 1;
                         continue;
                     }
-                    // Without a path, an ancestor already removed took this block out of
-                    // the tree.
-                    if let Some(node) = ws.find_path(tree, engine, worker, &mut path) {
-                        let depth = path.len();
+                    // The block's position in the tree, or else the node holding the end
+                    // of its path through the parent links. Without either, an ancestor
+                    // already removed took the block out of the tree.
+                    let found = match ws.locate(tree, engine, Some(block.router), worker) {
+                        Some((node, depth, _)) => Some((node, depth)),
+                        None if ws.path_to(engine, &mut path) => {
+                            tree.node_holding_end(&path).map(|node| (node, path.len()))
+                        }
+                        None => None,
+                    };
+                    if let Some((node, depth)) = found {
                         // The parent is about to be a chain tip: remembering it makes
                         // evicting a chain last block first cost O(1) per block, not
-                        // O(depth). Its node is found before the truncation changes it.
-                        let parent_hint = match (block.parent(), depth > 1) {
-                            (Some(parent), true) => node
-                                .or_else(|| tree.node_holding_end(&path))
-                                .map(|n| (parent, tree.hint_before(n, depth))),
-                            _ => None,
-                        };
-                        tree.truncate(worker, &path, depth - 1);
-                        if let Some((parent, hint)) = parent_hint {
-                            ws.remember(
-                                tree,
-                                Tip {
+                        // O(depth). It is read off the tree before the truncation.
+                        let parent_tip = match block.parent() {
+                            Some(parent) if depth > 1 => {
+                                let hint = tree.hint_before(node, depth);
+                                tree.block_at(hint, depth - 1).map(|router| Tip {
                                     engine: parent,
-                                    router: path[depth - 2],
+                                    router,
                                     node: hint,
                                     depth: depth_u32(depth - 1),
-                                },
-                            );
+                                })
+                            }
+                            _ => None,
+                        };
+                        tree.truncate_at(worker, node, depth - 1);
+                        if let Some(tip) = parent_tip {
+                            ws.remember(tree, tip);
                         }
                     }
                     ws.blocks.remove(engine);

@@ -665,11 +665,31 @@ impl RadixTree {
             node = child;
         };
         if let Some((node, offset)) = found {
-            if self.has_member(node, w) {
-                self.drop_from(w, node, offset);
-                self.finish_merges();
-                self.maybe_compact();
-            }
+            self.drop_held_from(w, node, offset);
+        }
+    }
+
+    /// [`Self::truncate`] of the path through `hint` (a node that holds position `keep + 1`
+    /// of it, or one below it on the path, as [`Self::position`] found it), without the
+    /// path: `worker` keeps the first `keep` blocks.
+    pub(crate) fn truncate_at(&mut self, worker: WorkerId, hint: u32, keep: usize) {
+        let w = worker.index();
+        if w >= self.workers.len() {
+            return;
+        }
+        if let Some((node, _)) = self.containing(hint, keep + 1) {
+            let offset = keep - self.nodes[node as usize].depth as usize;
+            self.drop_held_from(w, node, offset);
+        }
+    }
+
+    /// What a truncation does once it has found the first dropped block: `node`'s block at
+    /// `offset` in its edge.
+    fn drop_held_from(&mut self, w: usize, node: u32, offset: usize) {
+        if self.has_member(node, w) {
+            self.drop_from(w, node, offset);
+            self.finish_merges();
+            self.maybe_compact();
         }
     }
 
@@ -923,6 +943,21 @@ impl RadixTree {
     /// [`Self::position`] for any holder: the node at or above `hint` whose edge has `block`
     /// at `depth`.
     fn node_at(&self, hint: u32, depth: usize, block: BlockHash) -> Option<u32> {
+        let (id, index) = self.containing(hint, depth)?;
+        (self.pool[index] == block).then_some(id)
+    }
+
+    /// The block at `depth` (at least 1) on the path through `hint`, a live node whose edge
+    /// reaches that depth or starts below it.
+    pub(crate) fn block_at(&self, hint: u32, depth: usize) -> Option<BlockHash> {
+        let (_, index) = self.containing(hint, depth)?;
+        Some(self.pool[index])
+    }
+
+    /// The node at or above `hint` whose edge holds position `depth` (at least 1), and the
+    /// position's index in the pool. `None` when `hint` is not a live node, or its edge ends
+    /// above `depth`.
+    fn containing(&self, hint: u32, depth: usize) -> Option<(u32, usize)> {
         if hint == ROOT || depth == 0 || !self.alive(hint) {
             return None;
         }
@@ -935,7 +970,7 @@ impl RadixTree {
                 return None;
             }
             if at >= start {
-                return (self.pool[n.edge_start as usize + at - start] == block).then_some(id);
+                return Some((id, n.edge_start as usize + at - start));
             }
             id = n.parent;
             if id == ROOT {
@@ -1421,10 +1456,19 @@ impl RadixTree {
 
     /// `w` drops blocks `offset..` of `node` and everything it holds below it.
     fn drop_from(&mut self, w: usize, node: u32, offset: usize) {
+        if self.nodes[node as usize].first_child != NIL {
+            self.drop_below(w, node);
+        }
+        let len = self.nodes[node as usize].edge_len as usize;
+        self.trim(node, w, len - offset);
+    }
+
+    /// Drops `w` from every node below `node` (deepest first).
+    fn drop_below(&mut self, w: usize, node: u32) {
         // Post-order over the subtree, pruned where `w` holds nothing (membership shrinks
         // from root to leaf), so every node is dropped after its children.
-        let mut order: Vec<u32> = Vec::new();
-        let mut stack: Vec<(u32, bool)> = vec![(node, false)];
+        let mut order: SmallVec<[u32; 8]> = SmallVec::new();
+        let mut stack: SmallVec<[(u32, bool); 8]> = smallvec::smallvec![(node, false)];
         while let Some((n, expanded)) = stack.pop() {
             if expanded {
                 order.push(n);
@@ -1439,12 +1483,10 @@ impl RadixTree {
                 c = self.nodes[c as usize].next_sibling;
             }
         }
-        order.pop(); // `node` itself, handled below
+        order.pop(); // `node` itself
         for n in order {
             self.remove_holder(n, w);
         }
-        let len = self.nodes[node as usize].edge_len as usize;
-        self.trim(node, w, len - offset);
     }
 
     /// Where `w` holds the block `first`: a child of the root, or a scan of `w`'s nodes.

@@ -457,8 +457,8 @@ mod last_block_index {
 }
 
 /// `insert_below` (an insert continuing a known position, without its path) leaves the tree
-/// exactly as `insert` of the whole path does: two trees, one fed each way, agree on every
-/// answer, count and later eviction.
+/// exactly as `insert` of the whole path does, and `truncate_at` (from a known position) as
+/// `truncate`: two trees, one fed each way, agree on every answer, count and later eviction.
 mod insert_below {
     use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
@@ -489,7 +489,23 @@ mod insert_below {
                     whole.insert(w, &blocks);
                     seen.push(blocks);
                 }
-                apply_other(&mut below, &hasher, op);
+                match op {
+                    // Truncate from a position found ahead (the node holding the first
+                    // dropped block, or the path's last), as event sync does.
+                    Op::Truncate(w, p, keep) => {
+                        let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
+                        let hint = if keep % 2 == 0 {
+                            below.node_holding_end(&blocks[..(*keep + 1).min(blocks.len())])
+                        } else {
+                            below.node_holding_end(&blocks)
+                        };
+                        match hint {
+                            Some(hint) if *keep < blocks.len() => below.truncate_at(w, hint, *keep),
+                            _ => below.truncate(w, &blocks, *keep),
+                        }
+                    }
+                    _ => apply_other(&mut below, &hasher, op),
+                }
                 apply_other(&mut whole, &hasher, op);
                 below.validate().map_err(TestCaseError::fail)?;
                 prop_assert_eq!(below.block_count(), whole.block_count());
