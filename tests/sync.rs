@@ -515,29 +515,43 @@ fn prompt_strategy() -> impl Strategy<Value = Vec<u32>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// A router fed a worker's events predicts exactly that worker's cached prefix, and
-    /// two replicas fed the same events agree on every match.
+    /// A router fed its workers' events predicts exactly each worker's cached prefix, and
+    /// two replicas fed the same events agree on every match: up to four workers, each a
+    /// modelled LRU cache of its own capacity serving the prompts routed to it, each with its
+    /// own event sequence.
     #[test]
     fn event_fed_mirror_predicts_the_true_cache(
-        prompts in prop::collection::vec(prompt_strategy(), 1..40),
-        capacity in 1usize..24,
+        requests in prop::collection::vec((prompt_strategy(), 0usize..4), 1..40),
+        capacities in prop::collection::vec(1usize..24, 1..5),
     ) {
-        let replicas = [BalancedRouter::new(1).unwrap(), BalancedRouter::new(1).unwrap()];
-        let mut worker = ModelWorker { capacity, blocks: HashMap::new(), clock: 0 };
-        for (seq, prompt) in prompts.iter().enumerate() {
-            for event in worker.serve(prompt) {
+        let n = capacities.len();
+        let replicas = [0, 1].map(|_| BalancedRouter::new(n as u32).unwrap());
+        let mut workers: Vec<ModelWorker> = capacities
+            .iter()
+            .map(|&capacity| ModelWorker { capacity, blocks: HashMap::new(), clock: 0 })
+            .collect();
+        let mut seqs = vec![0u64; n];
+        for (prompt, w) in &requests {
+            let w = w % n;
+            let worker = WorkerId::new(w as u32);
+            for event in workers[w].serve(prompt) {
                 for r in &replicas {
-                    let o = r.apply_event(W0, seq as u64, &event).unwrap();
+                    let o = r.apply_event(worker, seqs[w], &event).unwrap();
+                    prop_assert_eq!(o.sequence, Sequence::InOrder);
                     prop_assert_eq!(o.unknown_parent_blocks, 0);
                 }
+                seqs[w] += 1;
             }
             for r in &replicas {
                 r.index().with_tree(|t| t.validate()).unwrap();
             }
-            for later in &prompts {
-                let truth = worker.cached_blocks(later) * 16;
-                prop_assert_eq!(cached(&replicas[0], W0, later), truth);
-                prop_assert_eq!(cached(&replicas[1], W0, later), truth);
+            for (later, _) in &requests {
+                for (v, model) in workers.iter().enumerate() {
+                    let truth = model.cached_blocks(later) * 16;
+                    let worker = WorkerId::new(v as u32);
+                    prop_assert_eq!(cached(&replicas[0], worker, later), truth);
+                    prop_assert_eq!(cached(&replicas[1], worker, later), truth);
+                }
             }
         }
     }
