@@ -841,6 +841,10 @@ impl RadixTree {
 
     #[inline]
     pub(super) fn child(&self, parent: u32, first: BlockHash) -> Option<u32> {
+        if self.nodes[parent as usize].first_child == NIL {
+            // A leaf (a chain growing on one worker): no map lookup.
+            return None;
+        }
         self.children.get(&child_key(parent, first)).copied()
     }
 
