@@ -123,10 +123,16 @@ fn apply_stores(c: &mut Criterion) {
         |b| b.iter_custom(|iters| time_events(&index, &evictions, iters)),
     );
     group.finish();
+    print_memory("apply_stored_8_blocks, apply_removed_1_block", &index);
+}
+
+/// Prints the memory of a bench's mirror once its runs are done.
+fn print_memory(benches: &str, index: &CacheIndex) {
+    let blocks = index.with_tree(RadixTree::block_count);
     println!(
-        "mirror fed by events: {} blocks, {:.1} B per block (tree and engine-hash map)",
-        index.with_tree(RadixTree::block_count),
-        index.memory_bytes() as f64 / index.with_tree(RadixTree::block_count) as f64
+        "mirror fed by events after {benches}: {blocks} blocks, {:.1} B per block (tree and \
+         engine-hash map)",
+        index.memory_bytes() as f64 / blocks as f64
     );
 }
 
@@ -182,6 +188,7 @@ fn apply_interleaved(c: &mut Criterion) {
         },
     );
     group.finish();
+    print_memory("apply_stored_8_blocks_interleaved", &index);
 }
 
 /// Conversations taking turns in `apply_stored_next_turn`.
@@ -302,6 +309,7 @@ fn apply_next_turn(c: &mut Criterion) {
         },
     );
     group.finish();
+    print_memory("apply_stored_next_turn", router.index());
 }
 
 /// A multiply-fold hasher like the crate's own (deterministic, one multiply per word).
