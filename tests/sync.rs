@@ -194,6 +194,20 @@ fn events_after_routed_prompts_land_and_evict_exactly() {
             assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (run, 0));
         }
     }
+    evict_last_block_first(&router, requests, len, engine, prompt);
+}
+
+/// Evicts every block of `requests` requests (`len` blocks each, engine hashes
+/// `engine(r, i)`) from worker 0 as vLLM reports it, one block at a time, last block first
+/// and the requests taking turns: each removal takes exactly one block off the request's
+/// cached prefix, and nothing is left.
+fn evict_last_block_first(
+    router: &BalancedRouter,
+    requests: usize,
+    len: usize,
+    engine: impl Fn(usize, usize) -> u64,
+    prompt: impl Fn(usize) -> Vec<u32>,
+) {
     for i in (0..len).rev() {
         for r in 0..requests {
             let removed = CacheEvent::Removed {
@@ -201,7 +215,7 @@ fn events_after_routed_prompts_land_and_evict_exactly() {
             };
             let o = router.apply_event(W0, 0, &removed).unwrap();
             assert_eq!((o.removed_blocks, o.unknown_removed_blocks), (1, 0));
-            assert_eq!(cached(&router, W0, &prompt(r)), i * 16, "request {r}");
+            assert_eq!(cached(router, W0, &prompt(r)), i * 16, "request {r}");
         }
     }
     assert_eq!(router.index().with_tree(|t| t.worker_block_count(W0)), 0);
@@ -245,18 +259,7 @@ fn next_turns_after_forgotten_tips_land_exactly() {
         }
         router.index().with_tree(|t| t.validate()).unwrap();
     }
-    for i in (0..first + more).rev() {
-        for c in 0..conversations {
-            let removed = CacheEvent::Removed {
-                blocks: vec![engine(c, i)],
-            };
-            let o = router.apply_event(W0, 0, &removed).unwrap();
-            assert_eq!((o.removed_blocks, o.unknown_removed_blocks), (1, 0));
-            assert_eq!(cached(&router, W0, &prompt(c)), i * 16, "{c}");
-        }
-    }
-    assert_eq!(router.index().with_tree(|t| t.worker_block_count(W0)), 0);
-    router.index().with_tree(|t| t.validate()).unwrap();
+    evict_last_block_first(&router, conversations, first + more, engine, prompt);
 }
 
 #[test]
