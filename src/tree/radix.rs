@@ -1133,17 +1133,17 @@ impl RadixTree {
         holder: WorkerId,
     ) -> Option<(u32, usize)> {
         let &entry = self.by_last.get(&block)?;
-        let depth = (entry.depth & !Indexed::KEPT) as usize;
+        let depth = entry.depth & !Indexed::KEPT;
         let n = self.nodes.get(entry.node as usize)?;
-        let node = if n.parent != NIL && n.last == block && n.depth + n.edge_len == entry.depth {
+        let node = if n.parent != NIL && n.last == block && n.depth + n.edge_len == depth {
             // Still the end of its node's edge: no need to read the edge.
             self.has_member(entry.node, holder.index())
                 .then_some(entry.node)?
         } else {
             // A kept position, or an edge's former end not dropped yet.
-            self.position(entry.node, depth, block, holder)?
+            self.position(entry.node, depth as usize, block, holder)?
         };
-        Some((node, depth))
+        Some((node, depth as usize))
     }
 
     /// Whether `node` is a leaf that `w` alone holds, so that blocks inserted below it for
