@@ -10,7 +10,8 @@
 //! A tip is a weak pointer: the block's router hash, its depth and the tree node that held it.
 //! The tree checks all three when the tip is used (`RadixTree::position`), so a tip that
 //! went stale (its node merged away, the block evicted for the worker) is never wrong, only
-//! useless.
+//! useless. A tip displaced from a full table is handed to the tree, which keeps its position
+//! in its index while the block is there (`RadixTree::keep_position`).
 
 use core::hash::Hasher as _;
 

@@ -185,8 +185,10 @@ pub struct RadixTree {
     /// The node holding the last block of the last [`Self::insert`] (a hint for
     /// [`Self::position`]).
     last_end: u32,
-    /// Edge's last block → node, kept once [`Self::index_last_blocks`] has been called (by
-    /// event sync, for chained trees): a block that ends an edge is found by its hash alone.
+    /// Edge's last block → node and depth, kept once [`Self::index_last_blocks`] has been
+    /// called (by event sync, for chained trees): a block that ends an edge is found by its
+    /// hash alone. Also positions kept by [`Self::keep_position`] while their blocks are in
+    /// the tree.
     pub(super) by_last: FoldMap<BlockHash, Indexed>,
     pub(super) last_indexed: bool,
     /// The most live nodes, or live entries, `by_last` has had since it last dropped stale
