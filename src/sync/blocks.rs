@@ -93,8 +93,10 @@ impl EngineBlocks {
             }
             None => {
                 if self.slots.len() == self.slots.capacity() {
-                    // Grow by a quarter, not double: the arena is most of the map's memory.
-                    self.slots.reserve_exact((self.slots.len() / 4).max(64));
+                    // Grow by a sixteenth, not double: the arena is most of the map's memory,
+                    // and this keeps its spare room near 3 % on average. A record is copied
+                    // about 16 times as the arena grows, which happens as the cache fills.
+                    self.slots.reserve_exact((self.slots.len() / 16).max(64));
                 }
                 self.slots.push(block);
                 // New slots are made only when none is free, so this slot number is the
