@@ -76,6 +76,7 @@ impl EngineBlocks {
     }
 
     /// Adds `block` unless a record of its engine hash exists; whether it was added.
+    #[inline]
     pub(super) fn insert(&mut self, block: EngineBlock) -> bool {
         let slots = &self.slots;
         let entry = self.index.entry(

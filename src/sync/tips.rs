@@ -99,29 +99,32 @@ impl Tips {
         if self.slots.is_empty() {
             self.resize(MIN_SETS);
         }
-        let mut displaced = None;
-        let slot = match self.find(tip.engine) {
-            Some(slot) => slot,
-            None => loop {
-                let (sets, base) = (self.sets(), 2 * set_of(tip.engine, self.sets()));
-                if !bit(&self.live, base) {
-                    break base;
-                }
-                if !bit(&self.live, base + 1) {
-                    break base + 1;
-                }
-                if sets < MAX_SETS {
+        loop {
+            let sets = self.sets();
+            let base = 2 * set_of(tip.engine, sets);
+            let live = [bit(&self.live, base), bit(&self.live, base + 1)];
+            // The tip's own slot, else a free one.
+            let way = (0..2)
+                .find(|&k| live[k] && self.slots[base + k].engine == tip.engine)
+                .or_else(|| (0..2).find(|&k| !live[k]));
+            let slot = match way {
+                Some(k) => base + k,
+                None if sets < MAX_SETS => {
                     self.resize(2 * sets);
                     continue;
                 }
-                // Both taken and the table at its size: replace the one written less recently.
-                let slot = base + usize::from(!bit(&self.recent_way, base / 2));
-                displaced = Some(self.slots[slot]);
-                break slot;
-            },
-        };
-        self.put(slot, tip);
-        displaced
+                None => {
+                    // Both taken and the table at its size: replace the one written less
+                    // recently.
+                    let slot = base + usize::from(!bit(&self.recent_way, base / 2));
+                    let displaced = self.slots[slot];
+                    self.put(slot, tip);
+                    return Some(displaced);
+                }
+            };
+            self.put(slot, tip);
+            return None;
+        }
     }
 
     fn put(&mut self, slot: usize, tip: Tip) {
