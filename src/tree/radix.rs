@@ -1221,16 +1221,25 @@ impl RadixTree {
     fn refresh(&mut self, node: u32, w: usize, now: u64, anchor_node: &mut u32, anchor: &mut u32) {
         let n = &mut self.nodes[node as usize];
         n.stamp = now;
-        if n.lru_prev != NIL || self.lru.head == node {
-            unlink(&mut self.nodes, &mut self.lru, node);
+        let linked = n.lru_prev != NIL || self.lru.head == node;
+        // Already just before the anchor (a chain's nodes refreshed again by its next
+        // store): the list stays as it is.
+        if !(linked && n.lru_next == *anchor_node) {
+            if linked {
+                unlink(&mut self.nodes, &mut self.lru, node);
+            }
+            link_before(&mut self.nodes, &mut self.lru, node, *anchor_node);
         }
-        link_before(&mut self.nodes, &mut self.lru, node, *anchor_node);
         *anchor_node = node;
 
         let h = match self.holding_of(node, w) {
             Some(h) => {
-                unlink(&mut self.holdings, &mut self.workers[w].list, h);
                 self.holdings[h as usize].stamp = now;
+                if self.holdings[h as usize].next == *anchor {
+                    *anchor = h;
+                    return;
+                }
+                unlink(&mut self.holdings, &mut self.workers[w].list, h);
                 h
             }
             None => {
