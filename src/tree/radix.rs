@@ -1522,6 +1522,7 @@ impl RadixTree {
 
     /// Evicts `w`'s least recently used blocks until it is within its capacity.
     fn enforce_capacity(&mut self, w: usize) {
+        let mut trimmed = false;
         loop {
             let state = self.workers[w];
             if state.blocks <= state.capacity || state.list.head == NIL {
@@ -1529,12 +1530,20 @@ impl RadixTree {
             }
             let node = self.holdings[state.list.head as usize].node;
             self.trim(node, w, state.blocks - state.capacity);
+            trimmed = true;
         }
-        self.finish_merges();
+        if trimmed {
+            self.finish_merges();
+        }
     }
 
     /// Evicts globally least recently used leaves until the tree is within its bounds.
     fn enforce_budget(&mut self) {
+        if self.block_count <= self.config.max_blocks
+            && self.live_nodes - 1 <= self.config.max_nodes
+        {
+            return;
+        }
         while (self.block_count > self.config.max_blocks
             || self.live_nodes - 1 > self.config.max_nodes)
             && self.lru.head != NIL
