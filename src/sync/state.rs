@@ -203,8 +203,10 @@ impl SyncState {
                 };
                 let start = path.len();
                 hasher.continue_from(root, tokens, &mut path);
-                for &engine in blocks {
-                    ws.blocks.touch(engine);
+                if ws.blocks.touch_pays() {
+                    for &engine in blocks {
+                        ws.blocks.touch(engine);
+                    }
                 }
                 let mut prev = *parent;
                 for (&engine, &router) in blocks.iter().zip(&path[start..]) {
