@@ -72,15 +72,15 @@ impl EngineBlocks {
             .map(|&s| &slots[s as usize])
     }
 
-    /// Reads the index where `engine` would go, so that a following insert finds it in
-    /// cache: touching every block of an event first lets the CPU overlap their cache
-    /// misses, which the inserts, one after another, do not.
     /// Whether [`Self::touch`] pays: its index is too large to stay in cache (a small one
     /// costs no misses to overlap, only the probes).
     pub(super) fn touch_pays(&self) -> bool {
         self.index.capacity() > TOUCH_FROM
     }
 
+    /// Reads the index where `engine` would go, so that a following insert finds it in
+    /// cache: touching every block of an event first lets the CPU overlap their cache
+    /// misses, which the inserts, one after another, do not.
     pub(super) fn touch(&self, engine: u64) {
         core::hint::black_box(self.index.find(hash(engine), |_| false));
     }
