@@ -277,25 +277,10 @@ impl SyncState {
                         None => None,
                     };
                     if let Some((node, depth)) = found {
-                        // The parent is about to be a chain tip: remembering it makes
-                        // evicting a chain last block first cost O(1) per block, not
-                        // O(depth). It is read off the tree before the truncation.
-                        let parent_tip = match block.parent() {
-                            Some(parent) if depth > 1 => {
-                                let hint = tree.hint_before(node, depth);
-                                tree.block_at(hint, depth - 1).map(|router| Tip {
-                                    engine: parent,
-                                    router,
-                                    node: hint,
-                                    depth: depth_u32(depth - 1),
-                                })
-                            }
-                            _ => None,
-                        };
+                        // The parent now ends an edge the worker holds, so the tree's index
+                        // finds it when it is evicted next (a chain evicted last block first
+                        // costs O(1) per block).
                         tree.truncate_at(worker, node, depth - 1);
-                        if let Some(tip) = parent_tip {
-                            ws.remember(tree, tip);
-                        }
                     }
                     ws.blocks.remove(engine);
                     outcome.removed_blocks += 1;

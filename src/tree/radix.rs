@@ -953,13 +953,6 @@ impl RadixTree {
         (self.pool[index] == block).then_some(id)
     }
 
-    /// The block at `depth` (at least 1) on the path through `hint`, a live node whose edge
-    /// reaches that depth or starts below it.
-    pub(crate) fn block_at(&self, hint: u32, depth: usize) -> Option<BlockHash> {
-        let (_, index) = self.containing(hint, depth)?;
-        Some(self.pool[index])
-    }
-
     /// The node at or above `hint` whose edge holds position `depth` (at least 1), and the
     /// position's index in the pool. `None` when `hint` is not a live node, or its edge ends
     /// above `depth`.
@@ -1003,17 +996,6 @@ impl RadixTree {
             node = child;
         }
         None
-    }
-
-    /// A hint for [`Self::position`] of the block before position `depth` (at least 2) of
-    /// `node`: the node itself, or its parent when the block at `depth` starts the edge.
-    pub(crate) fn hint_before(&self, node: u32, depth: usize) -> u32 {
-        let n = &self.nodes[node as usize];
-        if depth - 1 > n.depth as usize {
-            node
-        } else {
-            n.parent
-        }
     }
 
     /// Writes into `out` the path from the root to position `depth` (at least 1) of `node`,

@@ -371,8 +371,8 @@ mod positions {
                         };
                         hints.push((w, blocks[..k].to_vec(), node));
                         if k > 1 {
-                            let before = tree.hint_before(node, k);
-                            hints.push((w, blocks[..k - 1].to_vec(), before));
+                            // A hint below the block: the position is found walking up.
+                            hints.push((w, blocks[..k - 1].to_vec(), node));
                         }
                     }
                 }
