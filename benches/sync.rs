@@ -54,6 +54,18 @@ fn apply_timed<'a, S: CacheSync>(sync: &S, events: impl IntoIterator<Item = &'a 
     }
 }
 
+/// Splits `iters` timed events into rounds of at most `size`: `round(n)` runs one round of
+/// `n` events and returns its timed part. The total, for `iter_custom`.
+fn in_rounds(iters: u64, size: usize, mut round: impl FnMut(usize) -> Duration) -> Duration {
+    let (mut timed, mut done) = (Duration::ZERO, 0);
+    while done < iters {
+        let n = (iters - done).min(size as u64) as usize;
+        timed += round(n);
+        done += n as u64;
+    }
+    timed
+}
+
 /// One prompt's events: `before` applied untimed, `timed` timed, `after` (untimed) restores
 /// the mirror's size.
 struct Case {
@@ -163,16 +175,13 @@ fn apply_interleaved(c: &mut Criterion) {
         BenchmarkId::new("apply_stored_8_blocks_interleaved", "256_requests"),
         |b| {
             b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                let mut done = 0;
-                while done < iters {
-                    let n = (iters - done).min(CONCURRENT as u64) as usize;
+                in_rounds(iters, CONCURRENT, |n| {
                     let start = Instant::now();
                     apply_timed(
                         &index,
                         running[..n].iter().map(|&(p, next)| &pool[p].0[next]),
                     );
-                    timed += start.elapsed();
+                    let timed = start.elapsed();
                     for (p, next) in &mut running[..n] {
                         *next += 1;
                         if *next == pool[*p].0.len() {
@@ -181,9 +190,8 @@ fn apply_interleaved(c: &mut Criterion) {
                             next_prompt += 1;
                         }
                     }
-                    done += n as u64;
-                }
-                timed
+                    timed
+                })
             });
         },
     );
@@ -275,10 +283,7 @@ fn apply_next_turn(c: &mut Criterion) {
         BenchmarkId::new("apply_stored_next_turn", "512_conversations"),
         |b| {
             b.iter_custom(|iters| {
-                let mut timed = Duration::ZERO;
-                let mut done = 0;
-                while done < iters {
-                    let n = (iters - done).min(CONVERSATIONS as u64) as usize;
+                in_rounds(iters, CONVERSATIONS, |n| {
                     let events: Vec<CacheEvent> = slots[..n]
                         .iter()
                         .map(|(conversation, turn)| {
@@ -289,7 +294,7 @@ fn apply_next_turn(c: &mut Criterion) {
                         .collect();
                     let start = Instant::now();
                     apply_timed(&router, &events);
-                    timed += start.elapsed();
+                    let timed = start.elapsed();
                     for (conversation, turn) in &mut slots[..n] {
                         *turn += 1;
                         if *turn == TURNS {
@@ -302,9 +307,8 @@ fn apply_next_turn(c: &mut Criterion) {
                             *turn = 1;
                         }
                     }
-                    done += n as u64;
-                }
-                timed
+                    timed
+                })
             });
         },
     );
