@@ -20,7 +20,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // A shared system prompt followed by two different questions.
+    // A common system prompt followed by two different questions.
     let system: Vec<u32> = (0..(block_size * 3) as u32).map(|i| 100_000 + i).collect();
     let q1: Vec<u32> = [system.clone(), vec![151_000; block_size * 2 + 5]].concat();
     let q2: Vec<u32> = [system.clone(), vec![7; block_size * 2]].concat();

@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run --release --example simulate                      # every policy, built-in workloads
-//! cargo run --release --example simulate -- --trace ../shared/traces/mooncake_conversation_trace.jsonl \
+//! cargo run --release --example simulate -- --trace data/mooncake_conversation_trace.jsonl \
 //!     --workers 8 --capacity-tokens 1000000 --speedup 8 --format json
 //! ```
 //!

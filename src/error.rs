@@ -66,6 +66,16 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A [`Policy`](crate::Policy) chose an index outside the candidates it was given.
+    #[error("policy {policy} chose candidate {index} of {candidates}")]
+    InvalidChoice {
+        /// The policy's name.
+        policy: &'static str,
+        /// The index it returned.
+        index: usize,
+        /// How many candidates it was given.
+        candidates: usize,
+    },
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

@@ -147,7 +147,9 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod config;
 mod error;
+mod fold;
 mod hash;
 mod list;
 mod router;
@@ -160,11 +162,12 @@ pub use crate::{
     error::Error,
     hash::{BlockHash, HashAlgorithm, PrefixHasher, TokenId},
     router::{
-        AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
-        CacheAwareRouter, CacheIndex, ConsistentHashConfig, ConsistentHashRouter,
-        DEFAULT_BLOCK_SIZE, Fallback, IndexConfig, LeastLoadedRouter, PowerOfTwoConfig,
-        PowerOfTwoRouter, ReportedLoad, RoundRobinRouter, RouteDecision, RouteGuard, RouteRequest,
-        Router, Scoring, WorkerLoad,
+        Affinity, AffinityConfig, AffinityRouter, Balanced, BalancedConfig, BalancedRouter,
+        CacheAware, CacheAwareConfig, CacheAwareRouter, CacheIndex, Candidate, ConsistentHash,
+        ConsistentHashConfig, ConsistentHashRouter, DEFAULT_BLOCK_SIZE, Fallback, IndexConfig,
+        LeastLoaded, LeastLoadedRouter, Policy, PolicyRouter, PowerOfTwo, PowerOfTwoConfig,
+        PowerOfTwoRouter, ReportedLoad, RoundRobin, RoundRobinRouter, RouteDecision, RouteGuard,
+        RouteRequest, Router, Scoring, WorkerLoad, choose_min,
     },
     sync::{CacheEvent, CacheSync, Sequence, SyncOutcome},
     tree::{PrefixMatch, RadixTree, TreeConfig, WorkerId},

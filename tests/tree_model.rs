@@ -190,7 +190,7 @@ fn check(tree: &RadixTree, model: &Model, prompts: &[Vec<BlockHash>], step: usiz
 fn run(prompts: Vec<Vec<BlockHash>>, ops: Vec<Op>, chained: bool) {
     let mut config = TreeConfig::default();
     config.chained = chained;
-    let mut tree = RadixTree::with_config(config);
+    let mut tree = RadixTree::with_config(config).unwrap();
     let mut model = Model::default();
     for (step, op) in ops.into_iter().enumerate() {
         match op {

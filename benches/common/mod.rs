@@ -139,7 +139,7 @@ pub fn loaded_tree(
     // name their prefixes, as a PrefixHasher's do.
     let mut config = TreeConfig::default();
     config.chained = true;
-    let mut tree = RadixTree::with_config(config);
+    let mut tree = RadixTree::with_config(config).unwrap();
     let mut inserted = Vec::new();
     let mut held = 0;
     while held < pairs {

@@ -1,11 +1,11 @@
 //! Feeds vLLM KV-event batches to a router's mirror and prints what each worker caches:
 //! from payload files, or live from the engines' ZMQ PUB sockets.
 //!
-//! From files (the test vectors of `../shared/vectors/vllm` as worker 0's stream):
+//! From files (the test vectors of `tests/data/vllm` as worker 0's stream):
 //!
 //! ```sh
 //! cargo run --example vllm_events --features vllm -- \
-//!     0=../shared/vectors/vllm/map_u64/batch_00.msgpack 0=../shared/vectors/vllm/map_u64/batch_01.msgpack
+//!     0=tests/data/vllm/map_u64/batch_00.msgpack 0=tests/data/vllm/map_u64/batch_01.msgpack
 //! ```
 //!
 //! Each argument is `WORKER=PATH` (or just `PATH` for worker 0): one payload frame as a vLLM

@@ -135,6 +135,17 @@ impl PrefixHasher {
     /// The default seed: the ASCII bytes `PREFIXR1` read as a big-endian `u64`.
     pub const DEFAULT_SEED: u64 = 0x5052_4546_4958_5231;
 
+    /// `Ok` for a block size a hasher accepts: 1 to [`Self::MAX_BLOCK_SIZE`] tokens.
+    pub(crate) fn check_block_size(block_size: usize) -> Result<(), Error> {
+        if block_size == 0 || block_size > Self::MAX_BLOCK_SIZE {
+            return Err(Error::InvalidBlockSize {
+                block_size,
+                max: Self::MAX_BLOCK_SIZE,
+            });
+        }
+        Ok(())
+    }
+
     /// A hasher with the default algorithm ([`HashAlgorithm::Xxh3`]) and seed.
     ///
     /// # Errors
@@ -150,12 +161,7 @@ impl PrefixHasher {
     ///
     /// [`Error::InvalidBlockSize`] when `block_size` is 0 or above [`Self::MAX_BLOCK_SIZE`].
     pub fn with_algorithm(block_size: usize, algorithm: HashAlgorithm) -> Result<Self, Error> {
-        if block_size == 0 || block_size > Self::MAX_BLOCK_SIZE {
-            return Err(Error::InvalidBlockSize {
-                block_size,
-                max: Self::MAX_BLOCK_SIZE,
-            });
-        }
+        Self::check_block_size(block_size)?;
         Ok(Self {
             block_size,
             algorithm,

@@ -4,9 +4,10 @@ use std::sync::{Mutex, PoisonError};
 
 use super::baseline::least_loaded;
 use super::consistent::Ring;
-use super::{Candidate, Fleet, Policy, RouteRequest, Selection, check_range};
-use crate::list::{List, NIL, link_before, unlink};
-use crate::tree::FoldMap;
+use super::{Candidate, IndexConfig, Policy, PolicyRouter, RouteRequest};
+use crate::config::{float, int};
+use crate::fold::FoldMap;
+use crate::list::{List, Slot, link_before, unlink};
 use crate::{ConsistentHashConfig, Error, WorkerId};
 
 /// How [`AffinityRouter`] places a session it has not seen (or must move).
@@ -57,21 +58,56 @@ struct Entry {
     next: u32,
 }
 
-crate::list::linked!(Entry, prev, next);
+crate::list::linked!(Entry, u32, prev, next);
+
+impl AffinityConfig {
+    crate::config::setters! {
+        /// Sets [`max_sessions`](Self::max_sessions).
+        with_max_sessions: max_sessions: usize;
+        /// Sets [`fallback`](Self::fallback).
+        with_fallback: fallback: Fallback;
+        /// Sets [`overload_factor`](Self::overload_factor).
+        with_overload_factor: overload_factor: f64;
+        /// Sets [`ring`](Self::ring).
+        with_ring: ring: ConsistentHashConfig;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range (the ring's
+    /// included); [`Error::InvalidBlockSize`] for the ring's block size.
+    pub fn validate(&self) -> Result<(), Error> {
+        int(
+            "max_sessions",
+            self.max_sessions,
+            1..=u32::MAX as usize,
+            "between 1 and 2^32 - 1",
+        )?;
+        float(
+            "overload_factor",
+            self.overload_factor,
+            1.0..=1e9,
+            "at least 1.0",
+        )?;
+        self.ring.validate()
+    }
+}
 
 /// session key → worker, bounded, least recently used forgotten first.
 #[derive(Debug, Default)]
 struct SessionTable {
     index: FoldMap<u64, u32>,
     entries: Vec<Entry>,
-    lru: List,
+    lru: List<u32>,
 }
 
 impl SessionTable {
     fn get(&mut self, key: u64) -> Option<WorkerId> {
         let &slot = self.index.get(&key)?;
         unlink(&mut self.entries, &mut self.lru, slot);
-        link_before(&mut self.entries, &mut self.lru, slot, NIL);
+        link_before(&mut self.entries, &mut self.lru, slot, u32::NONE);
         Some(self.entries[slot as usize].worker)
     }
 
@@ -79,14 +115,14 @@ impl SessionTable {
         if let Some(&slot) = self.index.get(&key) {
             self.entries[slot as usize].worker = worker;
             unlink(&mut self.entries, &mut self.lru, slot);
-            link_before(&mut self.entries, &mut self.lru, slot, NIL);
+            link_before(&mut self.entries, &mut self.lru, slot, u32::NONE);
             return;
         }
         let entry = Entry {
             key,
             worker,
-            prev: NIL,
-            next: NIL,
+            prev: u32::NONE,
+            next: u32::NONE,
         };
         let slot = if self.entries.len() < max {
             self.entries.push(entry);
@@ -100,7 +136,7 @@ impl SessionTable {
             slot
         };
         self.index.insert(key, slot);
-        link_before(&mut self.entries, &mut self.lru, slot, NIL);
+        link_before(&mut self.entries, &mut self.lru, slot, u32::NONE);
     }
 }
 
@@ -124,48 +160,26 @@ impl SessionTable {
 /// assert_eq!(first.worker(), second.worker());
 /// # Ok::<(), prefix_router::Error>(())
 /// ```
+pub type AffinityRouter = PolicyRouter<Affinity>;
+
+/// The policy of [`AffinityRouter`]: the session table and the ring.
 #[derive(Debug)]
-pub struct AffinityRouter {
-    fleet: Fleet,
+pub struct Affinity {
     ring: Ring,
     sessions: Mutex<SessionTable>,
     config: AffinityConfig,
 }
 
-impl AffinityRouter {
-    /// A router over workers `0..num_workers` with the default configuration.
+impl Affinity {
+    /// The policy with `config`.
     ///
     /// # Errors
     ///
-    /// [`Error::WorkerOutOfRange`] when `num_workers` exceeds
-    /// [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS).
-    pub fn new(num_workers: u32) -> Result<Self, Error> {
-        Self::with_config(num_workers, AffinityConfig::default())
-    }
-
-    /// A router with `config`.
-    ///
-    /// # Errors
-    ///
-    /// As [`new`](Self::new); [`Error::InvalidConfig`] for a value out of its range.
-    pub fn with_config(num_workers: u32, config: AffinityConfig) -> Result<Self, Error> {
-        check_range(
-            "max_sessions",
-            config.max_sessions as f64,
-            1.0..=(u32::MAX as f64),
-            "between 1 and 2^32 - 1",
-        )?;
-        check_range(
-            "overload_factor",
-            config.overload_factor,
-            1.0..=1e9,
-            "at least 1.0",
-        )?;
-        let fleet = Fleet::new(num_workers)?;
-        let ring = Ring::new(&fleet.workers(), config.ring)?;
+    /// As [`AffinityConfig::validate`].
+    pub fn new(config: AffinityConfig) -> Result<Self, Error> {
+        config.validate()?;
         Ok(Self {
-            fleet,
-            ring,
+            ring: Ring::new(config.ring)?,
             sessions: Mutex::new(SessionTable::default()),
             config,
         })
@@ -183,25 +197,47 @@ impl AffinityRouter {
 
     fn place(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
         match self.config.fallback {
-            Fallback::LeastLoaded => least_loaded(candidates, request.key()),
-            Fallback::ConsistentHash => self.ring.pick(self.ring.key(request), candidates),
+            Fallback::LeastLoaded => least_loaded(request, candidates),
+            Fallback::ConsistentHash => self.ring.pick(request, candidates),
         }
     }
 }
 
-impl Policy for AffinityRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
+impl PolicyRouter<Affinity> {
+    /// A router over workers `0..num_workers` with the default configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WorkerOutOfRange`] when `num_workers` exceeds
+    /// [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS).
+    pub fn new(num_workers: u32) -> Result<Self, Error> {
+        Self::with_config(num_workers, AffinityConfig::default())
     }
 
-    fn select(
-        &self,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<Selection, Error> {
+    /// A router with `config`.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new); as [`AffinityConfig::validate`].
+    pub fn with_config(num_workers: u32, config: AffinityConfig) -> Result<Self, Error> {
+        Self::with_policy(num_workers, Affinity::new(config)?, IndexConfig::default())
+    }
+
+    /// Sessions currently remembered.
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        self.policy().session_count()
+    }
+}
+
+impl Policy for Affinity {
+    fn name(&self) -> &'static str {
+        "affinity"
+    }
+
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
         if request.session().is_none() {
-            let i = self.ring.pick(self.ring.key(request), candidates);
-            return Ok(Selection::plain(candidates[i]));
+            return self.ring.pick(request, candidates);
         }
         let key = request.key();
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
@@ -214,15 +250,11 @@ impl Policy for AffinityRouter {
             let limit = self.config.overload_factor * (mean + 1.0);
             ((candidates[i].requests() + 1) as f64 <= limit).then_some(i)
         });
-        let i = match sticky {
-            Some(i) => i,
-            None => {
-                let i = self.place(request, candidates);
-                sessions.put(key, candidates[i].worker, self.config.max_sessions);
-                i
-            }
-        };
-        Ok(Selection::plain(candidates[i]))
+        sticky.unwrap_or_else(|| {
+            let i = self.place(request, candidates);
+            sessions.put(key, candidates[i].worker, self.config.max_sessions);
+            i
+        })
     }
 
     fn worker_added(&self, worker: WorkerId) {
@@ -231,9 +263,5 @@ impl Policy for AffinityRouter {
 
     fn worker_removed(&self, worker: WorkerId) {
         self.ring.remove(worker);
-    }
-
-    fn name(&self) -> &'static str {
-        "affinity"
     }
 }

@@ -1,11 +1,8 @@
 //! Cache score against load score, or predicted time to first token.
 
-use super::index::Scored;
-use super::{
-    CacheIndex, Candidate, Fleet, IndexConfig, Indexed, Policy, RouteRequest, Selection,
-    check_range, pick_min,
-};
-use crate::{Error, WorkerId};
+use super::{Candidate, IndexConfig, Policy, PolicyRouter, RouteRequest, choose_min};
+use crate::Error;
+use crate::config::float;
 
 /// How [`BalancedRouter`] scores workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -37,10 +34,8 @@ pub struct BalancedConfig {
     /// For [`Scoring::PredictedTtft`]: how much a token the worker must recompute weighs
     /// against a token already queued there, at least 1.0. Above 1 the router accepts some
     /// queueing for locality, since every recomputed token also costs the fleet capacity
-    /// and evicts someone else's cache. Default 10: on both Mooncake traces (8 workers, 1M
-    /// and 8M tokens of KV each, 1× and 8× arrival rates) it keeps the hit ratio at ≥ 96 %
-    /// of the pooled reference and the lowest TTFT p99 of every policy; 1.0 (pure TTFT
-    /// greed) falls to 67 % at 8×. Measured with `examples/simulate.rs --miss-weight`.
+    /// and evicts someone else's cache. Default 10 (the README's simulator results compare
+    /// it with other weights: `examples/simulate.rs --miss-weight`).
     pub miss_weight: f64,
     /// Hashing and mirror bounds.
     pub index: IndexConfig,
@@ -55,6 +50,39 @@ impl Default for BalancedConfig {
             miss_weight: 10.0,
             index: IndexConfig::default(),
         }
+    }
+}
+
+impl BalancedConfig {
+    crate::config::setters! {
+        /// Sets [`alpha`](Self::alpha).
+        with_alpha: alpha: f64;
+        /// Sets [`scoring`](Self::scoring).
+        with_scoring: scoring: Scoring;
+        /// Sets [`prefill_tokens_per_s`](Self::prefill_tokens_per_s).
+        with_prefill_tokens_per_s: prefill_tokens_per_s: f64;
+        /// Sets [`miss_weight`](Self::miss_weight).
+        with_miss_weight: miss_weight: f64;
+        /// Sets [`index`](Self::index).
+        with_index: index: IndexConfig;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range (the index's
+    /// included); [`Error::InvalidBlockSize`] for a bad block size.
+    pub fn validate(&self) -> Result<(), Error> {
+        float("alpha", self.alpha, 0.0..=1.0, "between 0.0 and 1.0")?;
+        float("miss_weight", self.miss_weight, 1.0..=1e6, "at least 1.0")?;
+        float(
+            "prefill_tokens_per_s",
+            self.prefill_tokens_per_s,
+            f64::MIN_POSITIVE..=f64::MAX,
+            "a positive number of tokens per second",
+        )?;
+        self.index.validate()
     }
 }
 
@@ -105,14 +133,69 @@ impl Default for BalancedConfig {
 /// assert!(workers.iter().all(|&w| w == workers[0]));
 /// # Ok::<(), prefix_router::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct BalancedRouter {
-    fleet: Fleet,
-    index: CacheIndex,
+pub type BalancedRouter = PolicyRouter<Balanced>;
+
+/// The policy of [`BalancedRouter`].
+#[derive(Clone, Copy, Debug)]
+pub struct Balanced {
     config: BalancedConfig,
 }
 
-impl BalancedRouter {
+impl Balanced {
+    /// The policy with `config` (its `index` is the router's business).
+    ///
+    /// # Errors
+    ///
+    /// As [`BalancedConfig::validate`].
+    pub fn new(config: BalancedConfig) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &BalancedConfig {
+        &self.config
+    }
+
+    /// [`Scoring::Weighted`]: the highest `alpha · cache + (1 − alpha) · load`.
+    fn weighted(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        let max_requests = candidates.iter().map(Candidate::requests).max();
+        let max_requests = max_requests.unwrap_or(0);
+        let alpha = self.config.alpha;
+        let tokens = request.tokens().len();
+        choose_min(request, candidates, |c| {
+            let load = if max_requests == 0 {
+                1.0
+            } else {
+                1.0 - c.requests() as f64 / max_requests as f64
+            };
+            let cache = if tokens == 0 {
+                0.0
+            } else {
+                c.cached_tokens() as f64 / tokens as f64
+            };
+            -(alpha * cache + (1.0 - alpha) * load)
+        })
+    }
+
+    /// [`Scoring::PredictedTtft`]: the least queued plus weighted recomputed work.
+    fn predicted_ttft(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        // Ordering by work is ordering by time: the prefill rate is the same for every
+        // worker, so the division is left out.
+        let weight = self.config.miss_weight;
+        let tokens = request.tokens().len();
+        choose_min(request, candidates, |c| {
+            let miss = (tokens - c.cached_tokens()) as f64;
+            let work = c.prefill_tokens() as f64 + weight * miss;
+            // Equal costs (an idle fleet, a new prefix): balance the prefill work handed
+            // out so far.
+            (work, c.assigned_prefill_tokens())
+        })
+    }
+}
+
+impl PolicyRouter<Balanced> {
     /// A router over workers `0..num_workers` with the default configuration.
     ///
     /// # Errors
@@ -127,104 +210,34 @@ impl BalancedRouter {
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new); [`Error::InvalidConfig`] for NaN or out-of-range values;
-    /// [`Error::InvalidBlockSize`] for a bad block size.
+    /// As [`new`](Self::new); as [`BalancedConfig::validate`].
     pub fn with_config(num_workers: u32, config: BalancedConfig) -> Result<Self, Error> {
-        check_range("alpha", config.alpha, 0.0..=1.0, "between 0.0 and 1.0")?;
-        check_range("miss_weight", config.miss_weight, 1.0..=1e6, "at least 1.0")?;
-        check_range(
-            "prefill_tokens_per_s",
-            config.prefill_tokens_per_s,
-            f64::MIN_POSITIVE..=f64::MAX,
-            "a positive number of tokens per second",
-        )?;
-        let (fleet, index) = CacheIndex::with_fleet(num_workers, config.index)?;
-        Ok(Self {
-            fleet,
-            index,
-            config,
-        })
-    }
-
-    /// The cache index (the mirror of every worker's cache).
-    #[must_use]
-    pub fn index(&self) -> &CacheIndex {
-        &self.index
+        Self::with_policy(num_workers, Balanced::new(config)?, config.index)
     }
 
     /// The configuration.
     #[must_use]
     pub fn config(&self) -> &BalancedConfig {
-        &self.config
+        self.policy().config()
     }
 }
 
-impl Policy for BalancedRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
-    }
-
-    fn select(
-        &self,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<Selection, Error> {
-        let salt = request.key();
-        let (chosen, scored) = Scored::route(&self.index, request, candidates, |scored| {
-            match self.config.scoring {
-                Scoring::Weighted => {
-                    let max_requests = candidates.iter().map(Candidate::requests).max();
-                    let max_requests = max_requests.unwrap_or(0);
-                    let alpha = self.config.alpha;
-                    pick_min(candidates, salt, |_, c| {
-                        let load = if max_requests == 0 {
-                            1.0
-                        } else {
-                            1.0 - c.requests() as f64 / max_requests as f64
-                        };
-                        -(alpha * scored.fraction_of(c) + (1.0 - alpha) * load)
-                    })
-                }
-                Scoring::PredictedTtft => {
-                    // Ordering by work is ordering by time: the prefill rate is the same
-                    // for every worker, so the division is left out.
-                    let weight = self.config.miss_weight;
-                    pick_min(candidates, salt, |_, c| {
-                        let miss = (scored.tokens - scored.cached_of(c)) as f64;
-                        let work = c.prefill_tokens as f64 + weight * miss;
-                        // Equal costs (an idle fleet, a new prefix): balance the prefill
-                        // work handed out so far.
-                        (work, c.assigned_prefill)
-                    })
-                }
-            }
-            .unwrap_or(0)
-        });
-        Ok(scored.selection(candidates, chosen))
-    }
-
-    fn worker_added(&self, worker: WorkerId) {
-        self.index.reset_worker(worker);
-    }
-
-    fn worker_removed(&self, worker: WorkerId) {
-        self.index.reset_worker(worker);
-    }
-
-    fn sync(&self) -> Option<&dyn crate::CacheSync> {
-        Some(self)
-    }
-
+impl Policy for Balanced {
     fn name(&self) -> &'static str {
         match self.config.scoring {
             Scoring::Weighted => "balanced_weighted",
             Scoring::PredictedTtft => "balanced",
         }
     }
-}
 
-impl Indexed for BalancedRouter {
-    fn index(&self) -> &CacheIndex {
-        &self.index
+    fn reads_cache(&self) -> bool {
+        true
+    }
+
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        match self.config.scoring {
+            Scoring::Weighted => self.weighted(request, candidates),
+            Scoring::PredictedTtft => self.predicted_ttft(request, candidates),
+        }
     }
 }

@@ -1,8 +1,10 @@
-//! Baselines without a cache index: round robin, least loaded, power of two choices.
+//! Baselines without a cache: round robin, least loaded, power of two choices.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{Candidate, Fleet, Policy, RouteRequest, Selection, mix64, pick_min};
+use super::{
+    Candidate, IndexConfig, Policy, PolicyRouter, RouteRequest, choose_min, mix64, pick_min,
+};
 use crate::Error;
 
 /// Sends requests to the available workers in turn.
@@ -17,13 +19,15 @@ use crate::Error;
 /// assert_eq!(workers, [0, 1, 2, 0, 1, 2]);
 /// # Ok::<(), prefix_router::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct RoundRobinRouter {
-    fleet: Fleet,
+pub type RoundRobinRouter = PolicyRouter<RoundRobin>;
+
+/// The policy of [`RoundRobinRouter`].
+#[derive(Debug, Default)]
+pub struct RoundRobin {
     next: AtomicU64,
 }
 
-impl RoundRobinRouter {
+impl PolicyRouter<RoundRobin> {
     /// A router over workers `0..num_workers`.
     ///
     /// # Errors
@@ -31,36 +35,29 @@ impl RoundRobinRouter {
     /// [`Error::WorkerOutOfRange`] when `num_workers` exceeds
     /// [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS).
     pub fn new(num_workers: u32) -> Result<Self, Error> {
-        Ok(Self {
-            fleet: Fleet::new(num_workers)?,
-            next: AtomicU64::new(0),
-        })
+        Self::with_policy(num_workers, RoundRobin::default(), IndexConfig::default())
     }
 }
 
-impl Policy for RoundRobinRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
-    }
-
-    fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> Result<Selection, Error> {
-        let i = self.next.fetch_add(1, Relaxed) % candidates.len() as u64;
-        Ok(Selection::plain(candidates[i as usize]))
-    }
-
+impl Policy for RoundRobin {
     fn name(&self) -> &'static str {
         "round_robin"
     }
+
+    fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        (self.next.fetch_add(1, Relaxed) % candidates.len() as u64) as usize
+    }
 }
 
-/// Sends each request to the worker with the fewest requests in flight (then the fewest
-/// outstanding prefill tokens, then the fewest routed so far).
-#[derive(Debug)]
-pub struct LeastLoadedRouter {
-    fleet: Fleet,
-}
+/// Sends each request to the worker with the fewest requests (then the fewest outstanding
+/// prefill tokens, then the fewest routed so far).
+pub type LeastLoadedRouter = PolicyRouter<LeastLoaded>;
 
-impl LeastLoadedRouter {
+/// The policy of [`LeastLoadedRouter`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LeastLoaded;
+
+impl PolicyRouter<LeastLoaded> {
     /// A router over workers `0..num_workers`.
     ///
     /// # Errors
@@ -68,34 +65,22 @@ impl LeastLoadedRouter {
     /// [`Error::WorkerOutOfRange`] when `num_workers` exceeds
     /// [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS).
     pub fn new(num_workers: u32) -> Result<Self, Error> {
-        Ok(Self {
-            fleet: Fleet::new(num_workers)?,
-        })
+        Self::with_policy(num_workers, LeastLoaded, IndexConfig::default())
     }
 }
 
 /// The least loaded candidate: fewest requests, then fewest outstanding prefill tokens.
-pub(crate) fn least_loaded(candidates: &[Candidate], salt: u64) -> usize {
-    pick_min(candidates, salt, |_, c| (c.requests(), c.prefill_tokens)).unwrap_or(0)
+pub(crate) fn least_loaded(request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+    choose_min(request, candidates, |c| (c.requests(), c.prefill_tokens()))
 }
 
-impl Policy for LeastLoadedRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
-    }
-
-    fn select(
-        &self,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<Selection, Error> {
-        Ok(Selection::plain(
-            candidates[least_loaded(candidates, request.key())],
-        ))
-    }
-
+impl Policy for LeastLoaded {
     fn name(&self) -> &'static str {
         "least_loaded"
+    }
+
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        least_loaded(request, candidates)
     }
 }
 
@@ -107,16 +92,49 @@ pub struct PowerOfTwoConfig {
     pub seed: u64,
 }
 
+impl PowerOfTwoConfig {
+    crate::config::setters! {
+        /// Sets [`seed`](Self::seed).
+        with_seed: seed: u64;
+    }
+
+    /// Checks every field: any seed is valid.
+    ///
+    /// # Errors
+    ///
+    /// None today; the signature matches every other configuration's.
+    pub fn validate(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
 /// Power of two choices: compares two workers drawn from a seeded sequence and sends the
 /// request to the less loaded one.
+pub type PowerOfTwoRouter = PolicyRouter<PowerOfTwo>;
+
+/// The policy of [`PowerOfTwoRouter`].
 #[derive(Debug)]
-pub struct PowerOfTwoRouter {
-    fleet: Fleet,
+pub struct PowerOfTwo {
     seed: u64,
     draws: AtomicU64,
 }
 
-impl PowerOfTwoRouter {
+impl PowerOfTwo {
+    /// The policy with `config`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PowerOfTwoConfig::validate`].
+    pub fn new(config: PowerOfTwoConfig) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Self {
+            seed: config.seed,
+            draws: AtomicU64::new(0),
+        })
+    }
+}
+
+impl PolicyRouter<PowerOfTwo> {
     /// A router over workers `0..num_workers` with the default seed.
     ///
     /// # Errors
@@ -133,28 +151,23 @@ impl PowerOfTwoRouter {
     ///
     /// As [`new`](Self::new).
     pub fn with_config(num_workers: u32, config: PowerOfTwoConfig) -> Result<Self, Error> {
-        Ok(Self {
-            fleet: Fleet::new(num_workers)?,
-            seed: config.seed,
-            draws: AtomicU64::new(0),
-        })
+        Self::with_policy(
+            num_workers,
+            PowerOfTwo::new(config)?,
+            IndexConfig::default(),
+        )
     }
 }
 
-impl Policy for PowerOfTwoRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
+impl Policy for PowerOfTwo {
+    fn name(&self) -> &'static str {
+        "power_of_two"
     }
 
-    fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> Result<Selection, Error> {
+    fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
         let n = candidates.len() as u64;
-        let r = mix64(
-            self.seed
-                ^ self
-                    .draws
-                    .fetch_add(1, Relaxed)
-                    .wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        );
+        let draw = self.draws.fetch_add(1, Relaxed);
+        let r = mix64(self.seed ^ draw.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let a = (r % n) as usize;
         let b = if n > 1 {
             ((a as u64 + 1 + (r >> 32) % (n - 1)) % n) as usize
@@ -162,11 +175,7 @@ impl Policy for PowerOfTwoRouter {
             a
         };
         let pair = [candidates[a], candidates[b]];
-        let i = pick_min(&pair, r, |_, c| (c.requests(), c.prefill_tokens)).unwrap_or(0);
-        Ok(Selection::plain(pair[i]))
-    }
-
-    fn name(&self) -> &'static str {
-        "power_of_two"
+        let i = pick_min(&pair, r, |_, c| (c.requests(), c.prefill_tokens())).unwrap_or(0);
+        [a, b][i]
     }
 }

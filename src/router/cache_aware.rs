@@ -1,12 +1,9 @@
 //! SGLang's cache-aware rule.
 
 use super::baseline::least_loaded;
-use super::index::Scored;
-use super::{
-    CacheIndex, Candidate, Fleet, IndexConfig, Indexed, Policy, RouteRequest, Selection,
-    check_range, pick_min,
-};
-use crate::{Error, WorkerId};
+use super::{Candidate, IndexConfig, Policy, PolicyRouter, RouteRequest, choose_min};
+use crate::Error;
+use crate::config::float;
 
 /// Configuration of [`CacheAwareRouter`]. The defaults are SGLang router's.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,6 +33,41 @@ impl Default for CacheAwareConfig {
     }
 }
 
+impl CacheAwareConfig {
+    crate::config::setters! {
+        /// Sets [`cache_threshold`](Self::cache_threshold).
+        with_cache_threshold: cache_threshold: f64;
+        /// Sets [`balance_abs_threshold`](Self::balance_abs_threshold).
+        with_balance_abs_threshold: balance_abs_threshold: u64;
+        /// Sets [`balance_rel_threshold`](Self::balance_rel_threshold).
+        with_balance_rel_threshold: balance_rel_threshold: f64;
+        /// Sets [`index`](Self::index).
+        with_index: index: IndexConfig;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range (the index's
+    /// included); [`Error::InvalidBlockSize`] for a bad block size.
+    pub fn validate(&self) -> Result<(), Error> {
+        float(
+            "cache_threshold",
+            self.cache_threshold,
+            0.0..=1.0,
+            "between 0.0 and 1.0",
+        )?;
+        float(
+            "balance_rel_threshold",
+            self.balance_rel_threshold,
+            1.0..=f64::MAX,
+            "at least 1.0",
+        )?;
+        self.index.validate()
+    }
+}
+
 /// The rule of SGLang's cache-aware router.
 ///
 /// 1. If loads are imbalanced (`max − min > balance_abs_threshold` and
@@ -46,14 +78,37 @@ impl Default for CacheAwareConfig {
 ///
 /// Ties go to the worker routed the fewest requests so far, then to a per-request rotation.
 /// The routed prefix is inserted into the mirror for the chosen worker.
-#[derive(Debug)]
-pub struct CacheAwareRouter {
-    fleet: Fleet,
-    index: CacheIndex,
+pub type CacheAwareRouter = PolicyRouter<CacheAware>;
+
+/// The policy of [`CacheAwareRouter`].
+#[derive(Clone, Copy, Debug)]
+pub struct CacheAware {
     config: CacheAwareConfig,
 }
 
-impl CacheAwareRouter {
+impl CacheAware {
+    /// The policy with `config` (its `index` is the router's business).
+    ///
+    /// # Errors
+    ///
+    /// As [`CacheAwareConfig::validate`].
+    pub fn new(config: CacheAwareConfig) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// Whether loads are imbalanced by both thresholds.
+    fn imbalanced(&self, candidates: &[Candidate]) -> bool {
+        let (min, max) = candidates
+            .iter()
+            .map(Candidate::requests)
+            .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r), hi.max(r)));
+        max - min > self.config.balance_abs_threshold
+            && max as f64 > self.config.balance_rel_threshold * min as f64
+    }
+}
+
+impl PolicyRouter<CacheAware> {
     /// A router over workers `0..num_workers` with the default configuration.
     ///
     /// # Errors
@@ -68,91 +123,41 @@ impl CacheAwareRouter {
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new); [`Error::InvalidConfig`] for NaN or out-of-range values;
-    /// [`Error::InvalidBlockSize`] for a bad block size.
+    /// As [`new`](Self::new); as [`CacheAwareConfig::validate`].
     pub fn with_config(num_workers: u32, config: CacheAwareConfig) -> Result<Self, Error> {
-        check_range(
-            "cache_threshold",
-            config.cache_threshold,
-            0.0..=1.0,
-            "between 0.0 and 1.0",
-        )?;
-        check_range(
-            "balance_rel_threshold",
-            config.balance_rel_threshold,
-            1.0..=f64::MAX,
-            "at least 1.0",
-        )?;
-        let (fleet, index) = CacheIndex::with_fleet(num_workers, config.index)?;
-        Ok(Self {
-            fleet,
-            index,
-            config,
-        })
-    }
-
-    /// The cache index (the mirror of every worker's cache).
-    #[must_use]
-    pub fn index(&self) -> &CacheIndex {
-        &self.index
+        Self::with_policy(num_workers, CacheAware::new(config)?, config.index)
     }
 }
 
-impl Policy for CacheAwareRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
-    }
-
-    fn select(
-        &self,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<Selection, Error> {
-        let salt = request.key();
-        let (min, max) = candidates
-            .iter()
-            .map(Candidate::requests)
-            .fold((u64::MAX, 0), |(lo, hi), r| (lo.min(r), hi.max(r)));
-        let imbalanced = max - min > self.config.balance_abs_threshold
-            && max as f64 > self.config.balance_rel_threshold * min as f64;
-        let (chosen, scored) = Scored::route(&self.index, request, candidates, |scored| {
-            let best = candidates.iter().map(|c| scored.blocks_of(c)).max();
-            let best = best.unwrap_or(0);
-            let ratio = candidates
-                .iter()
-                .find(|c| scored.blocks_of(c) == best)
-                .map_or(0.0, |c| scored.fraction_of(c));
-            if !imbalanced && best > 0 && ratio > self.config.cache_threshold {
-                pick_min(candidates, salt, |_, c| {
-                    (scored.blocks_of(c) != best, c.requests())
-                })
-                .unwrap_or(0)
-            } else {
-                least_loaded(candidates, salt)
-            }
-        });
-        Ok(scored.selection(candidates, chosen))
-    }
-
-    fn worker_added(&self, worker: WorkerId) {
-        self.index.reset_worker(worker);
-    }
-
-    fn worker_removed(&self, worker: WorkerId) {
-        self.index.reset_worker(worker);
-    }
-
-    fn sync(&self) -> Option<&dyn crate::CacheSync> {
-        Some(self)
-    }
-
+impl Policy for CacheAware {
     fn name(&self) -> &'static str {
         "cache_aware"
     }
-}
 
-impl Indexed for CacheAwareRouter {
-    fn index(&self) -> &CacheIndex {
-        &self.index
+    fn reads_cache(&self) -> bool {
+        true
+    }
+
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        let best = candidates.iter().map(Candidate::matched_blocks).max();
+        let best = best.unwrap_or(0);
+        let tokens = request.tokens().len();
+        let ratio = candidates
+            .iter()
+            .find(|c| c.matched_blocks() == best)
+            .map_or(0.0, |c| {
+                if tokens == 0 {
+                    0.0
+                } else {
+                    c.cached_tokens() as f64 / tokens as f64
+                }
+            });
+        if !self.imbalanced(candidates) && best > 0 && ratio > self.config.cache_threshold {
+            choose_min(request, candidates, |c| {
+                (c.matched_blocks() != best, c.requests())
+            })
+        } else {
+            least_loaded(request, candidates)
+        }
     }
 }

@@ -4,7 +4,8 @@ use std::sync::{PoisonError, RwLock};
 
 use super::baseline::least_loaded;
 use super::index::Blocks;
-use super::{Candidate, Fleet, Policy, RouteRequest, Selection, check_range, mix64};
+use super::{Candidate, IndexConfig, Policy, PolicyRouter, RouteRequest, mix64};
+use crate::config::{float, int};
 use crate::{Error, PrefixHasher, WorkerId};
 
 /// Configuration of [`ConsistentHashRouter`].
@@ -40,20 +41,40 @@ impl Default for ConsistentHashConfig {
 }
 
 impl ConsistentHashConfig {
-    fn validate(&self) -> Result<(), Error> {
-        check_range(
+    crate::config::setters! {
+        /// Sets [`virtual_nodes`](Self::virtual_nodes).
+        with_virtual_nodes: virtual_nodes: u32;
+        /// Sets [`key_blocks`](Self::key_blocks).
+        with_key_blocks: key_blocks: usize;
+        /// Sets [`load_factor`](Self::load_factor).
+        with_load_factor: load_factor: f64;
+        /// Sets [`block_size`](Self::block_size).
+        with_block_size: block_size: usize;
+        /// Sets [`seed`](Self::seed).
+        with_seed: seed: u64;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range;
+    /// [`Error::InvalidBlockSize`] for a bad block size.
+    pub fn validate(&self) -> Result<(), Error> {
+        int(
             "virtual_nodes",
-            f64::from(self.virtual_nodes),
-            1.0..=10_000.0,
+            self.virtual_nodes,
+            1..=10_000,
             "between 1 and 10000",
         )?;
-        check_range(
+        int(
             "key_blocks",
-            self.key_blocks as f64,
-            1.0..=1e6,
-            "at least 1 block",
+            self.key_blocks,
+            1..=1 << 20,
+            "between 1 and 2^20 blocks",
         )?;
-        check_range("load_factor", self.load_factor, 1.0..=1e9, "at least 1.0")
+        float("load_factor", self.load_factor, 1.0..=1e9, "at least 1.0")?;
+        PrefixHasher::check_block_size(self.block_size)
     }
 }
 
@@ -66,18 +87,15 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    pub(crate) fn new(workers: &[WorkerId], config: ConsistentHashConfig) -> Result<Self, Error> {
+    /// An empty ring: workers join it with [`Ring::add`].
+    pub(crate) fn new(config: ConsistentHashConfig) -> Result<Self, Error> {
         config.validate()?;
         let hasher = PrefixHasher::new(config.block_size)?.with_seed(config.seed);
-        let ring = Self {
+        Ok(Self {
             points: RwLock::new(Vec::new()),
             config,
             hasher,
-        };
-        for &w in workers {
-            ring.add(w);
-        }
-        Ok(ring)
+        })
     }
 
     fn point(&self, worker: WorkerId, replica: u32) -> u64 {
@@ -118,8 +136,10 @@ impl Ring {
         }
     }
 
-    /// The first available worker clockwise from `key` that stays within the load bound.
-    pub(crate) fn pick(&self, key: u64, candidates: &[Candidate]) -> usize {
+    /// The first available worker clockwise from the request's key that stays within the
+    /// load bound.
+    pub(crate) fn pick(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        let key = self.key(request);
         let points = self.points.read().unwrap_or_else(PoisonError::into_inner);
         let total: u64 = candidates.iter().map(Candidate::requests).sum();
         let n = candidates.len() as f64;
@@ -133,7 +153,7 @@ impl Ring {
                 }
             }
         }
-        least_loaded(candidates, key)
+        least_loaded(request, candidates)
     }
 }
 
@@ -144,13 +164,28 @@ impl Ring {
 /// to N moves about 1/(N+1) of the keys and removing one moves only its own. No worker takes
 /// a request that would put it above `load_factor ×` the mean load: the request spills to
 /// the next worker clockwise (Mirrokni et al., "Consistent Hashing with Bounded Loads").
+pub type ConsistentHashRouter = PolicyRouter<ConsistentHash>;
+
+/// The policy of [`ConsistentHashRouter`]: a ring of the registered workers.
 #[derive(Debug)]
-pub struct ConsistentHashRouter {
-    fleet: Fleet,
+pub struct ConsistentHash {
     ring: Ring,
 }
 
-impl ConsistentHashRouter {
+impl ConsistentHash {
+    /// The policy with `config` (workers join the ring as they are registered).
+    ///
+    /// # Errors
+    ///
+    /// As [`ConsistentHashConfig::validate`].
+    pub fn new(config: ConsistentHashConfig) -> Result<Self, Error> {
+        Ok(Self {
+            ring: Ring::new(config)?,
+        })
+    }
+}
+
+impl PolicyRouter<ConsistentHash> {
     /// A router over workers `0..num_workers` with the default configuration.
     ///
     /// # Errors
@@ -165,27 +200,23 @@ impl ConsistentHashRouter {
     ///
     /// # Errors
     ///
-    /// As [`new`](Self::new); [`Error::InvalidConfig`] for a value out of its range;
-    /// [`Error::InvalidBlockSize`] for a bad block size.
+    /// As [`new`](Self::new); as [`ConsistentHashConfig::validate`].
     pub fn with_config(num_workers: u32, config: ConsistentHashConfig) -> Result<Self, Error> {
-        let fleet = Fleet::new(num_workers)?;
-        let ring = Ring::new(&fleet.workers(), config)?;
-        Ok(Self { fleet, ring })
+        Self::with_policy(
+            num_workers,
+            ConsistentHash::new(config)?,
+            IndexConfig::default(),
+        )
     }
 }
 
-impl Policy for ConsistentHashRouter {
-    fn fleet(&self) -> &Fleet {
-        &self.fleet
+impl Policy for ConsistentHash {
+    fn name(&self) -> &'static str {
+        "consistent_hash"
     }
 
-    fn select(
-        &self,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<Selection, Error> {
-        let i = self.ring.pick(self.ring.key(request), candidates);
-        Ok(Selection::plain(candidates[i]))
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        self.ring.pick(request, candidates)
     }
 
     fn worker_added(&self, worker: WorkerId) {
@@ -194,9 +225,5 @@ impl Policy for ConsistentHashRouter {
 
     fn worker_removed(&self, worker: WorkerId) {
         self.ring.remove(worker);
-    }
-
-    fn name(&self) -> &'static str {
-        "consistent_hash"
     }
 }

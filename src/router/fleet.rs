@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
-use super::{RouteDecision, RouteRequest};
+use super::{Candidate, RouteDecision, RouteRequest};
 use crate::{Error, RadixTree, WorkerId};
 
 /// Load a host pushes from a worker's own metrics (for example its `/metrics` endpoint).
@@ -64,27 +64,6 @@ struct Slot {
     predicted_cached: AtomicU64,
     queue_len: AtomicU64,
     kv_usage_bits: AtomicU32,
-}
-
-/// A worker that can take a request, with the load figures the policies score on.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Candidate {
-    pub(crate) worker: WorkerId,
-    pub(crate) epoch: u64,
-    pub(crate) in_flight: u64,
-    pub(crate) prefill_tokens: u64,
-    pub(crate) routed: u64,
-    pub(crate) assigned_prefill: u64,
-    pub(crate) queue_len: u64,
-}
-
-impl Candidate {
-    /// Requests on the worker: this router's in-flight count, or the worker's own reported
-    /// queue when that is larger (it includes other routers' traffic).
-    #[inline]
-    pub(crate) fn requests(&self) -> u64 {
-        self.in_flight.max(self.queue_len)
-    }
 }
 
 /// Candidates of one route call; on the stack for fleets of up to 64 workers.
@@ -234,19 +213,22 @@ impl Fleet {
                 routed: s.routed.load(Relaxed),
                 assigned_prefill: s.assigned_prefill.load(Relaxed),
                 queue_len: s.queue_len.load(Relaxed),
+                matched_blocks: 0,
+                cached_tokens: 0,
             });
         }
     }
 
-    /// Charges the chosen worker with the request, unless it was removed (or removed and
-    /// added again) since it was chosen: then `None`, and the caller chooses again.
+    /// Charges the chosen worker with the request (and the candidate's predicted cached
+    /// tokens), unless it was removed (or removed and added again) since it was chosen: then
+    /// `None`, and the caller chooses again.
     pub(crate) fn commit(
         &self,
         candidate: &Candidate,
         request: &RouteRequest<'_>,
-        matched_blocks: usize,
-        cached_tokens: usize,
     ) -> Option<RouteDecision> {
+        let (matched_blocks, cached_tokens) =
+            (candidate.matched_blocks(), candidate.cached_tokens());
         let slots = self.read();
         let slot = slots.get(candidate.worker.index())?.as_ref()?;
         if slot.epoch != candidate.epoch {

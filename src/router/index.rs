@@ -1,10 +1,10 @@
-//! The cache index: a `PrefixHasher` and a `RadixTree` shared by the cache-aware policies.
+//! The cache index: a `PrefixHasher` and a `RadixTree` behind one lock, the mirror every router keeps.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
 
-use super::{Candidate, RouteRequest, Selection};
+use super::{Candidate, RouteRequest};
 use crate::sync::{CacheEvent, CacheSync, SyncOutcome, SyncState};
 use crate::{
     BlockHash, Error, HashAlgorithm, PrefixHasher, RadixTree, TokenId, TreeConfig, WorkerId,
@@ -50,11 +50,44 @@ impl Default for IndexConfig {
     }
 }
 
+impl IndexConfig {
+    crate::config::setters! {
+        /// Sets [`block_size`](Self::block_size).
+        with_block_size: block_size: usize;
+        /// Sets [`algorithm`](Self::algorithm).
+        with_algorithm: algorithm: HashAlgorithm;
+        /// Sets [`seed`](Self::seed).
+        with_seed: seed: u64;
+        /// Sets [`tree`](Self::tree).
+        with_tree: tree: TreeConfig;
+        /// Sets [`worker_capacity_blocks`](Self::worker_capacity_blocks).
+        with_worker_capacity_blocks: worker_capacity_blocks: Option<usize>;
+        /// Sets [`ttl`](Self::ttl).
+        with_ttl: ttl: Option<u64>;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBlockSize`] for a block size of 0 or above
+    /// [`PrefixHasher::MAX_BLOCK_SIZE`]; [`Error::InvalidConfig`] for a tree bound of 0, a
+    /// worker capacity of 0 blocks or a time-to-live of 0.
+    pub fn validate(&self) -> Result<(), Error> {
+        PrefixHasher::check_block_size(self.block_size)?;
+        self.tree.validate()?;
+        if let Some(capacity) = self.worker_capacity_blocks {
+            crate::config::int("worker_capacity_blocks", capacity, 1.., "at least 1 block")?;
+        }
+        if let Some(ttl) = self.ttl {
+            crate::config::int("ttl", ttl, 1.., "at least 1 routed prefix")?;
+        }
+        Ok(())
+    }
+}
+
 /// Block hashes of one request, on the stack for prompts of up to 256 blocks.
 pub(crate) type Blocks = SmallVec<[BlockHash; 256]>;
-
-/// Matched blocks per worker id, on the stack for up to 64 workers.
-pub(crate) type Matched = SmallVec<[u32; 64]>;
 
 /// A thread-safe mirror of every worker's prefix cache: a [`PrefixHasher`] and a
 /// [`RadixTree`] behind a mutex. Hashing happens outside the lock; the lock is held only for
@@ -79,34 +112,20 @@ impl CacheIndex {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidBlockSize`] for a block size of 0 or above
-    /// [`PrefixHasher::MAX_BLOCK_SIZE`].
+    /// As [`IndexConfig::validate`].
     pub fn new(config: IndexConfig) -> Result<Self, Error> {
+        config.validate()?;
         let hasher = PrefixHasher::with_algorithm(config.block_size, config.algorithm)?
             .with_seed(config.seed);
         Ok(Self {
             hasher,
             mirror: Mutex::new(Mirror {
-                tree: RadixTree::with_config(config.tree),
+                tree: RadixTree::with_config(config.tree)?,
                 sync: SyncState::default(),
             }),
             capacity: config.worker_capacity_blocks,
             ttl: config.ttl,
         })
-    }
-
-    /// A fleet of workers `0..num_workers` and an index over it, each worker's mirror
-    /// bounded as configured: what every cache-aware policy starts from.
-    pub(crate) fn with_fleet(
-        num_workers: u32,
-        config: IndexConfig,
-    ) -> Result<(super::Fleet, Self), Error> {
-        let fleet = super::Fleet::new(num_workers)?;
-        let index = Self::new(config)?;
-        for w in fleet.workers() {
-            index.reset_worker(w);
-        }
-        Ok((fleet, index))
     }
 
     /// The hasher the index uses.
@@ -147,33 +166,35 @@ impl CacheIndex {
             .hash_salted_small(request.salt(), request.tokens(), out);
     }
 
-    /// Under one lock: matches the request's blocks (filling `scored.matched` per worker id,
-    /// for the candidates' ids), lets `choose` pick a candidate from that, and records the
-    /// prefix as held by the chosen worker (optimistically: it will be cached there once the
-    /// request runs). Returns the chosen index.
-    fn match_choose_insert(
+    /// Under one lock: matches `blocks` (the request's, `tokens` long), writes each
+    /// candidate's matched blocks and cached tokens, lets `choose` pick one, and records the
+    /// prefix as held by the chosen worker (it will be cached there once the request runs).
+    /// Returns the chosen index (out of range: nothing is recorded).
+    pub(crate) fn match_choose_insert(
         &self,
-        scored: &mut Scored,
-        candidates: &[Candidate],
-        choose: impl FnOnce(&Scored) -> usize,
+        blocks: &[BlockHash],
+        tokens: usize,
+        candidates: &mut [Candidate],
+        choose: impl FnOnce(&[Candidate]) -> usize,
     ) -> usize {
-        let slots = candidates.last().map_or(0, |c| c.worker.index() + 1);
-        scored.matched.clear();
-        scored.matched.resize(slots, 0);
-        if scored.blocks.is_empty() {
-            return choose(scored);
-        }
+        let block_size = self.hasher.block_size();
         let mut mirror = self.lock();
         let tree = &mut mirror.tree;
-        let matched = &mut scored.matched;
-        tree.for_each_match(&scored.blocks, |worker, m| {
-            if let Some(slot) = matched.get_mut(worker.index()) {
-                *slot = m as u32;
+        tree.for_each_match(blocks, |worker, m| {
+            // Candidates are in id order, usually one per id from 0.
+            let slot = match candidates.get(worker.index()) {
+                Some(c) if c.worker == worker => Some(worker.index()),
+                _ => candidates.binary_search_by_key(&worker, |c| c.worker).ok(),
+            };
+            if let Some(c) = slot.map(|i| &mut candidates[i]) {
+                c.matched_blocks = u32::try_from(m).unwrap_or(u32::MAX);
+                let cached = (m * block_size).min(tokens);
+                c.cached_tokens = u32::try_from(cached).unwrap_or(u32::MAX);
             }
         });
-        let chosen = choose(scored);
+        let chosen = choose(candidates);
         if let Some(c) = candidates.get(chosen) {
-            tree.insert(c.worker, &scored.blocks);
+            tree.insert(c.worker, blocks);
             if let Some(ttl) = self.ttl {
                 if tree.clock() % 16 == 0 {
                     tree.expire(tree.clock().saturating_sub(ttl));
@@ -239,69 +260,5 @@ impl CacheSync for CacheIndex {
             tokens,
             cached_tokens,
         )
-    }
-}
-
-/// The shared part of the cache-aware policies: hash the request outside any lock, then
-/// match, choose and insert under one lock.
-pub(crate) struct Scored {
-    pub(crate) blocks: Blocks,
-    pub(crate) matched: Matched,
-    pub(crate) block_size: usize,
-    pub(crate) tokens: usize,
-}
-
-impl Scored {
-    /// Hashes `request`, then matches it and applies `choose` under the index's lock.
-    /// Returns the chosen candidate's index and the scoring state.
-    pub(crate) fn route(
-        index: &CacheIndex,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-        choose: impl FnOnce(&Scored) -> usize,
-    ) -> (usize, Scored) {
-        let mut scored = Scored {
-            blocks: Blocks::new(),
-            matched: Matched::new(),
-            block_size: index.hasher.block_size(),
-            tokens: request.tokens().len(),
-        };
-        index.hash_request(request, &mut scored.blocks);
-        let chosen = index.match_choose_insert(&mut scored, candidates, choose);
-        (chosen, scored)
-    }
-
-    /// Leading blocks `candidate` holds.
-    #[inline]
-    pub(crate) fn blocks_of(&self, candidate: &Candidate) -> usize {
-        self.matched
-            .get(candidate.worker.index())
-            .map_or(0, |&m| m as usize)
-    }
-
-    /// Prompt tokens `candidate` holds.
-    #[inline]
-    pub(crate) fn cached_of(&self, candidate: &Candidate) -> usize {
-        (self.blocks_of(candidate) * self.block_size).min(self.tokens)
-    }
-
-    /// The fraction of the prompt `candidate` holds, `0..=1`.
-    #[inline]
-    pub(crate) fn fraction_of(&self, candidate: &Candidate) -> f64 {
-        if self.tokens == 0 {
-            0.0
-        } else {
-            self.cached_of(candidate) as f64 / self.tokens as f64
-        }
-    }
-
-    /// The selection for candidate `chosen`.
-    pub(crate) fn selection(&self, candidates: &[Candidate], chosen: usize) -> Selection {
-        let candidate = candidates[chosen];
-        Selection {
-            candidate,
-            matched_blocks: self.blocks_of(&candidate),
-            cached_tokens: self.cached_of(&candidate),
-        }
     }
 }

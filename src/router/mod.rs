@@ -11,16 +11,21 @@ mod cache_aware;
 mod consistent;
 mod fleet;
 mod index;
+mod policy;
 
-pub use self::affinity::{AffinityConfig, AffinityRouter, Fallback};
-pub use self::balanced::{BalancedConfig, BalancedRouter, Scoring};
-pub use self::baseline::{LeastLoadedRouter, PowerOfTwoConfig, PowerOfTwoRouter, RoundRobinRouter};
-pub use self::cache_aware::{CacheAwareConfig, CacheAwareRouter};
-pub use self::consistent::{ConsistentHashConfig, ConsistentHashRouter};
+pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
+pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
+pub use self::baseline::{
+    LeastLoaded, LeastLoadedRouter, PowerOfTwo, PowerOfTwoConfig, PowerOfTwoRouter, RoundRobin,
+    RoundRobinRouter,
+};
+pub use self::cache_aware::{CacheAware, CacheAwareConfig, CacheAwareRouter};
+pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashRouter};
 pub use self::fleet::{ReportedLoad, WorkerLoad};
 pub use self::index::{CacheIndex, IndexConfig};
+pub use self::policy::{Candidate, Policy, PolicyRouter, choose_min};
 
-pub(crate) use self::fleet::{Candidate, Candidates, Fleet, mix64, pick_min};
+pub(crate) use self::fleet::{mix64, pick_min};
 
 /// Block size the routers hash with unless configured otherwise: vLLM's default.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
@@ -220,9 +225,10 @@ impl RouteDecision {
 /// A routing policy with load tracking: the crate's front door.
 ///
 /// `Send + Sync` and object safe: a gateway holds an `Arc<dyn Router>` (or a concrete
-/// router) and calls [`route`](Self::route) from many threads. A router written outside
-/// the crate (to compare it in the simulator, say) implements the four required methods;
-/// the others have defaults.
+/// router) and calls [`route`](Self::route) from many threads. To try a new way of choosing
+/// a worker, write a [`Policy`] and wrap it in a [`PolicyRouter`], which implements this
+/// trait; a router written from scratch implements the four required methods, and the
+/// others have defaults.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -313,6 +319,12 @@ pub trait Router: Send + Sync {
         "custom"
     }
 
+    /// The block size of the router's cache mirror, for routers that keep one and read it
+    /// (a simulator or a host checks it against the engines'). The default: `None`.
+    fn block_size(&self) -> Option<usize> {
+        None
+    }
+
     /// The router's mirror sync, for routers that keep one
     /// ([`BalancedRouter`](crate::BalancedRouter), [`CacheAwareRouter`](crate::CacheAwareRouter)),
     /// so that a host holding an `Arc<dyn Router>` can feed events and feedback to it.
@@ -363,169 +375,6 @@ impl<R: Router + ?Sized> core::ops::Deref for RouteGuard<'_, R> {
 impl<R: Router + ?Sized> Drop for RouteGuard<'_, R> {
     fn drop(&mut self) {
         self.router.complete(&self.decision);
-    }
-}
-
-/// What a policy chose for one request.
-pub(crate) struct Selection {
-    pub(crate) candidate: Candidate,
-    pub(crate) matched_blocks: usize,
-    pub(crate) cached_tokens: usize,
-}
-
-impl Selection {
-    pub(crate) fn plain(candidate: Candidate) -> Self {
-        Self {
-            candidate,
-            matched_blocks: 0,
-            cached_tokens: 0,
-        }
-    }
-}
-
-/// The part that differs between policies; [`Router`] is implemented once on top of it.
-pub(crate) trait Policy: Send + Sync {
-    fn fleet(&self) -> &Fleet;
-    /// Chooses among the available workers.
-    fn select(
-        &self,
-        request: &RouteRequest<'_>,
-        candidates: &[Candidate],
-    ) -> Result<Selection, Error>;
-    /// Called once the choice is committed (cache policies insert the prefix here).
-    fn routed(&self, _request: &RouteRequest<'_>, _decision: &RouteDecision) {}
-    fn worker_added(&self, _worker: WorkerId) {}
-    fn worker_removed(&self, _worker: WorkerId) {}
-    fn name(&self) -> &'static str;
-    fn sync(&self) -> Option<&dyn crate::CacheSync> {
-        None
-    }
-}
-
-/// A policy that keeps a cache index: [`CacheSync`](crate::CacheSync) is implemented once
-/// for all of them, checking that the worker is registered and delegating to the index.
-pub(crate) trait Indexed: Policy {
-    fn index(&self) -> &CacheIndex;
-}
-
-impl<P: Indexed> crate::CacheSync for P {
-    fn apply_event(
-        &self,
-        worker: WorkerId,
-        seq: u64,
-        event: &crate::CacheEvent,
-    ) -> Result<crate::SyncOutcome, Error> {
-        self.fleet().check(worker)?;
-        Indexed::index(self).apply_event(worker, seq, event)
-    }
-
-    fn replace_worker_cache(&self, worker: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error> {
-        self.fleet().check(worker)?;
-        Indexed::index(self).replace_worker_cache(worker, prefixes)
-    }
-
-    fn report_cached(
-        &self,
-        worker: WorkerId,
-        tokens: &[TokenId],
-        cached_tokens: usize,
-    ) -> Result<(), Error> {
-        self.report_cached_salted(worker, &[], tokens, cached_tokens)
-    }
-
-    fn report_cached_salted(
-        &self,
-        worker: WorkerId,
-        salt: &[u8],
-        tokens: &[TokenId],
-        cached_tokens: usize,
-    ) -> Result<(), Error> {
-        self.fleet().check(worker)?;
-        Indexed::index(self).report_cached_salted(worker, salt, tokens, cached_tokens)
-    }
-}
-
-impl<P: Policy> Router for P {
-    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
-        let mut candidates = Candidates::new();
-        // A chosen worker can be removed before it is charged; choose again (bounded).
-        for _ in 0..4 {
-            self.fleet().candidates(&mut candidates);
-            if candidates.is_empty() {
-                return Err(Error::NoWorkers);
-            }
-            let s = self.select(request, &candidates)?;
-            if let Some(decision) =
-                self.fleet()
-                    .commit(&s.candidate, request, s.matched_blocks, s.cached_tokens)
-            {
-                self.routed(request, &decision);
-                return Ok(decision);
-            }
-        }
-        Err(Error::NoWorkers)
-    }
-
-    fn complete(&self, decision: &RouteDecision) {
-        self.fleet().release(decision);
-    }
-
-    fn first_token(&self, decision: &RouteDecision) {
-        self.fleet().prefilled(decision);
-    }
-
-    fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
-        self.fleet().add(worker)?;
-        self.worker_added(worker);
-        Ok(())
-    }
-
-    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
-        self.fleet().remove(worker)?;
-        self.worker_removed(worker);
-        Ok(())
-    }
-
-    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
-        self.fleet().set_available(worker, available)
-    }
-
-    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
-        self.fleet().report_load(worker, load)
-    }
-
-    fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
-        self.fleet().load(worker)
-    }
-
-    fn workers(&self) -> Vec<WorkerId> {
-        self.fleet().workers()
-    }
-
-    fn name(&self) -> &'static str {
-        Policy::name(self)
-    }
-
-    fn cache_sync(&self) -> Option<&dyn crate::CacheSync> {
-        self.sync()
-    }
-}
-
-/// Checks that a configuration value is finite and within `range`.
-pub(crate) fn check_range(
-    field: &'static str,
-    value: f64,
-    range: core::ops::RangeInclusive<f64>,
-    allowed: &'static str,
-) -> Result<(), Error> {
-    if value.is_finite() && range.contains(&value) {
-        Ok(())
-    } else {
-        Err(Error::InvalidConfig {
-            field,
-            value: value.to_string(),
-            allowed,
-        })
     }
 }
 

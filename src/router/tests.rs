@@ -9,6 +9,8 @@ fn candidate(worker: u32, in_flight: u64, routed: u64) -> Candidate {
         routed,
         assigned_prefill: 0,
         queue_len: 0,
+        matched_blocks: 0,
+        cached_tokens: 0,
     }
 }
 
@@ -40,6 +42,7 @@ fn session_table_is_bounded_and_forgets_the_least_recent() {
         ..AffinityConfig::default()
     };
     let router = AffinityRouter::with_config(4, config).unwrap();
+    let router = &router;
     let route = |s: &str| {
         let d = router
             .route(&RouteRequest::new(&[1]).with_session(s))

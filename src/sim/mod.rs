@@ -11,11 +11,16 @@
 //!
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 
-mod cluster;
+mod config;
+mod references;
+mod report;
 mod rng;
+mod simulation;
 mod trace;
 mod workload;
 
-pub use self::cluster::{ClusterConfig, SimReport, Simulation, SyncMode};
+pub use self::config::{ClusterConfig, SyncMode};
+pub use self::report::SimReport;
+pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
 pub use self::workload::{Prompt, Request, Workload};

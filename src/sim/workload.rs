@@ -238,9 +238,6 @@ impl Workload {
     }
 
     fn generate_into(&self, rng: &mut Rng, tag: u64, out: &mut Vec<Request>) {
-        let tokens = |rng: &mut Rng, n: usize| -> Vec<TokenId> {
-            (0..n).map(|_| rng.below(VOCAB) as TokenId).collect()
-        };
         match *self {
             Workload::SharedPrompts {
                 requests,
@@ -255,41 +252,16 @@ impl Workload {
                     .map(|_| tokens(rng, system_tokens))
                     .collect();
                 let zipf = Zipf::new(prompts.len(), zipf_s);
-                let mut t = 0.0;
-                for _ in 0..requests {
-                    t += rng.exponential(rate_per_s);
-                    let mut p = prompts[zipf.sample(rng)].clone();
-                    p.extend(tokens(rng, question_tokens));
-                    out.push(Request::new(t, p, output_tokens));
-                }
+                let arrivals = Poisson {
+                    rate_per_s,
+                    requests,
+                };
+                arrivals.generate(rng, out, |rng| {
+                    let p = &prompts[zipf.sample(rng)];
+                    (prefixed(rng, p, question_tokens), output_tokens)
+                });
             }
-            Workload::Conversations {
-                sessions,
-                turns,
-                first_tokens,
-                message_tokens,
-                answer_tokens,
-                think_time_s,
-                rate_per_s,
-            } => {
-                let mut start = 0.0;
-                for s in 0..sessions {
-                    start += rng.exponential(rate_per_s);
-                    let mut t = start;
-                    let mut prompt = tokens(rng, first_tokens);
-                    for turn in 0..turns {
-                        if turn > 0 {
-                            prompt.extend(tokens(rng, answer_tokens as usize));
-                            prompt.extend(tokens(rng, message_tokens));
-                            t += think_time_s * 0.5 + rng.exponential(2.0 / think_time_s.max(1e-9));
-                        }
-                        out.push(
-                            Request::new(t, prompt.clone(), answer_tokens)
-                                .with_session(format!("w{tag}-s{s}")),
-                        );
-                    }
-                }
-            }
+            Workload::Conversations { .. } => self.conversations(rng, tag, out),
             Workload::FewShot {
                 requests,
                 templates,
@@ -302,13 +274,14 @@ impl Workload {
                     .map(|_| tokens(rng, examples * example_tokens + 100))
                     .collect();
                 let zipf = Zipf::new(bank.len(), 0.8);
-                let mut t = 0.0;
-                for _ in 0..requests {
-                    t += rng.exponential(rate_per_s);
-                    let mut p = bank[zipf.sample(rng)].clone();
-                    p.extend(tokens(rng, query_tokens));
-                    out.push(Request::new(t, p, 50));
-                }
+                let arrivals = Poisson {
+                    rate_per_s,
+                    requests,
+                };
+                arrivals.generate(rng, out, |rng| {
+                    let p = &bank[zipf.sample(rng)];
+                    (prefixed(rng, p, query_tokens), 50)
+                });
             }
             Workload::DocumentQa {
                 requests,
@@ -320,19 +293,89 @@ impl Workload {
                 let docs: Vec<_> = (0..documents.max(1))
                     .map(|_| tokens(rng, document_tokens))
                     .collect();
-                let mut t = 0.0;
-                for _ in 0..requests {
-                    t += rng.exponential(rate_per_s);
-                    let mut p = docs[rng.below(docs.len() as u64) as usize].clone();
-                    p.extend(tokens(rng, question_tokens));
-                    out.push(Request::new(t, p, 80));
-                }
+                let arrivals = Poisson {
+                    rate_per_s,
+                    requests,
+                };
+                arrivals.generate(rng, out, |rng| {
+                    let p = &docs[rng.below(docs.len() as u64) as usize];
+                    (prefixed(rng, p, question_tokens), 80)
+                });
             }
             Workload::Mix(ref parts) => {
                 for (i, part) in parts.iter().enumerate() {
                     part.generate_into(rng, tag * 16 + i as u64 + 1, out);
                 }
             }
+        }
+    }
+
+    /// [`Workload::Conversations`]: each session's turns, the prompt growing by the answer
+    /// and the next message.
+    fn conversations(&self, rng: &mut Rng, tag: u64, out: &mut Vec<Request>) {
+        let Workload::Conversations {
+            sessions,
+            turns,
+            first_tokens,
+            message_tokens,
+            answer_tokens,
+            think_time_s,
+            rate_per_s,
+        } = *self
+        else {
+            return;
+        };
+        let mut start = 0.0;
+        for s in 0..sessions {
+            start += rng.exponential(rate_per_s);
+            let mut t = start;
+            let mut prompt = tokens(rng, first_tokens);
+            for turn in 0..turns {
+                if turn > 0 {
+                    prompt.extend(tokens(rng, answer_tokens as usize));
+                    prompt.extend(tokens(rng, message_tokens));
+                    t += think_time_s * 0.5 + rng.exponential(2.0 / think_time_s.max(1e-9));
+                }
+                out.push(
+                    Request::new(t, prompt.clone(), answer_tokens)
+                        .with_session(format!("w{tag}-s{s}")),
+                );
+            }
+        }
+    }
+}
+
+/// `n` random token IDs.
+fn tokens(rng: &mut Rng, n: usize) -> Vec<TokenId> {
+    (0..n).map(|_| rng.below(VOCAB) as TokenId).collect()
+}
+
+/// `prefix` followed by `n` random token IDs.
+fn prefixed(rng: &mut Rng, prefix: &[TokenId], n: usize) -> Vec<TokenId> {
+    let mut p = prefix.to_vec();
+    p.extend(tokens(rng, n));
+    p
+}
+
+/// Independent requests arriving as a Poisson process.
+struct Poisson {
+    rate_per_s: f64,
+    requests: usize,
+}
+
+impl Poisson {
+    /// Pushes `requests` requests, each prompt and output length made by `make`.
+    fn generate(
+        &self,
+        rng: &mut Rng,
+        out: &mut Vec<Request>,
+        mut make: impl FnMut(&mut Rng) -> (Vec<TokenId>, u32),
+    ) {
+        let mut t = 0.0;
+        for _ in 0..self.requests {
+            t += rng.exponential(self.rate_per_s);
+            let (prompt, output) = make(rng);
+            out.push(Request::new(t, prompt, output));
         }
     }
 }

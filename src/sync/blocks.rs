@@ -8,12 +8,10 @@
 //! an engine that evicts a finished request and stores the next one writes records where the
 //! evicted ones were, still in cache.
 
-use core::hash::Hasher as _;
-
 use hashbrown::HashTable;
 
 use crate::BlockHash;
-use crate::tree::FoldHasher;
+use crate::fold::fold64 as hash;
 
 /// One engine block a worker reported stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,12 +45,6 @@ pub(super) struct EngineBlocks {
 /// Index capacity above which [`EngineBlocks::touch`] pays: 2^15 slots take 160 KiB, about
 /// what a core's L2 cache keeps beside the rest of a store's working set.
 const TOUCH_FROM: usize = 1 << 15;
-
-fn hash(engine: u64) -> u64 {
-    let mut h = FoldHasher::default();
-    h.write_u64(engine);
-    h.finish()
-}
 
 impl EngineBlocks {
     /// The most records one worker can hold (slot numbers are `u32`); callers check it
@@ -104,9 +96,8 @@ impl EngineBlocks {
             }
             None => {
                 if self.slots.len() == self.slots.capacity() {
-                    // Grow by a sixteenth, not double: the arena is most of the map's memory,
-                    // and this keeps its spare room near 3 % on average. A record is copied
-                    // about 16 times as the arena grows, which happens as the cache fills.
+                    // The arena is most of the map's memory: it grows by a sixteenth, so
+                    // its spare room stays within 1/16 of the records.
                     self.slots.reserve_exact((self.slots.len() / 16).max(64));
                 }
                 self.slots.push(block);

@@ -4,7 +4,8 @@
 use super::blocks::{EngineBlock, EngineBlocks};
 use super::tips::{Tip, Tips};
 use super::{CacheEvent, Sequence, SyncOutcome};
-use crate::tree::FoldMap;
+use crate::fold::FoldMap;
+use crate::tree::Position;
 use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
 
 #[derive(Debug, Default)]
@@ -16,6 +17,15 @@ struct WorkerSync {
     extra_refs: FoldMap<u64, u32>,
     /// Chain tips most likely named by the next events.
     recent: Tips,
+}
+
+/// Paths reused from event to event, so that applying one allocates nothing once warm.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The router path of a store (or of a removed block found through the parent links).
+    path: Vec<BlockHash>,
+    /// A store's whole path from the root, when it must be inserted whole.
+    full: Vec<BlockHash>,
 }
 
 impl WorkerSync {
@@ -38,31 +48,28 @@ impl WorkerSync {
         true
     }
 
-    /// Where the tree holds the stored block `engine` for `worker`: the node, the block's
-    /// depth and its router hash, from the block's remembered tip (taken) or the tree's index
-    /// of edges' last blocks and kept positions (`router`: the block's router hash when the
-    /// caller has its record; looked up otherwise). Either is checked by the tree, so the
-    /// position is the path the mirror holds for the block (with chained hashes, the one its
-    /// parent links give).
+    /// Where the tree holds the stored block `engine` for `worker`: from the block's
+    /// remembered tip (taken), or the tree's last-block index and kept positions (`router`:
+    /// the block's router hash when the caller has its record; looked up otherwise). Either
+    /// is checked by the tree, so the position is the path the mirror holds for the block
+    /// (with chained hashes, the one its parent links give).
     fn locate(
         &mut self,
         tree: &RadixTree,
         engine: u64,
         router: Option<BlockHash>,
         worker: WorkerId,
-    ) -> Option<(u32, usize, BlockHash)> {
+    ) -> Option<Position> {
         if let Some(tip) = self.recent.take(engine) {
-            let depth = tip.depth as usize;
-            if let Some(node) = tree.position(tip.node, depth, tip.router, worker) {
-                return Some((node, depth, tip.router));
+            if let Some(position) = tree.resolve(tip.position, worker) {
+                return Some(position);
             }
         }
         let router = match router {
             Some(router) => router,
             None => self.blocks.get(engine)?.router,
         };
-        let (node, depth) = tree.indexed_position(router, worker)?;
-        Some((node, depth, router))
+        tree.find(router, worker)
     }
 
     /// Remembers `tip`; a tip it displaces has its position kept by the tree instead, so
@@ -70,7 +77,7 @@ impl WorkerSync {
     /// without walking the parent links.
     fn remember(&mut self, tree: &mut RadixTree, tip: Tip) {
         if let Some(old) = self.recent.remember(tip) {
-            tree.keep_position(old.router, old.node, old.depth as usize);
+            tree.keep(old.position);
         }
     }
 
@@ -79,15 +86,132 @@ impl WorkerSync {
         self.extra_refs.clear();
         self.recent.clear();
     }
+
+    /// Applies a `Stored` event: finds where its blocks go (below the parent's position, or
+    /// below the parent's path rebuilt from the links), records them in the engine map and
+    /// inserts them into the tree.
+    fn store(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        event: Stored<'_>,
+        scratch: &mut Scratch,
+        outcome: &mut SyncOutcome,
+    ) {
+        let path = &mut scratch.path;
+        path.clear();
+        let (root, below) = match event.parent {
+            None => (hasher.root(&[]), None),
+            Some(p) => match self.locate(tree, p, None, worker) {
+                Some(at) => (at.block(), Some(at)),
+                None if self.path_to(p, path) => (path[path.len() - 1], None),
+                None => {
+                    outcome.unknown_parent_blocks = event.blocks.len();
+                    return;
+                }
+            },
+        };
+        let start = path.len();
+        hasher.continue_from(root, event.tokens, path);
+        self.record(event.parent, event.blocks, &path[start..], outcome);
+        let tip = match below {
+            Some(at) => tree.insert_below(worker, at, path).or_else(|| {
+                // The parent is inside an edge the store diverges from: the whole path.
+                tree.path_to(at, &mut scratch.full);
+                scratch.full.extend_from_slice(path);
+                tree.insert_path(worker, &scratch.full)
+            }),
+            None => tree.insert_path(worker, path),
+        };
+        if let (Some(&engine), Some(position)) = (event.blocks.last(), tip) {
+            self.remember(tree, Tip { engine, position });
+        }
+    }
+
+    /// Records stored blocks (engine hashes with their router hashes) in the engine map:
+    /// new ones, and duplicates counted apart.
+    fn record(
+        &mut self,
+        parent: Option<u64>,
+        blocks: &[u64],
+        routers: &[BlockHash],
+        outcome: &mut SyncOutcome,
+    ) {
+        if self.blocks.touch_pays() {
+            for &engine in blocks {
+                self.blocks.touch(engine);
+            }
+        }
+        let mut prev = parent;
+        for (&engine, &router) in blocks.iter().zip(routers) {
+            let block = EngineBlock {
+                engine,
+                router,
+                parent: prev.unwrap_or(engine),
+            };
+            if self.blocks.insert(block) {
+                outcome.stored_blocks += 1;
+            } else {
+                let extra = self.extra_refs.entry(engine).or_insert(0);
+                *extra = extra.saturating_add(1);
+                outcome.duplicate_blocks += 1;
+            }
+            prev = Some(engine);
+        }
+    }
+
+    /// Applies the removal of one block.
+    fn remove(
+        &mut self,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        engine: u64,
+        path: &mut Vec<BlockHash>,
+        outcome: &mut SyncOutcome,
+    ) {
+        let Some(&block) = self.blocks.get(engine) else {
+            outcome.unknown_removed_blocks += 1;
+            return;
+        };
+        if let Some(extra) = self.extra_refs.get_mut(&engine) {
+            *extra -= 1;
+            if *extra == 0 {
+                self.extra_refs.remove(&engine);
+            }
+            outcome.duplicate_blocks += 1;
+            return;
+        }
+        // The block's position in the tree, or else the end of its path through the parent
+        // links. Without either, an ancestor already removed took the block out of the tree.
+        let found = match self.locate(tree, engine, Some(block.router), worker) {
+            Some(at) => Some(at),
+            None if self.path_to(engine, path) => tree.find_path(path),
+            None => None,
+        };
+        if let Some(at) = found {
+            // The parent now ends an edge the worker holds, so the tree's index finds it
+            // when it is evicted next (a chain evicted last block first costs O(1) a block).
+            tree.truncate_at(worker, at);
+        }
+        self.blocks.remove(engine);
+        outcome.removed_blocks += 1;
+    }
+}
+
+/// The fields of a `Stored` event.
+#[derive(Clone, Copy)]
+struct Stored<'e> {
+    parent: Option<u64>,
+    blocks: &'e [u64],
+    tokens: &'e [TokenId],
 }
 
 /// Sync state of every worker of one mirror.
 #[derive(Debug, Default)]
 pub(crate) struct SyncState {
     workers: Vec<WorkerSync>,
-    /// Scratch paths, kept to avoid allocating per event.
-    path: Vec<BlockHash>,
-    scratch: Vec<BlockHash>,
+    scratch: Scratch,
 }
 
 fn check_worker(worker: WorkerId) -> Result<(), Error> {
@@ -98,6 +222,22 @@ fn check_worker(worker: WorkerId) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// Where batch `seq` stands against the last one seen (`None`: the first).
+fn classify(last: Option<u64>, seq: u64) -> Sequence {
+    match last {
+        Some(last) if seq == last || seq == last.wrapping_add(1) => Sequence::InOrder,
+        Some(last) if seq > last => Sequence::Gap {
+            expected: last + 1,
+            received: seq,
+        },
+        Some(last) => Sequence::Restart {
+            previous: last,
+            received: seq,
+        },
+        None => Sequence::InOrder,
+    }
 }
 
 impl SyncState {
@@ -119,6 +259,7 @@ impl SyncState {
 
     /// Bytes allocated by the engine maps.
     pub(crate) fn memory_bytes(&self) -> usize {
+        let paths = self.scratch.path.capacity() + self.scratch.full.capacity();
         self.workers.capacity() * core::mem::size_of::<WorkerSync>()
             + self
                 .workers
@@ -129,10 +270,11 @@ impl SyncState {
                         + w.recent.allocation_size()
                 })
                 .sum::<usize>()
-            + (self.path.capacity() + self.scratch.capacity()) * core::mem::size_of::<BlockHash>()
+            + paths * core::mem::size_of::<BlockHash>()
     }
 
-    /// Applies one event to `tree`.
+    /// Applies one event to `tree`: checks it, classifies its sequence number (a restart
+    /// clears the worker first), then applies it.
     pub(crate) fn apply(
         &mut self,
         hasher: &PrefixHasher,
@@ -153,137 +295,33 @@ impl SyncState {
                 )));
             }
         }
-        tree.index_last_blocks();
-        let mut outcome = SyncOutcome::default();
-        let mut path = core::mem::take(&mut self.path);
-        let mut full = core::mem::take(&mut self.scratch);
-        let ws = self.worker(worker);
-        outcome.sequence = match ws.last_seq {
-            Some(last) if seq == last || seq == last.wrapping_add(1) => Sequence::InOrder,
-            Some(last) if seq > last => Sequence::Gap {
-                expected: last + 1,
-                received: seq,
-            },
-            Some(last) => Sequence::Restart {
-                previous: last,
-                received: seq,
-            },
-            None => Sequence::InOrder,
+        tree.track_positions();
+        let mut outcome = SyncOutcome {
+            sequence: classify(ws.last_seq, seq),
+            ..SyncOutcome::default()
         };
         if let Sequence::Restart { .. } = outcome.sequence {
             ws.clear();
             tree.remove_worker(worker);
         }
         ws.last_seq = Some(seq);
+        let (ws, scratch) = (&mut self.workers[worker.index()], &mut self.scratch);
         match event {
             CacheEvent::Stored {
                 parent,
                 blocks,
                 tokens,
             } => {
-                // The new blocks go below a position of the tree (no path needed), or below
-                // the path in `path` (empty at the root).
-                path.clear();
-                let mut below = None;
-                let root = match parent {
-                    None => hasher.root(&[]),
-                    Some(p) => match ws.locate(tree, *p, None, worker) {
-                        Some((node, depth, router)) => {
-                            below = Some((node, depth));
-                            router
-                        }
-                        None if ws.path_to(*p, &mut path) => path[path.len() - 1],
-                        None => {
-                            outcome.unknown_parent_blocks = blocks.len();
-                            self.path = path;
-                            self.scratch = full;
-                            return Ok(outcome);
-                        }
-                    },
+                let stored = Stored {
+                    parent: *parent,
+                    blocks,
+                    tokens,
                 };
-                let start = path.len();
-                hasher.continue_from(root, tokens, &mut path);
-                if ws.blocks.touch_pays() {
-                    for &engine in blocks {
-                        ws.blocks.touch(engine);
-                    }
-                }
-                let mut prev = *parent;
-                for (&engine, &router) in blocks.iter().zip(&path[start..]) {
-                    let block = EngineBlock {
-                        engine,
-                        router,
-                        parent: prev.unwrap_or(engine),
-                    };
-                    if ws.blocks.insert(block) {
-                        outcome.stored_blocks += 1;
-                    } else {
-                        let extra = ws.extra_refs.entry(engine).or_insert(0);
-                        *extra = extra.saturating_add(1);
-                        outcome.duplicate_blocks += 1;
-                    }
-                    prev = Some(engine);
-                }
-                let depth = match below {
-                    Some((node, depth)) => {
-                        if !tree.insert_below(worker, node, depth, &path) {
-                            // The parent is inside an edge: the whole path, then.
-                            tree.path_to_position(node, depth, &mut full);
-                            full.extend_from_slice(&path);
-                            tree.insert(worker, &full);
-                        }
-                        depth + path.len()
-                    }
-                    None => {
-                        tree.insert(worker, &path);
-                        path.len()
-                    }
-                };
-                if let (Some(&engine), Some(&router)) = (blocks.last(), path.last()) {
-                    let node = tree.last_insert_end();
-                    ws.remember(
-                        tree,
-                        Tip {
-                            engine,
-                            router,
-                            node,
-                            depth: depth_u32(depth),
-                        },
-                    );
-                }
+                ws.store(hasher, tree, worker, stored, scratch, &mut outcome);
             }
             CacheEvent::Removed { blocks } => {
                 for &engine in blocks {
-                    let Some(&block) = ws.blocks.get(engine) else {
-                        outcome.unknown_removed_blocks += 1;
-                        continue;
-                    };
-                    if let Some(extra) = ws.extra_refs.get_mut(&engine) {
-                        *extra -= 1;
-                        if *extra == 0 {
-                            ws.extra_refs.remove(&engine);
-                        }
-                        outcome.duplicate_blocks += 1;
-                        continue;
-                    }
-                    // The block's position in the tree, or else the node holding the end
-                    // of its path through the parent links. Without either, an ancestor
-                    // already removed took the block out of the tree.
-                    let found = match ws.locate(tree, engine, Some(block.router), worker) {
-                        Some((node, depth, _)) => Some((node, depth)),
-                        None if ws.path_to(engine, &mut path) => {
-                            tree.node_holding_end(&path).map(|node| (node, path.len()))
-                        }
-                        None => None,
-                    };
-                    if let Some((node, depth)) = found {
-                        // The parent now ends an edge the worker holds, so the tree's index
-                        // finds it when it is evicted next (a chain evicted last block first
-                        // costs O(1) per block).
-                        tree.truncate_at(worker, node, depth - 1);
-                    }
-                    ws.blocks.remove(engine);
-                    outcome.removed_blocks += 1;
+                    ws.remove(tree, worker, engine, &mut scratch.path, &mut outcome);
                 }
             }
             CacheEvent::Cleared => {
@@ -291,8 +329,6 @@ impl SyncState {
                 tree.remove_worker(worker);
             }
         }
-        self.path = path;
-        self.scratch = full;
         Ok(outcome)
     }
 
@@ -308,8 +344,8 @@ impl SyncState {
         self.worker(worker).clear();
         tree.remove_worker(worker);
         for prefix in prefixes {
-            hasher.hash_into(prefix, &mut self.path);
-            tree.insert(worker, &self.path);
+            hasher.hash_into(prefix, &mut self.scratch.path);
+            tree.insert(worker, &self.scratch.path);
         }
         Ok(())
     }
@@ -325,22 +361,17 @@ impl SyncState {
         cached_tokens: usize,
     ) -> Result<(), Error> {
         check_worker(worker)?;
-        hasher.hash_salted_into(salt, tokens, &mut self.path);
-        let held = tree.held_prefix(worker, &self.path);
-        let reported = (cached_tokens / hasher.block_size()).min(self.path.len());
+        let path = &mut self.scratch.path;
+        hasher.hash_salted_into(salt, tokens, path);
+        let held = tree.held_prefix(worker, path);
+        let reported = (cached_tokens / hasher.block_size()).min(path.len());
         if reported < held {
-            tree.truncate(worker, &self.path, reported);
+            tree.truncate(worker, path, reported);
         } else if reported > held {
-            tree.insert(worker, &self.path[..reported]);
+            tree.insert(worker, &path[..reported]);
         }
         Ok(())
     }
-}
-
-/// A path length as a tip stores it (saturating: a tip of an absurdly deep block is stale,
-/// never wrong).
-fn depth_u32(depth: usize) -> u32 {
-    u32::try_from(depth).unwrap_or(u32::MAX)
 }
 
 /// Checks an event against the router's block size before anything changes.

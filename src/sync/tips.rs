@@ -7,16 +7,14 @@
 //! router path is read off the tree instead of walking the engine map's parent links (one
 //! lookup per block of depth).
 //!
-//! A tip is a weak pointer: the block's router hash, its depth and the tree node that held it.
-//! The tree checks all three when the tip is used (`RadixTree::position`), so a tip that
-//! went stale (its node merged away, the block evicted for the worker) is never wrong, only
-//! useless. A tip displaced from a full table is handed to the tree, which keeps its position
-//! in its index while the block is there (`RadixTree::keep_position`).
+//! A tip is the block's engine hash and its tree [`Position`], which the tree checks when the
+//! tip is used (`RadixTree::resolve`): a tip that went stale (its node merged away, the block
+//! evicted for the worker) is never wrong, only useless. A tip displaced from a full table is
+//! handed to the tree, which keeps its position in its index while the block is there
+//! (`RadixTree::keep`).
 
-use core::hash::Hasher as _;
-
-use crate::BlockHash;
-use crate::tree::FoldHasher;
+use crate::fold::fold64;
+use crate::tree::Position;
 
 /// Sets of two slots each: the table starts with [`MIN_SETS`] and doubles while tips
 /// collide, up to 256 tips in all, as many requests as an engine runs at once by default
@@ -29,12 +27,8 @@ const MAX_SETS: usize = 128;
 pub(super) struct Tip {
     /// The engine's hash of the block (the key).
     pub(super) engine: u64,
-    /// The router's hash of the block.
-    pub(super) router: BlockHash,
-    /// The tree node that held the block when it was remembered.
-    pub(super) node: u32,
-    /// The length of the block's path from the root.
-    pub(super) depth: u32,
+    /// Where the tree held the block (its router hash, depth and node).
+    pub(super) position: Position,
 }
 
 /// Tips in a two-way set-associative table: finding one reads two slots, whatever the
@@ -55,9 +49,7 @@ pub(super) struct Tips {
 /// The set of tip `engine` among `sets` (a power of two): the top bits of its hash, so that
 /// doubling the sets splits each in two.
 fn set_of(engine: u64, sets: usize) -> usize {
-    let mut h = FoldHasher::default();
-    h.write_u64(engine);
-    (h.finish() >> (64 - sets.trailing_zeros())) as usize
+    (fold64(engine) >> (64 - sets.trailing_zeros())) as usize
 }
 
 fn bit(words: &[u64], i: usize) -> bool {
@@ -169,9 +161,7 @@ mod tests {
     fn tip(engine: u64) -> Tip {
         Tip {
             engine,
-            router: BlockHash::new(engine * 10),
-            node: engine as u32,
-            depth: 3,
+            position: Position::for_test(engine as u32, 3, engine * 10),
         }
     }
 
@@ -179,7 +169,7 @@ mod tests {
     fn a_taken_tip_is_gone_until_remembered_again() {
         let mut tips = Tips::default();
         tips.remember(tip(30));
-        assert_eq!(tips.take(30).map(|t| t.router), Some(BlockHash::new(300)));
+        assert_eq!(tips.take(30).map(|t| t.position.block().get()), Some(300));
         assert!(tips.take(30).is_none());
         tips.remember(tip(30));
         assert!(tips.take(30).is_some());
@@ -189,8 +179,11 @@ mod tests {
     fn remembering_a_tip_again_replaces_it() {
         let mut tips = Tips::default();
         tips.remember(tip(7));
-        tips.remember(Tip { depth: 9, ..tip(7) });
-        assert_eq!(tips.take(7).map(|t| t.depth), Some(9));
+        tips.remember(Tip {
+            position: Position::for_test(7, 9, 70),
+            ..tip(7)
+        });
+        assert_eq!(tips.take(7).map(|t| t.position.depth()), Some(9));
         assert!(tips.take(7).is_none());
     }
 

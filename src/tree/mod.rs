@@ -1,14 +1,57 @@
 //! The radix tree that mirrors every worker's prefix cache.
 //!
-//! One [`RadixTree`] holds the router's belief about which worker caches which prefix. Nodes
-//! live in an arena (`Vec` addressed by `u32` ids with a free list), edges are compressed runs
-//! of [`BlockHash`](crate::BlockHash) stored in one shared pool, and every node records which
-//! workers hold it in a bitset. See [`RadixTree`] for the operations and their costs.
+//! One [`RadixTree`] holds the router's belief about which worker caches which prefix. See
+//! [`RadixTree`] for the operations and their costs; this page defines the words its docs
+//! use and how the module is cut.
+//!
+//! # Glossary
+//!
+//! - **block**: a [`BlockHash`](crate::BlockHash); in a chained tree it names its whole
+//!   prefix.
+//! - **node**: a run of consecutive blocks that the same workers hold with the same
+//!   recency; its blocks are its **edge**. The root holds no blocks.
+//! - **depth** of a node: the blocks above its edge; of a block: the length of its path from
+//!   the root (so at least 1).
+//! - **holder**: a worker holding a node; every node records its holders in a bitset.
+//! - **holding**: one holder's hold on one node, with its **stamp**, the logical time of
+//!   that worker's last insert or touch through the node.
+//! - **position**: a checked, weak handle on one block (a node that held it, its depth and
+//!   its hash); stale positions are useless, never wrong. A **kept position** is one the
+//!   last-block index holds while its block is in the tree.
+//! - **tip**: a position event sync remembers for the last block of a recent store (see
+//!   `sync`).
+//!
+//! # Invariants
+//!
+//! After every public operation: edges are compressed (no node could be merged with its
+//! only child); holders shrink from root to leaf; every list of holdings is ordered by stamp,
+//! deepest first among equals, so evicting from a list's head removes leaves; every worker
+//! holds at most its capacity; the edge pool's capacity stays within 1.5 × the live blocks.
+//! [`RadixTree::validate`] checks all of them, layer by layer.
+//!
+//! # Layers
+//!
+//! Each file owns a part with its own type, and calls only the parts below it:
+//!
+//! ```text
+//!  radix.rs     RadixTree: the parts composed; public and sync-facing operations
+//!  search.rs    read-only walks from the root (match, held prefix, locate)
+//!  shape.rs     the child map; attach, split, merge, trim, drop (through `Edit`)
+//!  recency.rs   holdings, per-worker and global LRU lists, victims   position.rs  Position, last-block index
+//!  arena.rs     NodeId, nodes, the edge pool, holder bitsets
+//! ```
+//!
+//! Recency chooses what to evict; shape removes it; `RadixTree` runs the loop.
 
+mod arena;
+mod position;
 mod prefix_match;
 mod radix;
-mod validate;
+mod recency;
+mod search;
+mod shape;
 
+pub(crate) use self::position::Position;
 pub use self::prefix_match::PrefixMatch;
 pub use self::radix::{RadixTree, TreeConfig};
 
@@ -40,52 +83,6 @@ impl WorkerId {
         self.0 as usize
     }
 }
-
-/// A deterministic, fast hasher for keys that are already hashes or small integers.
-///
-/// Never a per-process `RandomState`: iteration orders and costs are the same in every
-/// process. Each written word is folded in with a 64×64→128-bit multiply.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct FoldHasher(u64);
-
-impl core::hash::Hasher for FoldHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u32(&mut self, value: u32) {
-        self.write_u64(u64::from(value));
-    }
-
-    #[inline]
-    fn write_u64(&mut self, value: u64) {
-        let product = u128::from(self.0 ^ value ^ 0x243F_6A88_85A3_08D3)
-            * u128::from(0x9E37_79B9_7F4A_7C15_u64);
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
-    }
-
-    #[inline]
-    fn write_usize(&mut self, value: usize) {
-        self.write_u64(value as u64);
-    }
-}
-
-/// `BuildHasher` for [`FoldHasher`].
-pub(crate) type FoldBuild = core::hash::BuildHasherDefault<FoldHasher>;
-
-/// A hashbrown map with the deterministic [`FoldHasher`].
-pub(crate) type FoldMap<K, V> = hashbrown::HashMap<K, V, FoldBuild>;
 
 #[cfg(test)]
 mod tests;

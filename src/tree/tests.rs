@@ -1,5 +1,15 @@
+use super::arena::NodeId;
 use super::*;
 use crate::BlockHash;
+
+/// Where a position points: its node and depth.
+fn at(p: Option<Position>) -> Option<(NodeId, usize)> {
+    p.map(|p| (p.node, p.depth()))
+}
+
+fn chained_tree() -> RadixTree {
+    RadixTree::with_config(TreeConfig::default().with_chained(true)).unwrap()
+}
 
 fn chain(values: &[u64]) -> Vec<BlockHash> {
     values.iter().copied().map(BlockHash::new).collect()
@@ -41,21 +51,18 @@ fn extending_a_leaf_grows_one_node() {
 /// stale entries and a split above it), and no longer once the block has left the tree.
 #[test]
 fn a_kept_position_outlives_its_edge_end() {
-    let mut t = RadixTree::with_config(TreeConfig {
-        chained: true,
-        ..TreeConfig::default()
-    });
-    t.index_last_blocks();
-    t.insert(A, &chain(&[1, 2, 3]));
-    let node = t.last_insert_end();
+    let mut t = chained_tree();
+    t.track_positions();
+    let three_at = t.insert_path(A, &chain(&[1, 2, 3])).unwrap();
+    let node = three_at.node;
     let (three, four) = (BlockHash::new(3), BlockHash::new(4));
-    assert_eq!(t.indexed_position(three, A), Some((node, 3)));
-    t.keep_position(three, node, 3);
+    assert_eq!(at(t.find(three, A)), Some((node, 3)));
+    t.keep(three_at);
     t.insert(A, &chain(&[1, 2, 3, 4]));
     t.insert(A, &chain(&[1, 2, 3, 4, 5]));
     // Block 4 ended an edge too, but its position was not kept: it is found until stale
     // entries are dropped, then no longer.
-    assert_eq!(t.indexed_position(four, A), Some((node, 4)));
+    assert_eq!(at(t.find(four, A)), Some((node, 4)));
     // The leaf grows on (each end left behind a stale entry, enough to drop them), then a
     // split above the block.
     let mut turns = vec![1, 2, 3, 4, 5];
@@ -65,24 +72,27 @@ fn a_kept_position_outlives_its_edge_end() {
     }
     t.insert(B, &chain(&[1]));
     t.validate().unwrap();
-    assert_eq!(t.indexed_position(three, A), Some((node, 3)));
-    assert_eq!(
-        t.indexed_position(three, B),
-        None,
-        "B does not hold block 3"
-    );
-    assert_eq!(t.indexed_position(four, A), None);
+    assert_eq!(at(t.find(three, A)), Some((node, 3)));
+    assert_eq!(t.find(three, B), None, "B does not hold block 3");
+    assert_eq!(t.find(four, A), None);
     let mut path = Vec::new();
-    t.path_to_position(node, 3, &mut path);
+    t.path_to(three_at, &mut path);
     assert_eq!(path, chain(&[1, 2, 3]));
     // A position kept with a wrong node is never an answer.
-    t.keep_position(BlockHash::new(2), 10_000, 2);
-    t.keep_position(BlockHash::new(77), node, 3);
-    assert_eq!(t.indexed_position(BlockHash::new(77), A), None);
+    t.keep(Position {
+        node: NodeId::from_raw(10_000),
+        depth: 2,
+        block: BlockHash::new(2),
+    });
+    t.keep(Position {
+        block: BlockHash::new(77),
+        ..three_at
+    });
+    assert_eq!(t.find(BlockHash::new(77), A), None);
     // Evicting down to two blocks takes block 3 out of the tree for A.
     t.truncate(A, &chain(&[1, 2, 3]), 2);
     t.validate().unwrap();
-    assert_eq!(t.indexed_position(three, A), None);
+    assert_eq!(t.find(three, A), None);
 }
 
 #[test]
@@ -195,12 +205,8 @@ fn capacity_evicts_least_recent_deepest_first() {
 
 #[test]
 fn global_budget_bounds_the_tree() {
-    let config = TreeConfig {
-        max_blocks: 100,
-        max_nodes: 8,
-        chained: false,
-    };
-    let mut t = RadixTree::with_config(config);
+    let config = TreeConfig::default().with_max_blocks(100).with_max_nodes(8);
+    let mut t = RadixTree::with_config(config).unwrap();
     for i in 0..1000u64 {
         let blocks: Vec<BlockHash> = (0..10).map(|j| BlockHash::new(i * 100 + j)).collect();
         t.insert(WorkerId::new((i % 3) as u32), &blocks);
@@ -243,10 +249,7 @@ fn memory_is_reported_from_real_allocations_and_churn_does_not_leak() {
 /// double.
 #[test]
 fn a_churning_pool_stays_near_its_live_blocks() {
-    let mut t = RadixTree::with_config(TreeConfig {
-        chained: true,
-        ..TreeConfig::default()
-    });
+    let mut t = chained_tree();
     let chain = |c: u64, len: u64| -> Vec<BlockHash> {
         (0..len).map(|j| BlockHash::new(c << 20 | j)).collect()
     };
@@ -270,9 +273,9 @@ fn a_churning_pool_stays_near_its_live_blocks() {
     t.validate().unwrap();
     let live = t.block_count();
     assert!(
-        t.pool.capacity() <= live + live / 2 + live / 8 + 64,
+        t.pool_capacity() <= live + live / 2 + live / 8 + 64,
         "pool capacity {} for {live} live blocks",
-        t.pool.capacity()
+        t.pool_capacity()
     );
 }
 
@@ -320,10 +323,7 @@ mod random_ops {
     }
 
     pub(super) fn chained() -> RadixTree {
-        RadixTree::with_config(TreeConfig {
-            chained: true,
-            ..TreeConfig::default()
-        })
+        super::chained_tree()
     }
 
     /// Applies `op` to `tree` unless it is an insert (each test inserts its own way).
@@ -352,41 +352,39 @@ mod positions {
             let hasher = PrefixHasher::new(1).unwrap();
             let mut tree = chained();
             // (worker, path, hint) for every inserted prefix of every inserted prompt.
-            let mut hints: Vec<(WorkerId, Vec<BlockHash>, u32)> = Vec::new();
+            let mut hints: Vec<(WorkerId, Vec<BlockHash>, Position)> = Vec::new();
             let mut out = Vec::new();
             for op in &ops {
                 if let Op::Insert(w, p, _) = op {
                     let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
-                    tree.insert(w, &blocks);
-                    let end = tree.last_insert_end();
-                    let last = *blocks.last().unwrap();
+                    let end = tree.insert_path(w, &blocks).unwrap();
                     // Unless the worker's capacity evicted it at once.
                     if tree.held_prefix(w, &blocks) == blocks.len() {
-                        prop_assert_eq!(tree.position(end, blocks.len(), last, w), Some(end));
-                        prop_assert_eq!(tree.node_holding_end(&blocks), Some(end));
+                        prop_assert_eq!(tree.resolve(end, w), Some(end));
+                        prop_assert_eq!(tree.find_path(&blocks), Some(end));
                     }
                     for k in 1..=blocks.len() {
-                        let Some(node) = tree.node_holding_end(&blocks[..k]) else {
+                        let Some(found) = tree.find_path(&blocks[..k]) else {
                             continue;
                         };
-                        hints.push((w, blocks[..k].to_vec(), node));
+                        hints.push((w, blocks[..k].to_vec(), found));
                         if k > 1 {
                             // A hint below the block: the position is found walking up.
-                            hints.push((w, blocks[..k - 1].to_vec(), node));
+                            let above = Position { depth: k as u32 - 1, block: blocks[k - 2], ..found };
+                            hints.push((w, blocks[..k - 1].to_vec(), above));
                         }
                     }
                 }
                 apply_other(&mut tree, &hasher, op);
                 tree.validate().map_err(TestCaseError::fail)?;
                 for (w, path, hint) in &hints {
-                    let Some(node) = tree.position(*hint, path.len(), *path.last().unwrap(), *w)
-                    else {
+                    let Some(found) = tree.resolve(*hint, *w) else {
                         continue;
                     };
-                    tree.path_to_position(node, path.len(), &mut out);
+                    tree.path_to(found, &mut out);
                     prop_assert_eq!(&out, path);
                     prop_assert_eq!(tree.held_prefix(*w, path), path.len());
-                    prop_assert_eq!(tree.node_holding_end(path), Some(node));
+                    prop_assert_eq!(tree.find_path(path).map(|p| p.node), Some(found.node));
                 }
             }
         }
@@ -410,13 +408,14 @@ mod last_block_index {
             let mut tree = chained();
             let mut seen: Vec<Vec<BlockHash>> = Vec::new();
             let mut out = Vec::new();
+            let mut last_end = None;
             for (i, op) in ops.iter().enumerate() {
                 if i == index_from {
-                    tree.index_last_blocks();
+                    tree.track_positions();
                 }
                 if let Op::Insert(w, p, _) = op {
                     let blocks = hasher.hash(p);
-                    tree.insert(WorkerId::new(*w), &blocks);
+                    last_end = tree.insert_path(WorkerId::new(*w), &blocks).map(|p| p.node);
                     seen.push(blocks);
                 }
                 apply_other(&mut tree, &hasher, op);
@@ -426,14 +425,14 @@ mod last_block_index {
                     let p = &seen[i * 31 % seen.len()];
                     let k = i * 7 % p.len() + 1;
                     let hint = match i % 4 {
-                        0 => tree.node_holding_end(&p[..k]),
-                        1 => tree.node_holding_end(p),
-                        2 => Some(tree.last_insert_end()),
+                        0 => tree.find_path(&p[..k]).map(|p| p.node),
+                        1 => tree.find_path(p).map(|p| p.node),
+                        2 => last_end,
                         // A node id the tree never had.
-                        _ => Some(10_000 + i as u32),
+                        _ => Some(NodeId::from_raw(10_000 + i as u32)),
                     };
-                    if let Some(hint) = hint {
-                        tree.keep_position(p[k - 1], hint, k);
+                    if let Some(node) = hint {
+                        tree.keep(Position { node, depth: k as u32, block: p[k - 1] });
                     }
                 }
                 tree.validate().map_err(TestCaseError::fail)?;
@@ -441,10 +440,10 @@ mod last_block_index {
                     for k in 1..=p.len() {
                         for w in 0..3 {
                             let worker = WorkerId::new(w);
-                            if let Some((node, depth)) = tree.indexed_position(p[k - 1], worker) {
+                            if let Some(found) = tree.find(p[k - 1], worker) {
                                 prop_assert!(i >= index_from, "answered before the index was on");
-                                prop_assert_eq!(depth, k);
-                                tree.path_to_position(node, depth, &mut out);
+                                prop_assert_eq!(found.depth(), k);
+                                tree.path_to(found, &mut out);
                                 prop_assert_eq!(&out[..], &p[..k]);
                                 prop_assert_eq!(tree.held_prefix(worker, &out), k);
                             }
@@ -477,11 +476,11 @@ mod insert_below {
                     let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
                     // Continue from the first `k` blocks where the tree has them for `w`.
                     let k = (*k).min(blocks.len() - 1);
-                    let node = (k > 0)
-                        .then(|| below.node_holding_end(&blocks[..k]))
+                    let found = (k > 0)
+                        .then(|| below.find_path(&blocks[..k]))
                         .flatten()
-                        .filter(|&n| below.position(n, k, blocks[k - 1], w) == Some(n));
-                    if node.is_some_and(|n| below.insert_below(w, n, k, &blocks[k..])) {
+                        .and_then(|at| below.resolve(at, w));
+                    if found.is_some_and(|at| below.insert_below(w, at, &blocks[k..]).is_some()) {
                         used += 1;
                     } else {
                         below.insert(w, &blocks);
@@ -495,12 +494,19 @@ mod insert_below {
                     Op::Truncate(w, p, keep) => {
                         let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
                         let hint = if keep % 2 == 0 {
-                            below.node_holding_end(&blocks[..(*keep + 1).min(blocks.len())])
+                            below.find_path(&blocks[..(*keep + 1).min(blocks.len())])
                         } else {
-                            below.node_holding_end(&blocks)
+                            below.find_path(&blocks)
                         };
                         match hint {
-                            Some(hint) if *keep < blocks.len() => below.truncate_at(w, hint, *keep),
+                            Some(hint) if *keep < blocks.len() => {
+                                let first_dropped = Position {
+                                    depth: *keep as u32 + 1,
+                                    block: blocks[*keep],
+                                    ..hint
+                                };
+                                below.truncate_at(w, first_dropped);
+                            }
                             _ => below.truncate(w, &blocks, *keep),
                         }
                     }

@@ -348,7 +348,7 @@ fn chained_tree() -> RadixTree {
     c.chained = true;
     c.max_blocks = usize::MAX;
     c.max_nodes = usize::MAX;
-    RadixTree::with_config(c)
+    RadixTree::with_config(c).unwrap()
 }
 
 fn bench(c: &mut Criterion) {

@@ -1,0 +1,73 @@
+//! A fixed routing workload for counting instructions, which are repeatable on a noisy
+//! machine where times are not. Not a criterion bench: a `BalancedRouter` over `workers`
+//! workers (default 16; `--workers N`) with its mirror warmed to 10^6 (block, worker) pairs
+//! (each worker bounded to its share, so every route also evicts), then `rounds` (default
+//! 20,000; the first bare number) `route()` + `complete()` of 2,048-token prompts in
+//! `route_count::routes`, and as many hashes of the same prompts in `route_count::hashes`.
+//!
+//! ```text
+//! cargo bench --bench route_count --no-run     # prints the binary's path
+//! valgrind --tool=callgrind --toggle-collect='route_count::routes' <binary> 20000 --workers 256
+//! valgrind --tool=callgrind --toggle-collect='route_count::hashes' <binary> 20000
+//! ```
+//!
+//! Instructions per route (or hash): the total callgrind reports over `rounds`.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+mod common;
+
+use common::TokenWorkload;
+use prefix_router::{
+    BalancedConfig, BalancedRouter, IndexConfig, PrefixHasher, RouteRequest, Router,
+};
+
+const PAIRS: usize = 1_000_000;
+
+#[inline(never)]
+fn routes(router: &dyn Router, prompts: &[Vec<u32>], rounds: usize) {
+    for r in 0..rounds {
+        let p = &prompts[r % prompts.len()];
+        let d = router
+            .route(&RouteRequest::new(std::hint::black_box(p)))
+            .unwrap();
+        router.complete(&d);
+    }
+}
+
+#[inline(never)]
+fn hashes(hasher: &PrefixHasher, prompts: &[Vec<u32>], rounds: usize) -> usize {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for r in 0..rounds {
+        hasher.hash_into(std::hint::black_box(&prompts[r % prompts.len()]), &mut out);
+        total += out.len();
+    }
+    total
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20_000);
+    let workers: u32 = args
+        .iter()
+        .position(|a| a == "--workers")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(16);
+    let mut index = IndexConfig::default();
+    index.worker_capacity_blocks = Some(PAIRS / workers as usize);
+    let mut config = BalancedConfig::default();
+    config.index = index;
+    let router = BalancedRouter::with_config(workers, config).unwrap();
+    let mut workload = TokenWorkload::new(11);
+    for _ in 0..PAIRS / 128 {
+        let d = router
+            .route(&RouteRequest::new(&workload.prompt()))
+            .unwrap();
+        router.complete(&d);
+    }
+    let prompts: Vec<_> = (0..4096).map(|_| workload.prompt()).collect();
+    routes(&router, &prompts, rounds);
+    let hashed = hashes(&PrefixHasher::new(16).unwrap(), &prompts, rounds);
+    println!("{workers} workers: {rounds} routes, {rounds} hashes ({hashed} blocks)");
+}

@@ -1,0 +1,376 @@
+//! The policy seam: [`Policy`] chooses among [`Candidate`]s; [`PolicyRouter`] does
+//! everything else once, for every policy (load tracking, the mirror, event sync, worker
+//! registration).
+
+use super::fleet::{Candidates, Fleet};
+use super::index::{Blocks, CacheIndex, IndexConfig};
+use super::{ReportedLoad, RouteDecision, RouteRequest, Router, WorkerLoad};
+use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
+use crate::{Error, TokenId, WorkerId};
+
+/// A worker the router offers a [`Policy`], with the load figures and the cache prediction
+/// it may score on.
+///
+/// Loads are a snapshot taken just before the policy runs: other threads may route to the
+/// same workers meanwhile, so they are estimates, as a worker's own report is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub(crate) worker: WorkerId,
+    pub(crate) epoch: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) prefill_tokens: u64,
+    pub(crate) routed: u64,
+    pub(crate) assigned_prefill: u64,
+    pub(crate) queue_len: u64,
+    pub(crate) matched_blocks: u32,
+    pub(crate) cached_tokens: u32,
+}
+
+impl Candidate {
+    /// The worker.
+    #[inline]
+    #[must_use]
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// Requests routed to it by this router and not completed.
+    #[inline]
+    #[must_use]
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight
+    }
+
+    /// Requests on the worker: this router's in-flight count, or the worker's own reported
+    /// queue ([`Router::report_load`]) when that is larger (it includes other routers'
+    /// traffic).
+    #[inline]
+    #[must_use]
+    pub fn requests(&self) -> u64 {
+        self.in_flight.max(self.queue_len)
+    }
+
+    /// Uncached prompt tokens routed to it whose prefill is not known to be done: the
+    /// prefill work queued or running there (see [`Router::first_token`]).
+    #[inline]
+    #[must_use]
+    pub fn prefill_tokens(&self) -> u64 {
+        self.prefill_tokens
+    }
+
+    /// Requests routed to it since it was added.
+    #[inline]
+    #[must_use]
+    pub fn routed(&self) -> u64 {
+        self.routed
+    }
+
+    /// Uncached prompt tokens of every request routed to it since it was added: the prefill
+    /// work it was handed in all.
+    #[inline]
+    #[must_use]
+    pub fn assigned_prefill_tokens(&self) -> u64 {
+        self.assigned_prefill
+    }
+
+    /// The queue length the worker last reported ([`Router::report_load`]); 0 when none.
+    #[inline]
+    #[must_use]
+    pub fn reported_queue(&self) -> u64 {
+        self.queue_len
+    }
+
+    /// Leading blocks of the prompt the mirror believes the worker holds (0 unless the
+    /// policy [reads the cache](Policy::reads_cache)).
+    #[inline]
+    #[must_use]
+    pub fn matched_blocks(&self) -> usize {
+        self.matched_blocks as usize
+    }
+
+    /// Prompt tokens the worker is predicted to have cached: its matched blocks, at most the
+    /// prompt (0 unless the policy [reads the cache](Policy::reads_cache)).
+    #[inline]
+    #[must_use]
+    pub fn cached_tokens(&self) -> usize {
+        self.cached_tokens as usize
+    }
+}
+
+/// A routing policy: how one worker is chosen among the available ones. Everything else a
+/// [`Router`] does ([`PolicyRouter`] does it) is the same for every policy, so a policy of a
+/// dozen lines gets load tracking, the cache mirror, event sync, the simulator and the
+/// benches.
+///
+/// # Contract
+///
+/// - [`select`](Self::select) gets the available workers in id order (never empty), with
+///   their load snapshot and, when [`reads_cache`](Self::reads_cache) is true, how much of
+///   the prompt each holds. It returns an index into `candidates`; an index out of range
+///   makes [`Router::route`] fail with [`Error::InvalidChoice`].
+/// - `select` runs on the caller's thread, concurrently with itself, and for policies that
+///   read the cache under the mirror's lock: it must not block, and should take
+///   microseconds. State it keeps (counters, tables) needs interior mutability.
+/// - After `select`, a router whose policy reads the cache records the prompt as held by
+///   the chosen worker (it will be once the request runs), under the same lock, so a
+///   concurrent request with the same prefix already sees it.
+/// - Ties should spread work rather than favour low ids: [`choose_min`] breaks them by the
+///   requests routed so far, then by a per-request rotation.
+///
+/// ```
+/// use prefix_router::{Candidate, Policy, PolicyRouter, RouteRequest, Router, choose_min};
+///
+/// /// The worker with the most cached tokens, unless it has 4 more requests than the least
+/// /// loaded.
+/// struct CacheWithin4;
+///
+/// impl Policy for CacheWithin4 {
+///     fn name(&self) -> &'static str {
+///         "cache_within_4"
+///     }
+///     fn reads_cache(&self) -> bool {
+///         true
+///     }
+///     fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+///         let least = candidates.iter().map(Candidate::requests).min().unwrap_or(0);
+///         choose_min(request, candidates, |c| {
+///             let overloaded = c.requests() > least + 4;
+///             (overloaded, std::cmp::Reverse(c.cached_tokens()))
+///         })
+///     }
+/// }
+///
+/// let router = PolicyRouter::with_policy(4, CacheWithin4, Default::default())?;
+/// let prompt: Vec<u32> = (0..64).collect();
+/// let first = router.route(&RouteRequest::new(&prompt))?;
+/// let second = router.route(&RouteRequest::new(&prompt))?;
+/// assert_eq!(second.worker(), first.worker());
+/// assert_eq!(second.cached_tokens(), 64);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+pub trait Policy: Send + Sync {
+    /// The policy's name, for reports.
+    fn name(&self) -> &'static str;
+
+    /// Whether [`select`](Self::select) reads the candidates' cached tokens. Only then does
+    /// the router hash the prompt, match it against the mirror and record it for the chosen
+    /// worker. The default: `false`.
+    fn reads_cache(&self) -> bool {
+        false
+    }
+
+    /// Chooses one of `candidates` (never empty) for `request`: an index into it.
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize;
+
+    /// `worker` was registered (also called for each initial worker). The default: nothing.
+    fn worker_added(&self, worker: WorkerId) {
+        let _ = worker;
+    }
+
+    /// `worker` was unregistered. The default: nothing.
+    fn worker_removed(&self, worker: WorkerId) {
+        let _ = worker;
+    }
+}
+
+/// The index of the candidate with the smallest `key`. Equal keys go to the worker routed
+/// the fewest requests so far, then to a per-request rotation, never to the lowest id; 0 for
+/// no candidates.
+pub fn choose_min<K: PartialOrd>(
+    request: &RouteRequest<'_>,
+    candidates: &[Candidate],
+    mut key: impl FnMut(&Candidate) -> K,
+) -> usize {
+    super::fleet::pick_min(candidates, request.key(), |_, c| key(c)).unwrap_or(0)
+}
+
+/// A [`Router`] made of a [`Policy`]: the crate's routers are all `PolicyRouter`s
+/// ([`BalancedRouter`](crate::BalancedRouter) is `PolicyRouter<Balanced>`), and a
+/// policy written outside the crate becomes a router the same way.
+///
+/// It keeps the workers' registry and load, and a [`CacheIndex`] mirror that it consults and
+/// updates only when the policy [reads the cache](Policy::reads_cache). [`CacheSync`] feeds
+/// that mirror (engine events, snapshots, miss feedback) whatever the policy;
+/// [`Router::cache_sync`] offers it to hosts only when the policy reads it.
+#[derive(Debug)]
+pub struct PolicyRouter<P> {
+    fleet: Fleet,
+    index: CacheIndex,
+    policy: P,
+}
+
+impl<P: Policy> PolicyRouter<P> {
+    /// A router over workers `0..num_workers` choosing with `policy`, its mirror configured
+    /// by `index` (used only when the policy reads the cache).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WorkerOutOfRange`] when `num_workers` exceeds
+    /// [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS); [`Error::InvalidConfig`]
+    /// or [`Error::InvalidBlockSize`] when `index` does not
+    /// [validate](IndexConfig::validate).
+    pub fn with_policy(num_workers: u32, policy: P, index: IndexConfig) -> Result<Self, Error> {
+        let router = Self {
+            fleet: Fleet::new(num_workers)?,
+            index: CacheIndex::new(index)?,
+            policy,
+        };
+        for worker in router.fleet.workers() {
+            router.index.reset_worker(worker);
+            router.policy.worker_added(worker);
+        }
+        Ok(router)
+    }
+
+    /// The policy.
+    #[must_use]
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+
+    /// The cache index (the mirror of every worker's cache).
+    #[must_use]
+    pub fn index(&self) -> &CacheIndex {
+        &self.index
+    }
+
+    /// Candidates for one choice, with the mirror's prediction filled in when the policy
+    /// reads it; the policy's choice, checked.
+    fn choose(
+        &self,
+        request: &RouteRequest<'_>,
+        blocks: &Blocks,
+        candidates: &mut Candidates,
+    ) -> Result<usize, Error> {
+        let select = |c: &[super::Candidate]| self.policy.select(request, c);
+        let chosen = if blocks.is_empty() {
+            select(candidates)
+        } else {
+            let tokens = request.tokens().len();
+            self.index
+                .match_choose_insert(blocks, tokens, candidates, select)
+        };
+        if chosen < candidates.len() {
+            Ok(chosen)
+        } else {
+            Err(Error::InvalidChoice {
+                policy: self.policy.name(),
+                index: chosen,
+                candidates: candidates.len(),
+            })
+        }
+    }
+}
+
+impl<P: Policy> Router for PolicyRouter<P> {
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+        let mut blocks = Blocks::new();
+        if self.policy.reads_cache() {
+            self.index.hash_request(request, &mut blocks);
+        }
+        let mut candidates = Candidates::new();
+        // A chosen worker can be removed before it is charged; choose again (bounded).
+        for _ in 0..4 {
+            self.fleet.candidates(&mut candidates);
+            if candidates.is_empty() {
+                return Err(Error::NoWorkers);
+            }
+            let chosen = self.choose(request, &blocks, &mut candidates)?;
+            if let Some(decision) = self.fleet.commit(&candidates[chosen], request) {
+                return Ok(decision);
+            }
+        }
+        Err(Error::NoWorkers)
+    }
+
+    fn complete(&self, decision: &RouteDecision) {
+        self.fleet.release(decision);
+    }
+
+    fn first_token(&self, decision: &RouteDecision) {
+        self.fleet.prefilled(decision);
+    }
+
+    fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.fleet.add(worker)?;
+        self.index.reset_worker(worker);
+        self.policy.worker_added(worker);
+        Ok(())
+    }
+
+    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.fleet.remove(worker)?;
+        self.index.reset_worker(worker);
+        self.policy.worker_removed(worker);
+        Ok(())
+    }
+
+    fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
+        self.fleet.set_available(worker, available)
+    }
+
+    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+        self.fleet.report_load(worker, load)
+    }
+
+    fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.fleet.load(worker)
+    }
+
+    fn workers(&self) -> Vec<WorkerId> {
+        self.fleet.workers()
+    }
+
+    fn name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    fn block_size(&self) -> Option<usize> {
+        self.policy
+            .reads_cache()
+            .then(|| self.index.hasher().block_size())
+    }
+
+    fn cache_sync(&self) -> Option<&dyn CacheSync> {
+        self.policy.reads_cache().then_some(self as &dyn CacheSync)
+    }
+}
+
+/// Checks that the worker is registered, then feeds the mirror.
+impl<P: Policy> CacheSync for PolicyRouter<P> {
+    fn apply_event(
+        &self,
+        worker: WorkerId,
+        seq: u64,
+        event: &CacheEvent,
+    ) -> Result<SyncOutcome, Error> {
+        self.fleet.check(worker)?;
+        self.index.apply_event(worker, seq, event)
+    }
+
+    fn replace_worker_cache(&self, worker: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index.replace_worker_cache(worker, prefixes)
+    }
+
+    fn report_cached(
+        &self,
+        worker: WorkerId,
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.report_cached_salted(worker, &[], tokens, cached_tokens)
+    }
+
+    fn report_cached_salted(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index
+            .report_cached_salted(worker, salt, tokens, cached_tokens)
+    }
+}
