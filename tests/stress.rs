@@ -284,8 +284,11 @@ fn public_types_that_cross_threads_are_send_sync_and_unwind_safe() {
     check::<CacheIndex>();
     check::<RouteDecision>();
     check::<WorkerLoad>();
-    check::<prefix_router::sim::Simulation>();
-    check::<prefix_router::sim::SimReport>();
+    #[cfg(feature = "sim")]
+    {
+        check::<prefix_router::sim::Simulation>();
+        check::<prefix_router::sim::SimReport>();
+    }
 }
 
 #[test]

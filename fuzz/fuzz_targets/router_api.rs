@@ -3,9 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prefix_router::{
-    BalancedRouter, CacheEvent, RouteDecision, RouteRequest, Router, WorkerId,
-};
+use prefix_router::{BalancedRouter, CacheEvent, RouteDecision, RouteRequest, Router, WorkerId};
 
 fuzz_target!(|data: &[u8]| {
     let router = BalancedRouter::new(3).expect("three workers");

@@ -8,10 +8,17 @@ use prefix_router::{BlockHash, RadixTree, WorkerId};
 fuzz_target!(|data: &[u8]| {
     let mut tree = RadixTree::new();
     for op in data.chunks(4) {
-        let [kind, worker, a, b] = [op[0], *op.get(1).unwrap_or(&0), *op.get(2).unwrap_or(&0), *op.get(3).unwrap_or(&0)];
+        let [kind, worker, a, b] = [
+            op[0],
+            *op.get(1).unwrap_or(&0),
+            *op.get(2).unwrap_or(&0),
+            *op.get(3).unwrap_or(&0),
+        ];
         // Worker ids up to 80 exercise the second bitset word.
         let w = WorkerId::new(u32::from(worker % 80));
-        let blocks: Vec<BlockHash> = (0..a % 9).map(|i| BlockHash::new(u64::from((b >> (i % 8)) & 3))).collect();
+        let blocks: Vec<BlockHash> = (0..a % 9)
+            .map(|i| BlockHash::new(u64::from((b >> (i % 8)) & 3)))
+            .collect();
         match kind % 7 {
             0 | 1 => tree.insert(w, &blocks),
             2 => tree.remove(w, &blocks),
