@@ -66,6 +66,13 @@
 //! # Ok::<(), prefix_router::Error>(())
 //! ```
 //!
+//! ## Writing a policy: [`Policy`]
+//!
+//! Every router is a [`PolicyRouter`]: load tracking, the mirror and sync written once,
+//! around a [`Policy`] that only chooses among [`Candidate`]s. A new scoring idea is a
+//! policy of a dozen lines, and runs in the simulator and the benches like the built-in ones
+//! (see [`Policy`] for its contract, and `examples/custom_policy.rs`).
+//!
 //! ## Keeping the mirror true: [`CacheSync`]
 //!
 //! Engine KV events ([`CacheEvent`], and vLLM's wire format in [`sync::vllm`] with the `vllm`
@@ -82,8 +89,7 @@
 //! use prefix_router::{BalancedRouter, RoundRobinRouter};
 //!
 //! let (_, workload) = &Workload::builtin()[1]; // multi-turn conversations
-//! let mut config = ClusterConfig::default();
-//! config.measure_decision_time = false;
+//! let config = ClusterConfig::default().with_measure_decision_time(false);
 //! let sim = Simulation::new(workload.generate(1), config)?;
 //! let balanced = sim.run(&BalancedRouter::new(8)?)?;
 //! let round_robin = sim.run(&RoundRobinRouter::new(8)?)?;
@@ -106,8 +112,9 @@
 //! | `RadixTree::remove`, `truncate`, `remove_worker` | unknown worker, blocks not held | no-op |
 //! | `RadixTree` (through any router) | more distinct prompts than [`TreeConfig`] allows | least recently used leaves evicted: memory stays bounded |
 //! | `X::new`, `X::with_config` (every router) | more than 4,096 workers | [`Error::WorkerOutOfRange`] |
-//! | every `*Config` | NaN, infinite or out-of-range values | [`Error::InvalidConfig`] naming the field and the allowed range |
+//! | every `*Config` (its `validate()`, called by every constructor) | NaN, infinite or out-of-range values; a tree bound of 0 | [`Error::InvalidConfig`] naming the field and the allowed range |
 //! | `Router::route` | no worker registered or available | [`Error::NoWorkers`] |
+//! | `Router::route` on a [`PolicyRouter`] | its policy chooses an index outside the candidates | [`Error::InvalidChoice`]; nothing charged |
 //! | `Router::complete`, `first_token` | twice, or after the worker was removed (and re-added) | no-op |
 //! | `Router::add_worker` | a registered id; an id ≥ 4,096 | [`Error::WorkerExists`]; [`Error::WorkerOutOfRange`] |
 //! | `Router::remove_worker`, `set_available`, `report_load` | unknown worker | [`Error::UnknownWorker`] |
@@ -118,7 +125,7 @@
 //! | `CacheSync::apply_event` | unknown parent; removal of an unknown block | skipped and counted in [`SyncOutcome`] |
 //! | `sync::vllm::decode_batch` | truncated, wrong types, huge lengths, unknown tags, trailing bytes | [`Error::Decode`] |
 //! | `sim::load_mooncake`, `parse_mooncake` | a malformed line; an unreadable file | [`Error::Trace`] with the line number (0 for the file) |
-//! | `sim::Simulation::new`, `run` | 0 workers, NaN rates, capacity below one block; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
+//! | `sim::Simulation::new`, `run` | 0 workers, NaN rates, capacity below one block; a router whose mirror hashes another block size; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
 //!
 //! ## Hash flooding
 //!

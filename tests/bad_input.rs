@@ -134,6 +134,47 @@ fn row_nan_and_out_of_range_config() {
     let mut c = ConsistentHashConfig::default();
     c.key_blocks = 0;
     assert!(ConsistentHashRouter::with_config(1, c).is_err());
+    // Integers are checked as integers; a tree bound of 0 would evict everything.
+    assert!(matches!(
+        RadixTree::with_config(TreeConfig::default().with_max_blocks(0)),
+        Err(Error::InvalidConfig {
+            field: "max_blocks",
+            ..
+        })
+    ));
+    let index = IndexConfig::default().with_worker_capacity_blocks(Some(0));
+    assert!(matches!(
+        CacheIndex::new(index),
+        Err(Error::InvalidConfig {
+            field: "worker_capacity_blocks",
+            ..
+        })
+    ));
+    let index = IndexConfig::default().with_tree(TreeConfig::default().with_max_nodes(0));
+    assert!(BalancedRouter::with_config(1, BalancedConfig::default().with_index(index)).is_err());
+}
+
+#[test]
+fn row_policy_choice_out_of_range() {
+    struct Beyond;
+    impl Policy for Beyond {
+        fn name(&self) -> &'static str {
+            "beyond"
+        }
+        fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+            candidates.len()
+        }
+    }
+    let router = PolicyRouter::with_policy(2, Beyond, IndexConfig::default()).unwrap();
+    assert!(matches!(
+        router.route(&RouteRequest::new(&[1, 2, 3])),
+        Err(Error::InvalidChoice {
+            index: 2,
+            candidates: 2,
+            ..
+        })
+    ));
+    assert_eq!(router.load(W0).unwrap().in_flight, 0, "nothing charged");
 }
 
 #[test]
@@ -288,6 +329,23 @@ fn row_malformed_wire_payloads() {
     ] {
         assert!(matches!(decode_batch(payload), Err(Error::Decode(_))));
     }
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn row_simulation_with_a_router_of_another_block_size() {
+    use prefix_router::sim::{ClusterConfig, Request, Simulation};
+    let config = ClusterConfig::default().with_workers(2).with_block_size(64);
+    let sim = Simulation::new(vec![Request::new(0.0, vec![1; 128], 1)], config).unwrap();
+    assert!(matches!(
+        sim.run(&BalancedRouter::new(2).unwrap()),
+        Err(Error::InvalidConfig {
+            field: "block_size",
+            ..
+        })
+    ));
+    // Routers without a mirror have no block size to disagree with.
+    assert!(sim.run(&RoundRobinRouter::new(2).unwrap()).is_ok());
 }
 
 #[cfg(feature = "sim")]

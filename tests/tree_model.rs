@@ -173,6 +173,11 @@ fn check(tree: &RadixTree, model: &Model, prompts: &[Vec<BlockHash>], step: usiz
             .filter(|&(_, k)| k > 0)
             .collect();
         let mut got: Vec<(u32, usize)> = m.iter().map(|(w, k)| (w.get(), k)).collect();
+        // In the documented order: fewest matched blocks first, then by worker id.
+        assert!(
+            got.windows(2).all(|p| (p[0].1, p[0].0) < (p[1].1, p[1].0)),
+            "step {step}: match order {got:?}"
+        );
         got.sort_unstable();
         expected.sort_unstable();
         assert_eq!(got, expected, "step {step}: match of {prompt:?}");

@@ -24,7 +24,7 @@ use super::WorkerId;
 #[derive(Clone, Debug, Default)]
 pub struct PrefixMatch {
     /// (worker, matched blocks) for every worker with at least one block, in the order the
-    /// walk found them (shallowest first).
+    /// walk found them: by matched blocks, fewest first, then by worker id.
     entries: Vec<(WorkerId, u32)>,
     /// Matched blocks indexed by worker; only the entries' slots are non-zero.
     dense: Vec<u32>,
@@ -59,8 +59,8 @@ impl PrefixMatch {
             .map(|(w, b)| (w, b as usize))
     }
 
-    /// Every worker that holds at least one leading block, with its matched blocks, in no
-    /// particular order.
+    /// Every worker that holds at least one leading block, with its matched blocks: by
+    /// matched blocks, fewest first, then by worker id.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (WorkerId, usize)> + '_ {
         self.entries.iter().map(|&(w, b)| (w, b as usize))
     }
