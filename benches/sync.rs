@@ -115,7 +115,7 @@ fn apply_stores(c: &mut Criterion) {
     let evictions: Vec<Case> = pool
         .iter()
         .map(|(stores, removal)| {
-            let CacheEvent::Removed { blocks } = removal else {
+            let CacheEvent::Removed { blocks, .. } = removal else {
                 unreachable!()
             };
             Case {
@@ -123,7 +123,7 @@ fn apply_stores(c: &mut Criterion) {
                 timed: blocks
                     .iter()
                     .rev()
-                    .map(|&b| CacheEvent::Removed { blocks: vec![b] })
+                    .map(|&b| CacheEvent::removed(vec![b]))
                     .collect(),
                 after: removal.clone(),
             }
@@ -229,11 +229,11 @@ impl Conversation {
 
     /// The store of blocks `from..to`, continuing from block `from - 1`.
     fn stored(&self, from: usize, to: usize) -> CacheEvent {
-        CacheEvent::Stored {
-            parent: from.checked_sub(1).map(|i| self.engine[i]),
-            blocks: self.engine[from..to].to_vec(),
-            tokens: self.tokens[from * 16..to * 16].to_vec(),
-        }
+        CacheEvent::stored(
+            from.checked_sub(1).map(|i| self.engine[i]),
+            self.engine[from..to].to_vec(),
+            self.tokens[from * 16..to * 16].to_vec(),
+        )
     }
 
     /// Routes turn `turn` (the router inserts the whole prompt for the worker it picks).
@@ -300,7 +300,7 @@ fn apply_next_turn(c: &mut Criterion) {
                         if *turn == TURNS {
                             let blocks = conversation.engine.clone();
                             router
-                                .apply_event(worker, 0, &CacheEvent::Removed { blocks })
+                                .apply_event(worker, 0, &CacheEvent::removed(blocks))
                                 .unwrap();
                             *conversation = Conversation::new(&mut rng);
                             conversation.start(&router);

@@ -76,6 +76,15 @@ pub enum Error {
         /// How many candidates it was given.
         candidates: usize,
     },
+    /// A data-parallel rank beyond the ranks per endpoint of the
+    /// [`RankLayout`](crate::RankLayout).
+    #[error("rank {rank} is out of range: an endpoint has ranks 0..{ranks}")]
+    InvalidRank {
+        /// The rejected rank.
+        rank: u32,
+        /// Ranks per endpoint.
+        ranks: u32,
+    },
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

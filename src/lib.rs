@@ -167,15 +167,15 @@ mod tree;
 
 pub use crate::{
     error::Error,
-    hash::{BlockHash, HashAlgorithm, PrefixHasher, TokenId},
+    hash::{BlockHash, BlockKey, HashAlgorithm, PrefixHasher, TokenId, namespace_salt},
     router::{
         Affinity, AffinityConfig, AffinityRouter, Balanced, BalancedConfig, BalancedRouter,
         CacheAware, CacheAwareConfig, CacheAwareRouter, CacheIndex, Candidate, ConsistentHash,
         ConsistentHashConfig, ConsistentHashRouter, DEFAULT_BLOCK_SIZE, Fallback, IndexConfig,
         LeastLoaded, LeastLoadedRouter, Policy, PolicyRouter, PowerOfTwo, PowerOfTwoConfig,
-        PowerOfTwoRouter, ReportedLoad, RoundRobin, RoundRobinRouter, RouteDecision, RouteGuard,
-        RouteRequest, Router, Scoring, WorkerLoad, choose_min,
+        PowerOfTwoRouter, RankLayout, ReportedLoad, RoundRobin, RoundRobinRouter, RouteDecision,
+        RouteGuard, RouteRequest, Router, Scoring, WorkerLoad, choose_min,
     },
-    sync::{CacheEvent, CacheSync, Sequence, SyncOutcome},
-    tree::{PrefixMatch, RadixTree, TreeConfig, WorkerId},
+    sync::{CacheEvent, CacheSync, GroupKind, Sequence, SyncOutcome},
+    tree::{PrefixMatch, RadixTree, Tier, TreeConfig, WorkerId},
 };

@@ -252,11 +252,7 @@ fn row_events_for_unknown_workers() {
 #[test]
 fn row_block_size_mismatch_and_ragged_events() {
     let r = BalancedRouter::new(1).unwrap();
-    let e = CacheEvent::Stored {
-        parent: None,
-        blocks: vec![1],
-        tokens: vec![0; 64],
-    };
+    let e = CacheEvent::stored(None, vec![1], vec![0; 64]);
     assert_eq!(
         r.apply_event(W0, 0, &e),
         Err(Error::BlockSizeMismatch {
@@ -264,11 +260,7 @@ fn row_block_size_mismatch_and_ragged_events() {
             router: 16
         })
     );
-    let e = CacheEvent::Stored {
-        parent: None,
-        blocks: vec![1, 2],
-        tokens: vec![0; 17],
-    };
+    let e = CacheEvent::stored(None, vec![1, 2], vec![0; 17]);
     assert!(matches!(
         r.apply_event(W0, 0, &e),
         Err(Error::InvalidEvent(_))
@@ -278,11 +270,7 @@ fn row_block_size_mismatch_and_ragged_events() {
 #[test]
 fn row_out_of_order_duplicate_and_gapped_sequences() {
     let r = BalancedRouter::new(1).unwrap();
-    let e = CacheEvent::Stored {
-        parent: None,
-        blocks: vec![1],
-        tokens: vec![3; 16],
-    };
+    let e = CacheEvent::stored(None, vec![1], vec![3; 16]);
     assert_eq!(
         r.apply_event(W0, 4, &e).unwrap().sequence,
         Sequence::InOrder
@@ -304,14 +292,10 @@ fn row_out_of_order_duplicate_and_gapped_sequences() {
 #[test]
 fn row_unknown_parents_and_removals() {
     let r = BalancedRouter::new(1).unwrap();
-    let e = CacheEvent::Stored {
-        parent: Some(77),
-        blocks: vec![1],
-        tokens: vec![3; 16],
-    };
+    let e = CacheEvent::stored(Some(77), vec![1], vec![3; 16]);
     assert_eq!(r.apply_event(W0, 0, &e).unwrap().unknown_parent_blocks, 1);
     let o = r
-        .apply_event(W0, 0, &CacheEvent::Removed { blocks: vec![5, 6] })
+        .apply_event(W0, 0, &CacheEvent::removed(vec![5, 6]))
         .unwrap();
     assert_eq!(o.unknown_removed_blocks, 2);
     assert_eq!(r.index().with_tree(|t| t.block_count()), 0);

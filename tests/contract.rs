@@ -9,7 +9,7 @@ use std::sync::Arc;
 use prefix_router::{
     AffinityRouter, BalancedRouter, BlockHash, CacheAwareRouter, CacheEvent, CacheSync,
     ConsistentHashRouter, Error, HashAlgorithm, LeastLoadedRouter, PowerOfTwoRouter, PrefixHasher,
-    PrefixMatch, RadixTree, RoundRobinRouter, RouteDecision, RouteRequest, Router, TokenId,
+    PrefixMatch, RadixTree, RoundRobinRouter, RouteDecision, RouteRequest, Router, Tier, TokenId,
     WorkerId,
 };
 
@@ -68,18 +68,29 @@ fn every_contract_name_has_its_shape() {
 
     let balanced = BalancedRouter::new(1).unwrap();
     let sync: &dyn CacheSync = &balanced;
-    let event = CacheEvent::Stored {
-        parent: None,
-        blocks: vec![1, 2],
-        tokens: tokens[..32].to_vec(),
-    };
+    let event: CacheEvent = CacheEvent::stored(None, vec![1, 2], tokens[..32].to_vec());
+    assert!(matches!(
+        &event,
+        CacheEvent::Stored {
+            parent: None,
+            blocks,
+            tokens: _,
+            ..
+        } if blocks == &[1, 2]
+    ));
     sync.apply_event(WorkerId::new(0), 0, &event).unwrap();
-    sync.apply_event(
-        WorkerId::new(0),
-        1,
-        &CacheEvent::Removed { blocks: vec![2] },
-    )
-    .unwrap();
+    let host: CacheEvent =
+        CacheEvent::stored(Some(2), vec![3], tokens[32..48].to_vec()).with_tier(Tier::Host);
+    sync.apply_event(WorkerId::new(0), 0, &host).unwrap();
+    assert_eq!(Tier::default(), Tier::Device);
+    let tiers = [Tier::Device, Tier::Host, Tier::Disk, Tier::Remote];
+    assert_eq!(tiers.len(), 4);
+    assert!(matches!(
+        CacheEvent::removed(vec![9]),
+        CacheEvent::Removed { blocks, .. } if blocks == [9]
+    ));
+    sync.apply_event(WorkerId::new(0), 1, &CacheEvent::removed(vec![2]))
+        .unwrap();
     sync.apply_event(WorkerId::new(0), 2, &CacheEvent::Cleared)
         .unwrap();
     sync.replace_worker_cache(WorkerId::new(0), &[&tokens[..]])

@@ -82,11 +82,7 @@ fn a_custom_policy_gets_load_tracking_and_worker_hooks() {
 fn a_policy_that_reads_the_cache_sees_what_events_stored() {
     let router = PolicyRouter::with_policy(2, fixed(0, true), IndexConfig::default()).unwrap();
     let tokens: Vec<u32> = (0..32).collect();
-    let event = CacheEvent::Stored {
-        parent: None,
-        blocks: vec![7, 8],
-        tokens: tokens.clone(),
-    };
+    let event = CacheEvent::stored(None, vec![7, 8], tokens.clone());
     router.apply_event(WorkerId::new(1), 0, &event).unwrap();
     let d = router.route(&RouteRequest::new(&tokens)).unwrap();
     let seen = router.policy().seen.lock().unwrap().clone();

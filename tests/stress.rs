@@ -82,15 +82,13 @@ fn stress(router: Arc<dyn Router>, threads: u64, ops: u64) -> Duration {
                                 let p = prompt(r);
                                 let blocks = p.len() / 16;
                                 let event = if r % 3 == 0 {
-                                    CacheEvent::Removed {
-                                        blocks: vec![r % 50],
-                                    }
+                                    CacheEvent::removed(vec![r % 50])
                                 } else {
-                                    CacheEvent::Stored {
-                                        parent: None,
-                                        blocks: (0..blocks as u64).map(|b| r % 50 + b).collect(),
-                                        tokens: p[..blocks * 16].to_vec(),
-                                    }
+                                    CacheEvent::stored(
+                                        None,
+                                        (0..blocks as u64).map(|b| r % 50 + b).collect(),
+                                        p[..blocks * 16].to_vec(),
+                                    )
                                 };
                                 let _ = sync.apply_event(w, seq, &event);
                             }
@@ -244,11 +242,11 @@ proptest! {
                         if let Some(sync) = router.cache_sync() {
                             let tokens = prompt(u64::from(p) * 7_919);
                             let n = tokens.len() / 16;
-                            let e = CacheEvent::Stored {
-                                parent: None,
-                                blocks: (0..n as u64).map(|b| u64::from(p) << 16 | b).collect(),
-                                tokens: tokens[..n * 16].to_vec(),
-                            };
+                            let e = CacheEvent::stored(
+                                None,
+                                (0..n as u64).map(|b| u64::from(p) << 16 | b).collect(),
+                                tokens[..n * 16].to_vec(),
+                            );
                             let _ = sync.apply_event(WorkerId::new(w.into()), s.into(), &e);
                         }
                     }

@@ -177,14 +177,10 @@ pub fn prompt_events(rng: &mut Rng) -> (Vec<CacheEvent>, CacheEvent) {
             .collect();
         all.extend(&blocks);
         let next = blocks.last().copied();
-        events.push(CacheEvent::Stored {
-            parent,
-            blocks,
-            tokens,
-        });
+        events.push(CacheEvent::stored(parent, blocks, tokens));
         parent = next;
     }
-    (events, CacheEvent::Removed { blocks: all })
+    (events, CacheEvent::removed(all))
 }
 
 /// A cache index holding `blocks` blocks of one worker (worker 0), fed by store events.

@@ -33,11 +33,11 @@ fuzz_target!(|data: &[u8]| {
             _ => {
                 if let Some(sync) = router.cache_sync() {
                     let n = tokens.len() / 16;
-                    let e = CacheEvent::Stored {
-                        parent: None,
-                        blocks: (0..n as u64).collect(),
-                        tokens: tokens[..n * 16].to_vec(),
-                    };
+                    let e = CacheEvent::stored(
+                        None,
+                        (0..n as u64).collect(),
+                        tokens[..n * 16].to_vec(),
+                    );
                     let _ = sync.apply_event(w, u64::from(y), &e);
                 }
             }

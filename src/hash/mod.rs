@@ -13,6 +13,9 @@ const SECRET_SIZE: usize = 192;
 
 use crate::Error;
 
+mod keys;
+pub use self::keys::{BlockKey, namespace_salt};
+
 /// A token ID. Any `u32` value is valid; tokens are hashed as 4 little-endian bytes.
 pub type TokenId = u32;
 

@@ -47,6 +47,17 @@ pub struct WorkerLoad {
     pub predicted_cached_tokens: u64,
     /// The last [`ReportedLoad`] pushed for it.
     pub reported: ReportedLoad,
+    /// Cached-token reports received for it
+    /// ([`CacheSync::report_cached`](crate::CacheSync::report_cached)).
+    pub reports: u64,
+    /// Prompt tokens those reports said were cached (in the mirror's whole blocks).
+    pub reported_cached_tokens: u64,
+    /// Prompt tokens the mirror predicted cached for the same prompts when each report came:
+    /// beside `reported_cached_tokens`, how far the mirror is from the truth (a block size,
+    /// LoRA, group or hash mismatch shows as a large gap instead of staying silent).
+    pub predicted_for_reports_tokens: u64,
+    /// Reports that disagreed with the mirror's prediction.
+    pub mispredicted_reports: u64,
 }
 
 /// One registered worker: lock-free counters read and written under the registry's read lock.
@@ -64,6 +75,10 @@ struct Slot {
     predicted_cached: AtomicU64,
     queue_len: AtomicU64,
     kv_usage_bits: AtomicU32,
+    reports: AtomicU64,
+    reported_cached: AtomicU64,
+    predicted_for_reports: AtomicU64,
+    mispredicted: AtomicU64,
 }
 
 /// Candidates of one route call; on the stack for fleets of up to 64 workers.
@@ -126,6 +141,10 @@ impl Fleet {
             predicted_cached: AtomicU64::new(0),
             queue_len: AtomicU64::new(0),
             kv_usage_bits: AtomicU32::new(0),
+            reports: AtomicU64::new(0),
+            reported_cached: AtomicU64::new(0),
+            predicted_for_reports: AtomicU64::new(0),
+            mispredicted: AtomicU64::new(0),
         });
         Ok(())
     }
@@ -183,8 +202,25 @@ impl Fleet {
                 queue_len: s.queue_len.load(Relaxed),
                 kv_usage: f32::from_bits(s.kv_usage_bits.load(Relaxed)),
             },
+            reports: s.reports.load(Relaxed),
+            reported_cached_tokens: s.reported_cached.load(Relaxed),
+            predicted_for_reports_tokens: s.predicted_for_reports.load(Relaxed),
+            mispredicted_reports: s.mispredicted.load(Relaxed),
         })
         .ok()
+    }
+
+    /// Counts a cached-token report for `worker`: the mirror predicted `predicted` tokens,
+    /// the worker reported `reported` (both in whole blocks of the mirror).
+    pub(crate) fn reported(&self, worker: WorkerId, predicted: usize, reported: usize) {
+        let _ = self.with_slot(worker, |s| {
+            s.reports.fetch_add(1, Relaxed);
+            s.reported_cached.fetch_add(reported as u64, Relaxed);
+            s.predicted_for_reports.fetch_add(predicted as u64, Relaxed);
+            if predicted != reported {
+                s.mispredicted.fetch_add(1, Relaxed);
+            }
+        });
     }
 
     /// Registered workers (available or not), in id order.
@@ -215,6 +251,7 @@ impl Fleet {
                 queue_len: s.queue_len.load(Relaxed),
                 matched_blocks: 0,
                 cached_tokens: 0,
+                cached_by_tier: [0; 4],
             });
         }
     }
@@ -229,6 +266,7 @@ impl Fleet {
     ) -> Option<RouteDecision> {
         let (matched_blocks, cached_tokens) =
             (candidate.matched_blocks(), candidate.cached_tokens());
+        let by_tier = candidate.cached_by_tier;
         let slots = self.read();
         let slot = slots.get(candidate.worker.index())?.as_ref()?;
         if slot.epoch != candidate.epoch {
@@ -249,6 +287,7 @@ impl Fleet {
             prompt_tokens,
             matched_blocks,
             cached_tokens,
+            by_tier,
         ))
     }
 

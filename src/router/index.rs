@@ -5,7 +5,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use smallvec::SmallVec;
 
 use super::{Candidate, RouteRequest};
-use crate::sync::{CacheEvent, CacheSync, SyncOutcome, SyncState};
+use crate::sync::{CacheEvent, CacheSync, SyncConfig, SyncOutcome, SyncState};
+use crate::tree::Held;
 use crate::{
     BlockHash, Error, HashAlgorithm, PrefixHasher, RadixTree, TokenId, TreeConfig, WorkerId,
 };
@@ -32,6 +33,13 @@ pub struct IndexConfig {
     /// have been routed (or stored) since they were last routed to it; checked every 16
     /// routes. Logical time, deterministic. Default `None`: no expiry.
     pub ttl: Option<u64>,
+    /// KV-cache groups mirrored (hybrid models report each group apart); events of groups
+    /// at or beyond it are skipped and counted. 1 to 64; default 8.
+    pub max_groups: u32,
+    /// Blocks per chunk of a lower tier's copies: vLLM's CPU offloading copies and drops
+    /// chunks of this many blocks, each named by its last block (its offloaded block size
+    /// over the GPU's). At least 1; default 1.
+    pub host_chunk_blocks: usize,
 }
 
 impl Default for IndexConfig {
@@ -46,6 +54,8 @@ impl Default for IndexConfig {
             },
             worker_capacity_blocks: None,
             ttl: None,
+            max_groups: 8,
+            host_chunk_blocks: 1,
         }
     }
 }
@@ -64,6 +74,10 @@ impl IndexConfig {
         with_worker_capacity_blocks: worker_capacity_blocks: Option<usize>;
         /// Sets [`ttl`](Self::ttl).
         with_ttl: ttl: Option<u64>;
+        /// Sets [`max_groups`](Self::max_groups).
+        with_max_groups: max_groups: u32;
+        /// Sets [`host_chunk_blocks`](Self::host_chunk_blocks).
+        with_host_chunk_blocks: host_chunk_blocks: usize;
     }
 
     /// Checks every field.
@@ -82,7 +96,13 @@ impl IndexConfig {
         if let Some(ttl) = self.ttl {
             crate::config::int("ttl", ttl, 1.., "at least 1 routed prefix")?;
         }
-        Ok(())
+        crate::config::int("max_groups", self.max_groups, 1..=64, "between 1 and 64")?;
+        crate::config::int(
+            "host_chunk_blocks",
+            self.host_chunk_blocks,
+            1..=1 << 16,
+            "between 1 and 65536 blocks",
+        )
     }
 }
 
@@ -121,7 +141,10 @@ impl CacheIndex {
             hasher,
             mirror: Mutex::new(Mirror {
                 tree: RadixTree::with_config(config.tree)?,
-                sync: SyncState::default(),
+                sync: SyncState::new(SyncConfig {
+                    max_groups: config.max_groups,
+                    chunk_blocks: config.host_chunk_blocks,
+                }),
             }),
             capacity: config.worker_capacity_blocks,
             ttl: config.ttl,
@@ -151,19 +174,58 @@ impl CacheIndex {
         mirror.tree.memory_bytes() + mirror.sync.memory_bytes() + core::mem::size_of::<Self>()
     }
 
-    /// How many leading tokens of `tokens` (salted with `salt`) `worker` is believed to hold.
+    /// How many leading tokens of `tokens` (salted with `salt`) `worker` is believed to hold
+    /// (at any tier, and as far as every KV-cache group allows).
     #[must_use]
     pub fn cached_tokens(&self, worker: WorkerId, salt: &[u8], tokens: &[crate::TokenId]) -> usize {
         let mut blocks = Blocks::new();
         self.hasher.hash_salted_small(salt, tokens, &mut blocks);
-        self.lock().tree.held_prefix(worker, &blocks) * self.hasher.block_size()
+        let mirror = self.lock();
+        let held = mirror.tree.held_prefix(worker, &blocks);
+        mirror.sync.groups().allows(worker, &blocks, held) * self.hasher.block_size()
+    }
+
+    /// How many leading tokens of the request's prompt `worker` is believed to hold at each
+    /// tier (by [`Tier::index`](crate::Tier::index)).
+    #[must_use]
+    pub fn cached_tokens_by_tier(
+        &self,
+        worker: WorkerId,
+        request: &RouteRequest<'_>,
+    ) -> [usize; 4] {
+        let mut blocks = Blocks::new();
+        self.hash_request(request, &mut blocks);
+        let mut found = Held::default();
+        let mirror = self.lock();
+        mirror.tree.for_each_held(&blocks, |w, held| {
+            if w == worker {
+                found = held;
+            }
+        });
+        let allowed = mirror
+            .sync
+            .groups()
+            .allows(worker, &blocks, found.blocks as usize);
+        clip(&mut found, allowed);
+        found.by_tier.map(|b| b as usize * self.hasher.block_size())
     }
 
     /// Hashes the request's full blocks into `out` (no lock held).
     pub(crate) fn hash_request(&self, request: &RouteRequest<'_>, out: &mut Blocks) {
         out.clear();
-        self.hasher
-            .hash_salted_small(request.salt(), request.tokens(), out);
+        if request.keys().is_empty() {
+            self.hasher
+                .hash_salted_small(request.salt(), request.tokens(), out);
+        } else {
+            let mut keyed = Vec::new();
+            self.hasher.hash_keyed_into(
+                request.salt(),
+                request.tokens(),
+                request.keys(),
+                &mut keyed,
+            );
+            out.extend_from_slice(&keyed);
+        }
     }
 
     /// Under one lock: matches `blocks` (the request's, `tokens` long), writes each
@@ -179,22 +241,31 @@ impl CacheIndex {
     ) -> usize {
         let block_size = self.hasher.block_size();
         let mut mirror = self.lock();
-        let tree = &mut mirror.tree;
-        tree.for_each_match(blocks, |worker, m| {
+        let Mirror { tree, sync } = &mut *mirror;
+        let groups = sync.groups();
+        tree.for_each_held(blocks, |worker, mut held| {
             // Candidates are in id order, usually one per id from 0.
             let slot = match candidates.get(worker.index()) {
                 Some(c) if c.worker == worker => Some(worker.index()),
                 _ => candidates.binary_search_by_key(&worker, |c| c.worker).ok(),
             };
             if let Some(c) = slot.map(|i| &mut candidates[i]) {
-                c.matched_blocks = u32::try_from(m).unwrap_or(u32::MAX);
-                let cached = (m * block_size).min(tokens);
+                if groups.any() {
+                    let allowed = groups.allows(worker, blocks, held.blocks as usize);
+                    clip(&mut held, allowed);
+                }
+                c.matched_blocks = held.blocks;
+                let cached = (held.blocks as usize * block_size).min(tokens);
                 c.cached_tokens = u32::try_from(cached).unwrap_or(u32::MAX);
+                c.cached_by_tier = held.by_tier.map(|b| b.saturating_mul(block_size as u32));
             }
         });
         let chosen = choose(candidates);
         if let Some(c) = candidates.get(chosen) {
             tree.insert(c.worker, blocks);
+            if sync.groups().any() {
+                sync.groups_mut().routed(c.worker, blocks);
+            }
             if let Some(ttl) = self.ttl {
                 if tree.clock() % 16 == 0 {
                     tree.expire(tree.clock().saturating_sub(ttl));
@@ -202,6 +273,29 @@ impl CacheIndex {
             }
         }
         chosen
+    }
+
+    /// [`CacheSync::report_cached_salted`], returning what the mirror predicted before and
+    /// what the report said, in tokens of whole blocks.
+    pub(crate) fn report(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[TokenId],
+        cached_tokens: usize,
+    ) -> Result<(usize, usize), Error> {
+        let mirror = &mut *self.lock();
+        let predicted = mirror.sync.report(
+            &self.hasher,
+            &mut mirror.tree,
+            worker,
+            salt,
+            tokens,
+            cached_tokens,
+        )?;
+        let block_size = self.hasher.block_size();
+        let reported = (cached_tokens.min(tokens.len()) / block_size) * block_size;
+        Ok((predicted, reported))
     }
 
     /// Forgets `worker`'s mirror, and applies the configured capacity to it afresh.
@@ -251,14 +345,18 @@ impl CacheSync for CacheIndex {
         tokens: &[TokenId],
         cached_tokens: usize,
     ) -> Result<(), Error> {
-        let mirror = &mut *self.lock();
-        mirror.sync.report(
-            &self.hasher,
-            &mut mirror.tree,
-            worker,
-            salt,
-            tokens,
-            cached_tokens,
-        )
+        self.report(worker, salt, tokens, cached_tokens).map(|_| ())
     }
+}
+
+/// Cuts `held` to its first `blocks` blocks, taking the cut blocks from the lowest tiers
+/// first (the deepest blocks of a chain leave the device first).
+fn clip(held: &mut Held, blocks: usize) {
+    let mut excess = (held.blocks as usize).saturating_sub(blocks);
+    for tier in held.by_tier.iter_mut().rev() {
+        let cut = excess.min(*tier as usize);
+        *tier -= cut as u32;
+        excess -= cut;
+    }
+    held.blocks = held.blocks.min(u32::try_from(blocks).unwrap_or(u32::MAX));
 }

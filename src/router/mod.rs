@@ -12,6 +12,7 @@ mod consistent;
 mod fleet;
 mod index;
 mod policy;
+mod ranks;
 
 pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
 pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
@@ -24,6 +25,7 @@ pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashR
 pub use self::fleet::{ReportedLoad, WorkerLoad};
 pub use self::index::{CacheIndex, IndexConfig};
 pub use self::policy::{Candidate, Policy, PolicyRouter, choose_min};
+pub use self::ranks::RankLayout;
 
 pub(crate) use self::fleet::{mix64, pick_min};
 
@@ -47,6 +49,7 @@ pub struct RouteRequest<'a> {
     tokens: &'a [TokenId],
     session: Option<&'a str>,
     salt: &'a [u8],
+    keys: &'a [crate::BlockKey],
     expected_output: Option<u32>,
 }
 
@@ -58,6 +61,7 @@ impl<'a> RouteRequest<'a> {
             tokens,
             session: None,
             salt: &[],
+            keys: &[],
             expected_output: None,
         }
     }
@@ -72,10 +76,26 @@ impl<'a> RouteRequest<'a> {
     }
 
     /// A cache namespace: model, LoRA adapter or tenant cache salt. Requests with different
-    /// salts never share cached prefixes.
+    /// salts never share cached prefixes. For a LoRA adapter or a cache salt that engines
+    /// report in their events, use [`namespace_salt`](crate::namespace_salt), the convention
+    /// event sync follows.
     #[must_use]
     pub fn with_salt(self, salt: &'a [u8]) -> Self {
         Self { salt, ..self }
+    }
+
+    /// Per-block extra keys (multimodal inputs and the like, see
+    /// [`BlockKey`](crate::BlockKey)): two prompts with equal tokens but other keys share no
+    /// block from the first keyed one on.
+    #[must_use]
+    pub fn with_keys(self, keys: &'a [crate::BlockKey]) -> Self {
+        Self { keys, ..self }
+    }
+
+    /// The per-block extra keys (empty when none).
+    #[must_use]
+    pub fn keys(&self) -> &'a [crate::BlockKey] {
+        self.keys
     }
 
     /// The expected number of output tokens, where the host knows it.
@@ -143,6 +163,10 @@ pub struct RouteDecision {
     prompt_tokens: usize,
     matched_blocks: usize,
     cached_tokens: usize,
+    /// Cached tokens by [`Tier::index`](crate::Tier::index).
+    cached_by_tier: [u32; 4],
+    /// The worker's data-parallel rank in its endpoint.
+    rank: u32,
     /// `RELEASED` and `PREFILLED` bits: each set once, by one atomic operation.
     state: AtomicU8,
 }
@@ -157,6 +181,7 @@ impl RouteDecision {
         prompt_tokens: usize,
         matched_blocks: usize,
         cached_tokens: usize,
+        cached_by_tier: [u32; 4],
     ) -> Self {
         Self {
             worker,
@@ -164,8 +189,31 @@ impl RouteDecision {
             prompt_tokens,
             matched_blocks,
             cached_tokens,
+            cached_by_tier,
+            rank: 0,
             state: AtomicU8::new(0),
         }
+    }
+
+    /// The same decision for a worker at data-parallel rank `rank`.
+    pub(crate) fn with_rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
+    }
+
+    /// The chosen worker's data-parallel rank within its endpoint (see
+    /// [`RankLayout`](crate::RankLayout); 0 with one rank per endpoint): what a host sends
+    /// as vLLM's `X-data-parallel-rank` header.
+    #[must_use]
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Of [`cached_tokens`](Self::cached_tokens), those the worker is predicted to hold at
+    /// `tier` (each block at the best tier holding it).
+    #[must_use]
+    pub fn cached_tokens_at(&self, tier: crate::Tier) -> usize {
+        self.cached_by_tier[tier.index()] as usize
     }
 
     /// The chosen worker.

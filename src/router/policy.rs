@@ -6,7 +6,7 @@ use super::fleet::{Candidates, Fleet};
 use super::index::{Blocks, CacheIndex, IndexConfig};
 use super::{ReportedLoad, RouteDecision, RouteRequest, Router, WorkerLoad};
 use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
-use crate::{Error, TokenId, WorkerId};
+use crate::{Error, RankLayout, Tier, TokenId, WorkerId};
 
 /// A worker the router offers a [`Policy`], with the load figures and the cache prediction
 /// it may score on.
@@ -24,6 +24,8 @@ pub struct Candidate {
     pub(crate) queue_len: u64,
     pub(crate) matched_blocks: u32,
     pub(crate) cached_tokens: u32,
+    /// Cached tokens by [`Tier::index`].
+    pub(crate) cached_by_tier: [u32; 4],
 }
 
 impl Candidate {
@@ -94,6 +96,14 @@ impl Candidate {
     #[must_use]
     pub fn cached_tokens(&self) -> usize {
         self.cached_tokens as usize
+    }
+
+    /// Of [`cached_tokens`](Self::cached_tokens), those the worker holds at `tier` (each
+    /// block counted at the best tier holding it).
+    #[inline]
+    #[must_use]
+    pub fn cached_tokens_at(&self, tier: Tier) -> usize {
+        self.cached_by_tier[tier.index()] as usize
     }
 }
 
@@ -197,6 +207,7 @@ pub struct PolicyRouter<P> {
     fleet: Fleet,
     index: CacheIndex,
     policy: P,
+    layout: RankLayout,
 }
 
 impl<P: Policy> PolicyRouter<P> {
@@ -214,12 +225,27 @@ impl<P: Policy> PolicyRouter<P> {
             fleet: Fleet::new(num_workers)?,
             index: CacheIndex::new(index)?,
             policy,
+            layout: RankLayout::default(),
         };
         for worker in router.fleet.workers() {
             router.index.reset_worker(worker);
             router.policy.worker_added(worker);
         }
         Ok(router)
+    }
+
+    /// The same router with its targets laid out as `layout` says (endpoint, data-parallel
+    /// rank), so that its decisions name their rank ([`RouteDecision::rank`]).
+    #[must_use]
+    pub fn with_rank_layout(mut self, layout: RankLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// How the router's targets map to endpoints and ranks.
+    #[must_use]
+    pub fn rank_layout(&self) -> RankLayout {
+        self.layout
     }
 
     /// The policy.
@@ -277,7 +303,7 @@ impl<P: Policy> Router for PolicyRouter<P> {
             }
             let chosen = self.choose(request, &blocks, &mut candidates)?;
             if let Some(decision) = self.fleet.commit(&candidates[chosen], request) {
-                return Ok(decision);
+                return Ok(decision.with_rank(self.layout.rank(candidates[chosen].worker)));
             }
         }
         Err(Error::NoWorkers)
@@ -370,7 +396,8 @@ impl<P: Policy> CacheSync for PolicyRouter<P> {
         cached_tokens: usize,
     ) -> Result<(), Error> {
         self.fleet.check(worker)?;
-        self.index
-            .report_cached_salted(worker, salt, tokens, cached_tokens)
+        let (predicted, reported) = self.index.report(worker, salt, tokens, cached_tokens)?;
+        self.fleet.reported(worker, predicted, reported);
+        Ok(())
     }
 }

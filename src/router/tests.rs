@@ -11,6 +11,7 @@ fn candidate(worker: u32, in_flight: u64, routed: u64) -> Candidate {
         queue_len: 0,
         matched_blocks: 0,
         cached_tokens: 0,
+        cached_by_tier: [0; 4],
     }
 }
 

@@ -122,6 +122,20 @@ impl EngineBlocks {
         Some(self.slots[slot as usize])
     }
 
+    /// Keeps only the records for which `keep` is true.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&EngineBlock) -> bool) {
+        let slots = &self.slots;
+        let mut freed = Vec::new();
+        self.index.retain(|&mut s| {
+            let kept = keep(&slots[s as usize]);
+            if !kept {
+                freed.push(s);
+            }
+            kept
+        });
+        self.free.extend(freed);
+    }
+
     /// Removes every record, keeping the allocations.
     pub(super) fn clear(&mut self) {
         self.slots.clear();

@@ -18,39 +18,50 @@
 //! by age ([`IndexConfig::ttl`](crate::IndexConfig::ttl)).
 
 mod blocks;
+mod event;
+mod groups;
 mod state;
 mod tips;
 #[cfg(feature = "vllm")]
 pub mod vllm;
+mod worker;
 
-pub(crate) use self::state::SyncState;
+pub use self::event::CacheEvent;
+pub(crate) use self::state::{SyncConfig, SyncState};
 
 use crate::{Error, TokenId, WorkerId};
 
-/// One change to a worker's KV cache, as an engine reports it.
-///
-/// Block hashes are the **engine's** opaque 64-bit keys, not the router's.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a KV-cache group decides which blocks a prefix hit needs (vLLM's `kv_cache_spec_kind`):
+/// see [`CacheEvent::with_group_kind`]. Group 0, the main one, is always full attention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum CacheEvent {
-    /// The worker cached `blocks` (consecutive, in order) after the block `parent` (`None`:
-    /// at the root). `tokens` holds the token IDs of all of them, `block_size` per block.
-    Stored {
-        /// The engine hash of the block before the first stored one.
-        parent: Option<u64>,
-        /// Engine hashes of the stored blocks.
-        blocks: Vec<u64>,
-        /// Token IDs of the stored blocks, concatenated.
-        tokens: Vec<TokenId>,
+pub enum GroupKind {
+    /// Every block of the hit (full attention; also any kind the router does not know).
+    #[default]
+    FullAttention,
+    /// The blocks of the last `tokens` tokens before the hit's end.
+    SlidingWindow {
+        /// The window, in tokens.
+        tokens: usize,
     },
-    /// The worker evicted these blocks (engine hashes). What hangs below them can no longer
-    /// be reached by a prefix match, so the mirror drops it too.
-    Removed {
-        /// Engine hashes of the evicted blocks.
-        blocks: Vec<u64>,
-    },
-    /// The worker dropped its whole cache.
-    Cleared,
+    /// The block ending the hit (the state a Mamba layer saved there).
+    Mamba,
+}
+
+impl GroupKind {
+    /// The kind vLLM's `kv_cache_spec_kind` and `kv_cache_spec_sliding_window` name:
+    /// `sliding_window` (with a window) and `mamba` are recognised, anything else is full
+    /// attention.
+    #[must_use]
+    pub fn from_spec(kind: Option<&str>, sliding_window: Option<u32>) -> GroupKind {
+        match (kind, sliding_window) {
+            (Some(k), Some(w)) if k.contains("sliding") => {
+                GroupKind::SlidingWindow { tokens: w as usize }
+            }
+            (Some(k), _) if k.contains("mamba") => GroupKind::Mamba,
+            _ => GroupKind::FullAttention,
+        }
+    }
 }
 
 /// Where an event's sequence number stands against the worker's previous one.
@@ -92,17 +103,36 @@ pub struct SyncOutcome {
     pub stored_blocks: usize,
     /// Blocks removed from the mirror.
     pub removed_blocks: usize,
-    /// Stores of blocks already stored, and removals of blocks still stored more than once
-    /// (counted per worker and engine hash; nothing changes).
+    /// Stores of blocks the worker was already known to hold (a prefix hit reported again, a
+    /// copy at another tier): recency and tiers change, nothing is stored twice, and one
+    /// removal removes the block.
     pub duplicate_blocks: usize,
     /// Blocks skipped because their parent is unknown (never stored, or removed): nothing
     /// is corrupted; a snapshot or replay repairs the mirror.
     pub unknown_parent_blocks: usize,
     /// Removals of blocks that were never stored (ignored).
     pub unknown_removed_blocks: usize,
+    /// Placeholder stores naming blocks the worker never reported (ignored).
+    pub unknown_blocks: usize,
+    /// Blocks of events the mirror does not track: a KV-cache group beyond
+    /// [`IndexConfig::max_groups`](crate::IndexConfig::max_groups), a lower tier of a group
+    /// other than the main one, engine blocks finer than the router's past the last whole
+    /// router block (ignored).
+    pub skipped_blocks: usize,
 }
 
 impl SyncOutcome {
+    /// Adds `other`'s block counts to this outcome's (the sequence check stays).
+    pub fn add(&mut self, other: &SyncOutcome) {
+        self.stored_blocks += other.stored_blocks;
+        self.removed_blocks += other.removed_blocks;
+        self.duplicate_blocks += other.duplicate_blocks;
+        self.unknown_parent_blocks += other.unknown_parent_blocks;
+        self.unknown_removed_blocks += other.unknown_removed_blocks;
+        self.unknown_blocks += other.unknown_blocks;
+        self.skipped_blocks += other.skipped_blocks;
+    }
+
     /// The seq to replay from when batches were skipped.
     #[must_use]
     pub fn replay_from(&self) -> Option<u64> {
@@ -123,7 +153,7 @@ impl SyncOutcome {
 /// let router = BalancedRouter::new(2)?;
 /// let tokens: Vec<u32> = (0..32).collect(); // two blocks of 16
 /// // Worker 1's engine reports that it cached both blocks (its own hash keys 11 and 12).
-/// let event = CacheEvent::Stored { parent: None, blocks: vec![11, 12], tokens: tokens.clone() };
+/// let event = CacheEvent::stored(None, vec![11, 12], tokens.clone());
 /// let outcome = router.apply_event(WorkerId::new(1), 0, &event)?;
 /// assert_eq!(outcome.stored_blocks, 2);
 /// let d = router.route(&RouteRequest::new(&tokens))?;

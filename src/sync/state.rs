@@ -1,216 +1,62 @@
-//! Per-worker sync state: the engine-hash map and sequence tracking, and how events change
-//! the tree.
+//! The sync state of one mirror: sequence tracking, and each event routed to the worker and
+//! group it changes.
 
-use super::blocks::{EngineBlock, EngineBlocks};
-use super::tips::{Tip, Tips};
-use super::{CacheEvent, Sequence, SyncOutcome};
-use crate::fold::FoldMap;
-use crate::tree::Position;
-use crate::{BlockHash, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
-
-#[derive(Debug, Default)]
-struct WorkerSync {
-    last_seq: Option<u64>,
-    blocks: EngineBlocks,
-    /// Stores of a block beyond its first (duplicates are rare, so they live apart and the
-    /// main map's entries stay small).
-    extra_refs: FoldMap<u64, u32>,
-    /// Chain tips most likely named by the next events.
-    recent: Tips,
-}
+use super::groups::Groups;
+use super::worker::WorkerSync;
+use super::{CacheEvent, GroupKind, Sequence, SyncOutcome};
+use crate::tree::Tier;
+use crate::{BlockHash, BlockKey, Error, PrefixHasher, RadixTree, TokenId, WorkerId};
 
 /// Paths reused from event to event, so that applying one allocates nothing once warm.
 #[derive(Debug, Default)]
-struct Scratch {
+pub(super) struct Scratch {
     /// The router path of a store (or of a removed block found through the parent links).
-    path: Vec<BlockHash>,
+    pub(super) path: Vec<BlockHash>,
     /// A store's whole path from the root, when it must be inserted whole.
-    full: Vec<BlockHash>,
+    pub(super) full: Vec<BlockHash>,
+    /// A finer-grained store's engine hashes, one per router block.
+    coarse: Vec<u64>,
 }
 
-impl WorkerSync {
-    /// The router path from the root to `engine` (inclusive), through the parent links.
-    /// `false` when an ancestor is unknown (or the links loop: a hostile stream).
-    fn path_to(&self, engine: u64, out: &mut Vec<BlockHash>) -> bool {
-        out.clear();
-        let mut next = Some(engine);
-        while let Some(e) = next {
-            let Some(block) = self.blocks.get(e) else {
-                return false;
-            };
-            if out.len() > self.blocks.len() {
-                return false;
-            }
-            out.push(block.router);
-            next = block.parent();
-        }
-        out.reverse();
-        true
-    }
-
-    /// Where the tree holds the stored block `engine` for `worker`: from the block's
-    /// remembered tip (taken), or the tree's last-block index and kept positions (`router`:
-    /// the block's router hash when the caller has its record; looked up otherwise). Either
-    /// is checked by the tree, so the position is the path the mirror holds for the block
-    /// (with chained hashes, the one its parent links give).
-    fn locate(
-        &mut self,
-        tree: &RadixTree,
-        engine: u64,
-        router: Option<BlockHash>,
-        worker: WorkerId,
-    ) -> Option<Position> {
-        if let Some(tip) = self.recent.take(engine) {
-            if let Some(position) = tree.resolve(tip.position, worker) {
-                return Some(position);
-            }
-        }
-        let router = match router {
-            Some(router) => router,
-            None => self.blocks.get(engine)?.router,
-        };
-        tree.find(router, worker)
-    }
-
-    /// Remembers `tip`; a tip it displaces has its position kept by the tree instead, so
-    /// that a later event naming that block (a conversation's next turn, say) still finds it
-    /// without walking the parent links.
-    fn remember(&mut self, tree: &mut RadixTree, tip: Tip) {
-        if let Some(old) = self.recent.remember(tip) {
-            tree.keep(old.position);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.blocks.clear();
-        self.extra_refs.clear();
-        self.recent.clear();
-    }
-
-    /// Applies a `Stored` event: finds where its blocks go (below the parent's position, or
-    /// below the parent's path rebuilt from the links), records them in the engine map and
-    /// inserts them into the tree.
-    fn store(
-        &mut self,
-        hasher: &PrefixHasher,
-        tree: &mut RadixTree,
-        worker: WorkerId,
-        event: Stored<'_>,
-        scratch: &mut Scratch,
-        outcome: &mut SyncOutcome,
-    ) {
-        let path = &mut scratch.path;
-        path.clear();
-        let (root, below) = match event.parent {
-            None => (hasher.root(&[]), None),
-            Some(p) => match self.locate(tree, p, None, worker) {
-                Some(at) => (at.block(), Some(at)),
-                None if self.path_to(p, path) => (path[path.len() - 1], None),
-                None => {
-                    outcome.unknown_parent_blocks = event.blocks.len();
-                    return;
-                }
-            },
-        };
-        let start = path.len();
-        hasher.continue_from(root, event.tokens, path);
-        self.record(event.parent, event.blocks, &path[start..], outcome);
-        let tip = match below {
-            Some(at) => tree.insert_below(worker, at, path).or_else(|| {
-                // The parent is inside an edge the store diverges from: the whole path.
-                tree.path_to(at, &mut scratch.full);
-                scratch.full.extend_from_slice(path);
-                tree.insert_path(worker, &scratch.full)
-            }),
-            None => tree.insert_path(worker, path),
-        };
-        if let (Some(&engine), Some(position)) = (event.blocks.last(), tip) {
-            self.remember(tree, Tip { engine, position });
-        }
-    }
-
-    /// Records stored blocks (engine hashes with their router hashes) in the engine map:
-    /// new ones, and duplicates counted apart.
-    fn record(
-        &mut self,
-        parent: Option<u64>,
-        blocks: &[u64],
-        routers: &[BlockHash],
-        outcome: &mut SyncOutcome,
-    ) {
-        if self.blocks.touch_pays() {
-            for &engine in blocks {
-                self.blocks.touch(engine);
-            }
-        }
-        let mut prev = parent;
-        for (&engine, &router) in blocks.iter().zip(routers) {
-            let block = EngineBlock {
-                engine,
-                router,
-                parent: prev.unwrap_or(engine),
-            };
-            if self.blocks.insert(block) {
-                outcome.stored_blocks += 1;
-            } else {
-                let extra = self.extra_refs.entry(engine).or_insert(0);
-                *extra = extra.saturating_add(1);
-                outcome.duplicate_blocks += 1;
-            }
-            prev = Some(engine);
-        }
-    }
-
-    /// Applies the removal of one block.
-    fn remove(
-        &mut self,
-        tree: &mut RadixTree,
-        worker: WorkerId,
-        engine: u64,
-        path: &mut Vec<BlockHash>,
-        outcome: &mut SyncOutcome,
-    ) {
-        let Some(&block) = self.blocks.get(engine) else {
-            outcome.unknown_removed_blocks += 1;
-            return;
-        };
-        if let Some(extra) = self.extra_refs.get_mut(&engine) {
-            *extra -= 1;
-            if *extra == 0 {
-                self.extra_refs.remove(&engine);
-            }
-            outcome.duplicate_blocks += 1;
-            return;
-        }
-        // The block's position in the tree, or else the end of its path through the parent
-        // links. Without either, an ancestor already removed took the block out of the tree.
-        let found = match self.locate(tree, engine, Some(block.router), worker) {
-            Some(at) => Some(at),
-            None if self.path_to(engine, path) => tree.find_path(path),
-            None => None,
-        };
-        if let Some(at) = found {
-            // The parent now ends an edge the worker holds, so the tree's index finds it
-            // when it is evicted next (a chain evicted last block first costs O(1) a block).
-            tree.truncate_at(worker, at);
-        }
-        self.blocks.remove(engine);
-        outcome.removed_blocks += 1;
-    }
-}
-
-/// The fields of a `Stored` event.
+/// The fields of a `Stored` event with tokens, in the router's block size.
 #[derive(Clone, Copy)]
-struct Stored<'e> {
-    parent: Option<u64>,
-    blocks: &'e [u64],
-    tokens: &'e [TokenId],
+pub(super) struct Stored<'e> {
+    pub(super) parent: Option<u64>,
+    pub(super) blocks: &'e [u64],
+    pub(super) tokens: &'e [TokenId],
+    pub(super) tier: Tier,
+    pub(super) salt: &'e [u8],
+    pub(super) keys: &'e [BlockKey],
+    pub(super) kind: GroupKind,
+}
+
+/// How a sync state treats events beyond their block hashes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SyncConfig {
+    /// Groups mirrored: events of groups at or beyond it are skipped and counted.
+    pub(crate) max_groups: u32,
+    /// Blocks per chunk of a lower tier's copies (vLLM's CPU offloading).
+    pub(crate) chunk_blocks: usize,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        Self {
+            max_groups: 8,
+            chunk_blocks: 1,
+        }
+    }
 }
 
 /// Sync state of every worker of one mirror.
 #[derive(Debug, Default)]
 pub(crate) struct SyncState {
+    config: SyncConfig,
+    /// The last batch seq per worker.
+    seqs: Vec<Option<u64>>,
+    /// The main group, per worker.
     workers: Vec<WorkerSync>,
+    groups: Groups,
     scratch: Scratch,
 }
 
@@ -241,40 +87,60 @@ fn classify(last: Option<u64>, seq: u64) -> Sequence {
 }
 
 impl SyncState {
+    /// A sync state configured by `config`.
+    pub(crate) fn new(config: SyncConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
     fn worker(&mut self, worker: WorkerId) -> &mut WorkerSync {
         let w = worker.index();
         if self.workers.len() <= w {
             self.workers.resize_with(w + 1, WorkerSync::default);
+            self.seqs.resize(w + 1, None);
         }
         &mut self.workers[w]
     }
 
-    /// Forgets the worker's engine map (its mirror is being replaced or removed).
+    /// The groups beyond the main one.
+    pub(crate) fn groups(&self) -> &Groups {
+        &self.groups
+    }
+
+    /// The groups beyond the main one, to record a routed prompt.
+    pub(crate) fn groups_mut(&mut self) -> &mut Groups {
+        &mut self.groups
+    }
+
+    /// Forgets the worker's engine maps (its mirror is being replaced or removed).
     pub(crate) fn forget(&mut self, worker: WorkerId) {
         if let Some(ws) = self.workers.get_mut(worker.index()) {
             ws.clear();
-            ws.last_seq = None;
+            self.seqs[worker.index()] = None;
         }
+        self.groups.forget(worker);
     }
 
     /// Bytes allocated by the engine maps.
     pub(crate) fn memory_bytes(&self) -> usize {
-        let paths = self.scratch.path.capacity() + self.scratch.full.capacity();
+        let s = &self.scratch;
+        let paths = (s.path.capacity() + s.full.capacity()) * core::mem::size_of::<BlockHash>()
+            + s.coarse.capacity() * 8;
         self.workers.capacity() * core::mem::size_of::<WorkerSync>()
+            + self.seqs.capacity() * core::mem::size_of::<Option<u64>>()
             + self
                 .workers
                 .iter()
-                .map(|w| {
-                    w.blocks.allocation_size()
-                        + w.extra_refs.allocation_size()
-                        + w.recent.allocation_size()
-                })
+                .map(WorkerSync::allocation_size)
                 .sum::<usize>()
-            + paths * core::mem::size_of::<BlockHash>()
+            + self.groups.memory_bytes()
+            + paths
     }
 
     /// Applies one event to `tree`: checks it, classifies its sequence number (a restart
-    /// clears the worker first), then applies it.
+    /// clears the worker first), then applies it to its group.
     pub(crate) fn apply(
         &mut self,
         hasher: &PrefixHasher,
@@ -284,52 +150,150 @@ impl SyncState {
         event: &CacheEvent,
     ) -> Result<SyncOutcome, Error> {
         check_worker(worker)?;
-        validate(hasher, event)?;
-        let ws = self.worker(worker);
+        let ratio = check(hasher, event)?;
         if let CacheEvent::Stored { blocks, .. } = event {
-            if ws.blocks.len().saturating_add(blocks.len()) > EngineBlocks::MAX_LEN {
+            let held = self.worker(worker).blocks.len();
+            if held.saturating_add(blocks.len()) > super::blocks::EngineBlocks::MAX_LEN {
                 return Err(Error::InvalidEvent(format!(
                     "worker {} would hold more than {} engine blocks",
                     worker.get(),
-                    EngineBlocks::MAX_LEN
+                    super::blocks::EngineBlocks::MAX_LEN
                 )));
             }
         }
         tree.track_positions();
+        self.worker(worker);
+        let w = worker.index();
         let mut outcome = SyncOutcome {
-            sequence: classify(ws.last_seq, seq),
+            sequence: classify(self.seqs[w], seq),
             ..SyncOutcome::default()
         };
         if let Sequence::Restart { .. } = outcome.sequence {
-            ws.clear();
+            self.forget(worker);
             tree.remove_worker(worker);
         }
-        ws.last_seq = Some(seq);
-        let (ws, scratch) = (&mut self.workers[worker.index()], &mut self.scratch);
+        self.seqs[w] = Some(seq);
         match event {
-            CacheEvent::Stored {
-                parent,
-                blocks,
-                tokens,
-            } => {
-                let stored = Stored {
-                    parent: *parent,
-                    blocks,
-                    tokens,
-                };
-                ws.store(hasher, tree, worker, stored, scratch, &mut outcome);
+            CacheEvent::Stored { .. } => {
+                self.stored(hasher, tree, worker, event, ratio, &mut outcome)
             }
-            CacheEvent::Removed { blocks } => {
-                for &engine in blocks {
-                    ws.remove(tree, worker, engine, &mut scratch.path, &mut outcome);
-                }
+            CacheEvent::Removed {
+                blocks,
+                tier,
+                group,
+            } => {
+                self.removed(tree, worker, blocks, *tier, *group, &mut outcome);
             }
             CacheEvent::Cleared => {
-                ws.clear();
-                tree.remove_worker(worker);
+                tree.clear_tier(worker, Tier::Device);
+                self.workers[w].cleared_device(tree, worker);
+                self.groups.forget(worker);
             }
         }
         Ok(outcome)
+    }
+
+    /// Applies a `Stored` event whose blocks hold `ratio` engine blocks per router block.
+    fn stored(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        event: &CacheEvent,
+        ratio: usize,
+        outcome: &mut SyncOutcome,
+    ) {
+        let CacheEvent::Stored {
+            parent,
+            blocks,
+            tokens,
+            tier,
+            group,
+            salt,
+            keys,
+            kind,
+            ..
+        } = event
+        else {
+            return;
+        };
+        if *group >= self.config.max_groups || (*group > 0 && *tier != Tier::Device) {
+            outcome.skipped_blocks += blocks.len();
+            return;
+        }
+        if tokens.is_empty() {
+            if *group == 0 {
+                let ws = &mut self.workers[worker.index()];
+                ws.store_placeholder(tree, worker, blocks, *tier, &mut self.scratch, outcome);
+            } else {
+                outcome.skipped_blocks += blocks.len();
+            }
+            return;
+        }
+        // Engine blocks finer than the router's: each router block is named by the last of
+        // its engine blocks. A run that does not end on a router block is cut there.
+        let mut coarse = core::mem::take(&mut self.scratch.coarse);
+        let blocks = if ratio == 1 {
+            blocks.as_slice()
+        } else {
+            let whole = blocks.len() / ratio * ratio;
+            outcome.skipped_blocks += blocks.len() - whole;
+            coarse.clear();
+            coarse.extend(blocks[..whole].iter().skip(ratio - 1).step_by(ratio));
+            coarse.as_slice()
+        };
+        let router_tokens = blocks.len() * hasher.block_size();
+        let stored = Stored {
+            parent: *parent,
+            blocks,
+            tokens: &tokens[..router_tokens],
+            tier: *tier,
+            salt,
+            keys,
+            kind: *kind,
+        };
+        if *group == 0 {
+            let ws = &mut self.workers[worker.index()];
+            ws.store(hasher, tree, worker, &stored, &mut self.scratch, outcome);
+        } else {
+            let path = &mut self.scratch.path;
+            self.groups
+                .store(hasher, worker, *group, &stored, path, outcome);
+        }
+        self.scratch.coarse = coarse;
+    }
+
+    /// Applies a `Removed` event.
+    fn removed(
+        &mut self,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        blocks: &[u64],
+        tier: Tier,
+        group: u32,
+        outcome: &mut SyncOutcome,
+    ) {
+        if group >= self.config.max_groups || (group > 0 && tier != Tier::Device) {
+            outcome.skipped_blocks += blocks.len();
+            return;
+        }
+        if group > 0 {
+            self.groups.remove(worker, group, blocks, outcome);
+            return;
+        }
+        let ws = &mut self.workers[worker.index()];
+        for &engine in blocks {
+            let chunk = self.config.chunk_blocks;
+            ws.remove(
+                tree,
+                worker,
+                engine,
+                tier,
+                chunk,
+                &mut self.scratch.path,
+                outcome,
+            );
+        }
     }
 
     /// Replaces the worker's mirror by `prefixes`.
@@ -342,6 +306,7 @@ impl SyncState {
     ) -> Result<(), Error> {
         check_worker(worker)?;
         self.worker(worker).clear();
+        self.groups.forget(worker);
         tree.remove_worker(worker);
         for prefix in prefixes {
             hasher.hash_into(prefix, &mut self.scratch.path);
@@ -350,7 +315,8 @@ impl SyncState {
         Ok(())
     }
 
-    /// Sets the worker's mirror of `tokens` (salted with `salt`) to `cached_tokens`.
+    /// Sets the worker's mirror of `tokens` (salted with `salt`) to `cached_tokens`; returns
+    /// the tokens the mirror predicted before.
     pub(crate) fn report(
         &mut self,
         hasher: &PrefixHasher,
@@ -359,7 +325,7 @@ impl SyncState {
         salt: &[u8],
         tokens: &[TokenId],
         cached_tokens: usize,
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         check_worker(worker)?;
         let path = &mut self.scratch.path;
         hasher.hash_salted_into(salt, tokens, path);
@@ -370,29 +336,41 @@ impl SyncState {
         } else if reported > held {
             tree.insert(worker, &path[..reported]);
         }
-        Ok(())
+        Ok(held * hasher.block_size())
     }
 }
 
-/// Checks an event against the router's block size before anything changes.
-fn validate(hasher: &PrefixHasher, event: &CacheEvent) -> Result<(), Error> {
-    let CacheEvent::Stored { blocks, tokens, .. } = event else {
-        return Ok(());
+/// Checks an event against the router's block size before anything changes; returns how
+/// many of the event's blocks make one router block (1 unless the event's blocks are finer).
+fn check(hasher: &PrefixHasher, event: &CacheEvent) -> Result<usize, Error> {
+    let CacheEvent::Stored {
+        blocks,
+        tokens,
+        block_size,
+        ..
+    } = event
+    else {
+        return Ok(1);
     };
-    let block_size = hasher.block_size();
-    if tokens.len() == blocks.len() * block_size {
-        return Ok(());
+    if tokens.is_empty() && matches!(block_size, None | Some(0)) {
+        return Ok(1); // a placeholder: blocks named, no tokens
     }
-    if !blocks.is_empty() && tokens.len() % blocks.len() == 0 {
-        return Err(Error::BlockSizeMismatch {
-            engine: tokens.len() / blocks.len(),
-            router: block_size,
-        });
+    let router = hasher.block_size();
+    let engine = match block_size {
+        Some(size) => *size,
+        None if blocks.is_empty() => router,
+        None => tokens.len() / blocks.len(),
+    };
+    if engine == 0 || tokens.len() != blocks.len() * engine {
+        return Err(Error::InvalidEvent(format!(
+            "a stored event has {} token ids for {} blocks: expected {} tokens per block",
+            tokens.len(),
+            blocks.len(),
+            if engine == 0 { router } else { engine }
+        )));
     }
-    Err(Error::InvalidEvent(format!(
-        "a stored event has {} token ids for {} blocks: expected {} tokens per block",
-        tokens.len(),
-        blocks.len(),
-        block_size
-    )))
+    if engine == router || (engine < router && router % engine == 0) {
+        return Ok(router / engine);
+    }
+    Err(Error::BlockSizeMismatch { engine, router })
 }

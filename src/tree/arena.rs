@@ -15,6 +15,7 @@
 //! Links between nodes (`parent`, children, siblings) belong to the shape layer and recency
 //! links and stamps to the recency layer; the arena only stores them.
 
+use super::members::Members;
 use crate::BlockHash;
 use crate::list::Slot;
 
@@ -122,13 +123,6 @@ impl Node {
     }
 }
 
-/// Holder bitsets: node `n` owns `words[n * stride..(n + 1) * stride]`.
-#[derive(Clone, Debug)]
-struct Members {
-    words: Vec<u64>,
-    stride: usize,
-}
-
 /// The node slab, the edge pool and the holder bitsets.
 #[derive(Clone, Debug)]
 pub(super) struct Arena {
@@ -183,10 +177,7 @@ impl Arena {
             live: 1,
             pool: Vec::new(),
             garbage: 0,
-            members: Members {
-                words: vec![0],
-                stride: 1,
-            },
+            members: Members::new(1),
         }
     }
 
@@ -283,9 +274,7 @@ impl Arena {
         lower.edge_start += at;
         lower.edge_len -= at;
         lower.depth += at;
-        let stride = self.members.stride;
-        let (from, to) = (id.index() * stride, upper.index() * stride);
-        self.members.words.copy_within(from..from + stride, to);
+        self.members.copy_node(id.index(), upper.index());
         upper
     }
 
@@ -348,10 +337,7 @@ impl Arena {
         }
         let id = NodeId(u32::try_from(self.nodes.len()).unwrap_or(u32::MAX));
         self.nodes.push(node);
-        let stride = self.members.stride;
-        self.members
-            .words
-            .resize(self.members.words.len() + stride, 0);
+        self.members.push_node();
         id
     }
 
@@ -359,8 +345,7 @@ impl Arena {
     pub(super) fn free(&mut self, id: NodeId) {
         self.garbage += self.nodes[id.index()].len();
         self.nodes[id.index()] = Node::FREE;
-        let stride = self.members.stride;
-        self.members.words[id.index() * stride..][..stride].fill(0);
+        self.members.clear_node(id.index());
         self.free.push(id);
         self.live -= 1;
     }
@@ -369,39 +354,53 @@ impl Arena {
 
     /// Makes room in every bitset for worker index `w`.
     pub(super) fn ensure_worker(&mut self, w: usize) {
-        let stride = w / 64 + 1;
-        let old = self.members.stride;
-        if stride <= old {
-            return;
-        }
-        let mut words = vec![0u64; self.nodes.len() * stride];
-        for (n, chunk) in self.members.words.chunks_exact(old).enumerate() {
-            words[n * stride..n * stride + old].copy_from_slice(chunk);
-        }
-        self.members = Members { words, stride };
+        self.members.ensure_worker(self.nodes.len(), w);
     }
 
     /// The holder bitset of `id`.
     #[inline]
     pub(super) fn words(&self, id: NodeId) -> &[u64] {
-        let stride = self.members.stride;
-        &self.members.words[id.index() * stride..][..stride]
+        self.members.holders(id.index())
     }
 
     /// Whether worker `w` holds `id`.
     #[inline]
     pub(super) fn has_member(&self, id: NodeId, w: usize) -> bool {
-        w / 64 < self.members.stride && self.words(id)[w / 64] & (1 << (w % 64)) != 0
+        self.members.has(id.index(), w)
     }
 
+    /// Makes `w` a holder of `id` (at the device tier) or not.
     #[inline]
     pub(super) fn set_member(&mut self, id: NodeId, w: usize, on: bool) {
-        let word = &mut self.members.words[id.index() * self.members.stride + w / 64];
-        if on {
-            *word |= 1 << (w % 64);
-        } else {
-            *word &= !(1 << (w % 64));
+        self.members.set(id.index(), w, on);
+    }
+
+    /// Whether blocks are held below the device tier anywhere (tier planes are kept).
+    #[inline]
+    pub(super) fn tiered(&self) -> bool {
+        self.members.tiered()
+    }
+
+    /// The best tier index of holder `w` of `id` (0: device).
+    #[inline]
+    pub(super) fn best_tier(&self, id: NodeId, w: usize) -> u8 {
+        self.members.best(id.index(), w)
+    }
+
+    /// Sets the best tier index of holder `w` of `id`, keeping tier planes from the first
+    /// index above 0 on.
+    #[inline]
+    pub(super) fn set_best_tier(&mut self, id: NodeId, w: usize, tier: u8) {
+        if tier > 0 && !self.members.tiered() {
+            self.members.enable_tiers(self.nodes.len());
         }
+        self.members.set_best(id.index(), w, tier);
+    }
+
+    /// Whether two nodes have the same holders at the same best tiers.
+    #[inline]
+    pub(super) fn same_members(&self, a: NodeId, b: NodeId) -> bool {
+        self.members.same(a.index(), b.index())
     }
 
     /// Whether nobody holds `id`.
@@ -466,7 +465,7 @@ impl Arena {
         self.nodes.capacity() * size_of::<Node>()
             + self.free.capacity() * size_of::<NodeId>()
             + self.pool.capacity() * size_of::<BlockHash>()
-            + self.members.words.capacity() * size_of::<u64>()
+            + self.members.memory_bytes()
     }
 
     /// The arena's invariants: counts, edges inside the pool, `last` copies, the pool's

@@ -14,7 +14,8 @@
 //!   the root (so at least 1).
 //! - **holder**: a worker holding a node; every node records its holders in a bitset.
 //! - **holding**: one holder's hold on one node, with its **stamp**, the logical time of
-//!   that worker's last insert or touch through the node.
+//!   that worker's last insert or touch through the node, and its **tiers**, the storage
+//!   tiers it holds the node's blocks at (the best one counts in a match).
 //! - **position**: a checked, weak handle on one block (a node that held it, its depth and
 //!   its hash); stale positions are useless, never wrong. A **kept position** is one the
 //!   last-block index holds while its block is in the tree.
@@ -38,22 +39,27 @@
 //!  search.rs    read-only walks from the root (match, held prefix, locate)
 //!  shape.rs     the child map; attach, split, merge, trim, drop (through `Edit`)
 //!  recency.rs   holdings, per-worker and global LRU lists, victims   position.rs  Position, last-block index
-//!  arena.rs     NodeId, nodes, the edge pool, holder bitsets
+//!  arena.rs     NodeId, nodes, the edge pool       members.rs  holder bitsets and tier planes
 //! ```
 //!
 //! Recency chooses what to evict; shape removes it; `RadixTree` runs the loop.
 
 mod arena;
+mod members;
 mod position;
 mod prefix_match;
 mod radix;
 mod recency;
 mod search;
 mod shape;
+mod tier;
 
 pub(crate) use self::position::Position;
 pub use self::prefix_match::PrefixMatch;
 pub use self::radix::{RadixTree, TreeConfig};
+pub(crate) use self::search::Held;
+pub use self::tier::Tier;
+pub(crate) use self::tier::TierSet;
 
 /// Identifies one inference worker: a dense index (`0..n`) chosen by the host.
 ///

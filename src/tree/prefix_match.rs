@@ -1,6 +1,7 @@
 //! The result of one longest-prefix walk: how many leading blocks each worker holds.
 
-use super::WorkerId;
+use super::search::Held;
+use super::{Tier, WorkerId};
 
 /// How many leading blocks of a query each worker holds, from one walk of the tree.
 ///
@@ -26,6 +27,9 @@ pub struct PrefixMatch {
     /// (worker, matched blocks) for every worker with at least one block, in the order the
     /// walk found them: by matched blocks, fewest first, then by worker id.
     entries: Vec<(WorkerId, u32)>,
+    /// Blocks held below the device tier (host, disk, remote), by entry, kept only once a
+    /// match meets a tier below the device.
+    lower: Vec<[u32; 3]>,
     /// Matched blocks indexed by worker; only the entries' slots are non-zero.
     dense: Vec<u32>,
     /// Blocks in the query.
@@ -65,6 +69,20 @@ impl PrefixMatch {
         self.entries.iter().map(|&(w, b)| (w, b as usize))
     }
 
+    /// How many of the leading blocks `worker` holds it holds at `tier` (each block counted
+    /// at the best tier holding it; 0 for an unknown worker).
+    #[must_use]
+    pub fn matched_blocks_at(&self, worker: WorkerId, tier: Tier) -> usize {
+        let Some(i) = self.entries.iter().position(|(w, _)| *w == worker) else {
+            return 0;
+        };
+        let lower = self.lower.get(i).copied().unwrap_or_default();
+        match tier.index() {
+            0 => (self.entries[i].1 - lower.iter().sum::<u32>()) as usize,
+            t => lower[t - 1] as usize,
+        }
+    }
+
     /// The number of workers that hold at least one leading block.
     #[inline]
     #[must_use]
@@ -94,17 +112,36 @@ impl PrefixMatch {
             }
         }
         self.entries.clear();
+        self.lower.clear();
         self.query_blocks = query_blocks;
     }
 
-    /// Records that `worker` holds `blocks` leading blocks. Each worker is recorded once.
+    /// Records that `worker` holds `blocks` leading blocks, all at the device tier. Each
+    /// worker is recorded once.
     #[inline]
-    pub(crate) fn record(&mut self, worker: usize, blocks: usize) {
+    pub(crate) fn record_blocks(&mut self, worker: usize, blocks: usize) {
         if self.dense.len() <= worker {
             self.dense.resize(worker + 1, 0);
         }
         let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
         self.dense[worker] = blocks;
         self.entries.push((WorkerId::new(worker as u32), blocks));
+    }
+
+    /// Records what `worker` holds. Each worker is recorded once.
+    #[inline]
+    pub(crate) fn record(&mut self, worker: usize, held: Held) {
+        if self.dense.len() <= worker {
+            self.dense.resize(worker + 1, 0);
+        }
+        self.dense[worker] = held.blocks;
+        let lower = [held.by_tier[1], held.by_tier[2], held.by_tier[3]];
+        if lower != [0; 3] || !self.lower.is_empty() {
+            // Entries before the first one with lower tiers held none.
+            self.lower.resize(self.entries.len(), [0; 3]);
+            self.lower.push(lower);
+        }
+        self.entries
+            .push((WorkerId::new(worker as u32), held.blocks));
     }
 }

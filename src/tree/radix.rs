@@ -3,9 +3,9 @@
 use super::arena::{Arena, NodeId};
 use super::position::{LastBlocks, Position};
 use super::recency::{Cursor, Recency};
-use super::search::Search;
+use super::search::{Held, Search};
 use super::shape::{Edit, Shape};
-use super::{PrefixMatch, WorkerId};
+use super::{PrefixMatch, Tier, TierSet, WorkerId};
 use crate::{BlockHash, Error};
 
 /// Memory bounds of a [`RadixTree`], applied to all workers together.
@@ -191,22 +191,46 @@ impl RadixTree {
     ///
     /// Cost: one walk of the prefix plus O(1) per node on it (and O(holders) per split).
     pub fn insert(&mut self, worker: WorkerId, blocks: &[BlockHash]) {
-        self.insert_path(worker, blocks);
+        self.insert_path(worker, blocks, Tier::Device);
     }
 
-    /// [`Self::insert`], returning the position of the path's last block (`None` when
+    /// [`Self::insert`] of blocks `worker` holds at `tier`: each block of the path is held
+    /// at `tier` too (besides any tier it was held at), and the path becomes the worker's most
+    /// recently used.
+    ///
+    /// ```
+    /// use prefix_router::{BlockHash, RadixTree, Tier, WorkerId};
+    ///
+    /// let blocks: Vec<BlockHash> = (1..=4).map(BlockHash::new).collect();
+    /// let w = WorkerId::new(0);
+    /// let mut tree = RadixTree::new();
+    /// tree.insert(w, &blocks[..2]);
+    /// tree.insert_at(w, &blocks, Tier::Host);
+    /// let m = tree.match_prefix(&blocks);
+    /// assert_eq!(m.matched_blocks(w), 4);
+    /// assert_eq!(m.matched_blocks_at(w, Tier::Device), 2); // best tier of the first two
+    /// assert_eq!(m.matched_blocks_at(w, Tier::Host), 2);
+    /// tree.remove_tier(w, &blocks, 0, Tier::Device); // the device copies go
+    /// assert_eq!(tree.match_prefix(&blocks).matched_blocks_at(w, Tier::Host), 4);
+    /// ```
+    pub fn insert_at(&mut self, worker: WorkerId, blocks: &[BlockHash], tier: Tier) {
+        self.insert_path(worker, blocks, tier);
+    }
+
+    /// [`Self::insert_at`], returning the position of the path's last block (`None` when
     /// nothing was inserted).
     pub(crate) fn insert_path(
         &mut self,
         worker: WorkerId,
         blocks: &[BlockHash],
+        tier: Tier,
     ) -> Option<Position> {
         if blocks.is_empty() || !self.ensure_worker(worker) {
             return None;
         }
         let w = worker.index();
         let mut cursor = self.recency.start();
-        let end = self.descend(w, &mut cursor, NodeId::ROOT, blocks);
+        let end = self.descend(w, &mut cursor, NodeId::ROOT, blocks, tier);
         Some(self.finish_insert(w, end, blocks.len(), blocks[blocks.len() - 1]))
     }
 
@@ -221,6 +245,7 @@ impl RadixTree {
         worker: WorkerId,
         at: Position,
         blocks: &[BlockHash],
+        tier: Tier,
     ) -> Option<Position> {
         let n = self.arena.live_node(at.node)?;
         let (depth, start, end) = (at.depth(), n.depth(), n.end());
@@ -243,19 +268,19 @@ impl RadixTree {
             }
         }
         let mut cursor = self.recency.start();
-        self.refresh_path(w, &mut cursor, node);
+        self.refresh_path(w, &mut cursor, node, tier);
         let end = if along == blocks.len() {
             node
         } else {
-            self.descend(w, &mut cursor, node, &blocks[along..])
+            self.descend(w, &mut cursor, node, &blocks[along..], tier)
         };
         let last = blocks[blocks.len() - 1];
         Some(self.finish_insert(w, end, depth + blocks.len(), last))
     }
 
-    /// Refreshes the path from the root down to `node` for `w`, root first, as the walk from
-    /// the root does.
-    fn refresh_path(&mut self, w: usize, cursor: &mut Cursor, node: NodeId) {
+    /// Refreshes the path from the root down to `node` for `w` at `tier`, root first, as the
+    /// walk from the root does.
+    fn refresh_path(&mut self, w: usize, cursor: &mut Cursor, node: NodeId, tier: Tier) {
         let mut above: smallvec::SmallVec<[NodeId; 16]> = smallvec::SmallVec::new();
         let mut id = node;
         while id != NodeId::ROOT {
@@ -263,7 +288,7 @@ impl RadixTree {
             id = self.arena[id].parent;
         }
         for &id in above.iter().rev() {
-            self.recency.refresh(&mut self.arena, cursor, id, w);
+            self.recency.refresh(&mut self.arena, cursor, id, w, tier);
             self.edit().queue_merge(id);
         }
     }
@@ -277,11 +302,12 @@ impl RadixTree {
         cursor: &mut Cursor,
         mut node: NodeId,
         blocks: &[BlockHash],
+        tier: Tier,
     ) -> NodeId {
         let mut pos = 0;
         while pos < blocks.len() {
             let next = match self.search().child(node, blocks[pos]) {
-                None if self.edit().extendable(node, w) => {
+                None if self.edit().extendable(node, w, tier) => {
                     // A chain growing on one worker (an engine storing a running request's
                     // blocks, a conversation's next turn): what a new leaf merged back into
                     // this one would give, without making and freeing the leaf.
@@ -303,7 +329,7 @@ impl RadixTree {
                     }
                 }
             };
-            self.recency.refresh(&mut self.arena, cursor, next, w);
+            self.recency.refresh(&mut self.arena, cursor, next, w, tier);
             self.edit().queue_merge(next);
             node = next;
         }
@@ -349,8 +375,21 @@ impl RadixTree {
     /// allocates nothing.
     pub fn match_prefix_into(&self, blocks: &[BlockHash], out: &mut PrefixMatch) {
         out.reset(blocks.len());
+        if self.arena.tiered() {
+            self.search()
+                .for_each_match(blocks, |w, held| out.record(w, held));
+        } else {
+            self.search()
+                .for_each_blocks(blocks, |w, matched| out.record_blocks(w, matched));
+        }
+    }
+
+    /// The walk behind [`match_prefix`](Self::match_prefix), with tiers: calls `f(worker,
+    /// held)` once for every worker holding at least the first block. Allocates nothing.
+    #[inline]
+    pub(crate) fn for_each_held(&self, blocks: &[BlockHash], mut f: impl FnMut(WorkerId, Held)) {
         self.search()
-            .for_each_match(blocks, |w, matched| out.record(w, matched));
+            .for_each_match(blocks, |w, held| f(WorkerId::new(w as u32), held));
     }
 
     /// The walk behind [`match_prefix`](Self::match_prefix): calls `f(worker, blocks)` once
@@ -358,7 +397,7 @@ impl RadixTree {
     /// blocks it holds, shallowest first. Allocates nothing.
     pub fn for_each_match(&self, blocks: &[BlockHash], mut f: impl FnMut(WorkerId, usize)) {
         self.search()
-            .for_each_match(blocks, |w, matched| f(WorkerId::new(w as u32), matched));
+            .for_each_blocks(blocks, |w, matched| f(WorkerId::new(w as u32), matched));
     }
 
     /// How many leading blocks of `blocks` `worker` holds (one walk, no allocation).
@@ -421,17 +460,89 @@ impl RadixTree {
         }
     }
 
-    /// [`Self::truncate`] of the path through `at` (a block's position), without the path:
-    /// `worker` drops that block and everything it holds below.
-    pub(crate) fn truncate_at(&mut self, worker: WorkerId, at: Position) {
+    /// `worker` stops holding, at `tier`, block `keep` of the prefix `blocks` and every block
+    /// below it; a block then held at no tier is dropped (as [`Self::truncate`] drops it). The
+    /// blocks above stay as they are. A no-op where the worker does not hold block `keep`.
+    ///
+    /// This is how an engine's eviction from one tier is mirrored: a block evicted from the
+    /// GPU but kept in host memory stays held, at the host tier.
+    pub fn remove_tier(&mut self, worker: WorkerId, blocks: &[BlockHash], keep: usize, tier: Tier) {
+        let w = worker.index();
+        if !self.recency.knows(w) || keep >= blocks.len() {
+            return;
+        }
+        if let Some((node, offset)) = self.search().locate_depth(blocks, keep) {
+            self.drop_tier_held_from(w, node, offset, tier);
+        }
+    }
+
+    /// [`Self::remove_tier`] from `at` (a block's position): `worker` stops holding that block
+    /// and everything below it at `tier`.
+    pub(crate) fn remove_tier_at(&mut self, worker: WorkerId, at: Position, tier: Tier) {
         let w = worker.index();
         if !self.recency.knows(w) {
             return;
         }
         if let Some((node, _)) = Position::containing(&self.arena, at.node, at.depth()) {
             let offset = at.depth() - 1 - self.arena[node].depth();
-            self.drop_held_from(w, node, offset);
+            self.drop_tier_held_from(w, node, offset, tier);
         }
+    }
+
+    /// What a tier removal does once it has found the first block: `node`'s block at `offset`.
+    /// Where `w` holds the node at that tier alone, so everything below too (each tier's
+    /// blocks are a prefix), the blocks are dropped outright.
+    fn drop_tier_held_from(&mut self, w: usize, node: NodeId, offset: usize, tier: Tier) {
+        if !self.arena.tiered() {
+            // Every holding is at the device tier alone.
+            if tier == Tier::Device {
+                self.drop_held_from(w, node, offset);
+            }
+            return;
+        }
+        match self.recency.tiers(node, w) {
+            Some(tiers) if tiers == TierSet::of(tier) => self.drop_held_from(w, node, offset),
+            Some(tiers) if tiers.contains(tier) => {
+                let mut edit = self.edit();
+                edit.drop_tier_from(w, node, offset, tier);
+                edit.finish_merges();
+                self.arena.maybe_compact();
+            }
+            _ => {}
+        }
+    }
+
+    /// `worker` stops holding anything at `tier` (an engine's reset of one tier).
+    pub fn clear_tier(&mut self, worker: WorkerId, tier: Tier) {
+        if !self.recency.knows(worker.index()) {
+            return;
+        }
+        let mut edit = self.edit();
+        edit.drop_tier_everywhere(worker.index(), tier);
+        edit.finish_merges();
+        self.arena.maybe_compact();
+    }
+
+    /// Calls `f` with every block `worker` holds (at any tier).
+    pub(crate) fn for_each_held_block(&self, worker: WorkerId, mut f: impl FnMut(BlockHash)) {
+        for node in self.recency.nodes_of(worker.index()) {
+            self.arena.edge(node).iter().copied().for_each(&mut f);
+        }
+    }
+
+    /// Whether any block is held below the device tier (else every holding is at the device
+    /// tier alone).
+    pub(crate) fn tiered(&self) -> bool {
+        self.arena.tiered()
+    }
+
+    /// The tiers `worker` holds the block at `at` at, when it holds it there.
+    pub(crate) fn tiers_at(&self, worker: WorkerId, at: Position) -> Option<TierSet> {
+        let (node, block) = Position::containing(&self.arena, at.node, at.depth())?;
+        if block != at.block {
+            return None;
+        }
+        self.recency.tiers(node, worker.index())
     }
 
     /// What a truncation does once it has found the first dropped block: `node`'s block at

@@ -1,7 +1,8 @@
 //! Recency: which worker holds which node since when, in least-recently-used order.
 //!
 //! A **holding** is one worker's hold on one node, with the logical time (**stamp**) of
-//! that worker's last insert or touch through the node. Each worker's holdings form a list,
+//! that worker's last insert or touch through the node, and the set of storage **tiers** it
+//! holds the node's blocks at. Each worker's holdings form a list,
 //! least recent first; all live nodes form one global list by their own stamp (the most
 //! recent over their holders). Invariants, after every tree operation:
 //!
@@ -10,11 +11,15 @@
 //!   list's head is never the parent of a node that is still held (it has no held child);
 //! - a holding is never more recent than its node, nor than its holder's holding of the
 //!   parent; so eviction from a list's head removes leaves;
-//! - a worker's `blocks` is the sum of the edges it holds, at most its capacity.
+//! - a worker's `blocks` is the sum of the edges it holds, at most its capacity;
+//! - a holding's tier set is never empty, holds no tier its holder's holding of the parent
+//!   lacks (each tier's blocks are a prefix), and its best tier is the one the arena's tier
+//!   planes record.
 //!
 //! This layer only chooses what to evict (the victims); the shape layer removes it.
 
 use super::arena::{Arena, NodeId, bits};
+use super::tier::{Tier, TierSet};
 use crate::fold::FoldMap;
 use crate::list::{self, List, Slot, is_linked, link_after, link_before, unlink};
 
@@ -35,7 +40,10 @@ impl Slot for HoldingId {
 struct Holding {
     /// `NONE` while the slot is free.
     node: NodeId,
-    worker: u32,
+    /// The worker index (below `RadixTree::MAX_WORKERS`, so it fits).
+    worker: u16,
+    /// The tiers the worker holds the node's blocks at.
+    tiers: TierSet,
     prev: HoldingId,
     next: HoldingId,
     stamp: u64,
@@ -156,15 +164,16 @@ impl Recency {
         self.index.get(&key(node, w)).copied()
     }
 
-    /// Makes `node` most recently used for `w` at the cursor's time: adds `w` as a holder if
-    /// it was not one (setting its holder bit), and links the node and the holding just
-    /// before the cursor's anchors, which then move to them.
+    /// Makes `node` most recently used for `w` at the cursor's time, held at `tier` too:
+    /// adds `w` as a holder if it was not one (setting its holder bit), and links the node
+    /// and the holding just before the cursor's anchors, which then move to them.
     pub(super) fn refresh(
         &mut self,
         arena: &mut Arena,
         cursor: &mut Cursor,
         node: NodeId,
         w: usize,
+        tier: Tier,
     ) {
         arena[node].stamp = cursor.now;
         let linked = is_linked(arena.nodes_mut(), &self.lru, node);
@@ -181,6 +190,10 @@ impl Recency {
         let h = match self.holding(node, w) {
             Some(h) => {
                 self.holdings[h.index()].stamp = cursor.now;
+                let tiers = self.holdings[h.index()].tiers;
+                if !tiers.contains(tier) {
+                    self.set_tiers(arena, h, tiers.with(tier));
+                }
                 if self.holdings[h.index()].next == cursor.holding {
                     cursor.holding = h;
                     return;
@@ -189,8 +202,11 @@ impl Recency {
                 h
             }
             None => {
-                let h = self.new_holding(node, w, cursor.now);
+                let h = self.new_holding(node, w, cursor.now, TierSet::of(tier));
                 arena.set_member(node, w, true);
+                if tier != Tier::Device {
+                    arena.set_best_tier(node, w, tier.index() as u8);
+                }
                 self.workers[w].blocks += arena[node].len();
                 h
             }
@@ -214,10 +230,35 @@ impl Recency {
         self.workers[w].blocks -= count;
     }
 
-    fn new_holding(&mut self, node: NodeId, w: usize, stamp: u64) -> HoldingId {
+    /// Sets holding `h`'s tiers (not empty) and its node's tier planes.
+    fn set_tiers(&mut self, arena: &mut Arena, h: HoldingId, tiers: TierSet) {
+        let holding = &mut self.holdings[h.index()];
+        holding.tiers = tiers;
+        let (node, w) = (holding.node, usize::from(holding.worker));
+        if arena.best_tier(node, w) != tiers.best_index() {
+            arena.set_best_tier(node, w, tiers.best_index());
+        }
+    }
+
+    /// The tiers `w` holds `node` at (`None`: it does not hold it).
+    #[inline]
+    pub(super) fn tiers(&self, node: NodeId, w: usize) -> Option<TierSet> {
+        self.holding(node, w)
+            .map(|h| self.holdings[h.index()].tiers)
+    }
+
+    /// `w` keeps holding `node` at `tiers` (not empty) instead.
+    pub(super) fn retier(&mut self, arena: &mut Arena, node: NodeId, w: usize, tiers: TierSet) {
+        if let Some(h) = self.holding(node, w) {
+            self.set_tiers(arena, h, tiers);
+        }
+    }
+
+    fn new_holding(&mut self, node: NodeId, w: usize, stamp: u64, tiers: TierSet) -> HoldingId {
         let holding = Holding {
             node,
-            worker: w as u32,
+            worker: w as u16,
+            tiers,
             prev: HoldingId::NONE,
             next: HoldingId::NONE,
             stamp,
@@ -236,7 +277,7 @@ impl Recency {
 
     fn free_holding(&mut self, h: HoldingId) {
         let Holding { node, worker, .. } = self.holdings[h.index()];
-        let w = worker as usize;
+        let w = usize::from(worker);
         unlink(&mut self.holdings, &mut self.workers[w].list, h);
         self.index.remove(&key(node, w));
         self.holdings[h.index()].node = NodeId::NONE;
@@ -250,24 +291,25 @@ impl Recency {
     pub(super) fn split(&mut self, arena: &mut Arena, lower: NodeId, upper: NodeId) {
         for w in bits(arena.words(lower)).collect::<smallvec::SmallVec<[usize; 16]>>() {
             if let Some(h) = self.holding(lower, w) {
-                let stamp = self.holdings[h.index()].stamp;
-                let hu = self.new_holding(upper, w, stamp);
+                let Holding { stamp, tiers, .. } = self.holdings[h.index()];
+                let hu = self.new_holding(upper, w, stamp, tiers);
                 link_after(&mut self.holdings, &mut self.workers[w].list, hu, h);
             }
         }
         link_after(arena.nodes_mut(), &mut self.lru, upper, lower);
     }
 
-    /// Whether `parent` and its only child have the same holders with the same stamps, so
-    /// that the split between them is no longer needed.
+    /// Whether `parent` and its only child have the same holders with the same stamps and
+    /// tiers, so that the split between them is no longer needed.
     pub(super) fn same(&self, arena: &Arena, parent: NodeId, child: NodeId) -> bool {
-        if arena.words(parent) != arena.words(child) {
+        if !arena.same_members(parent, child) {
             return false;
         }
         bits(arena.words(parent)).all(
             |w| match (self.holding(parent, w), self.holding(child, w)) {
                 (Some(hp), Some(hc)) => {
-                    self.holdings[hp.index()].stamp == self.holdings[hc.index()].stamp
+                    let (p, c) = (&self.holdings[hp.index()], &self.holdings[hc.index()]);
+                    p.stamp == c.stamp && p.tiers == c.tiers
                 }
                 _ => false,
             },
@@ -377,16 +419,27 @@ impl Recency {
                     return Err(format!("node {id:?}: worker {w} has no holding"));
                 };
                 let holding = &self.holdings[h.index()];
-                if holding.node != id || holding.worker as usize != w {
+                if holding.node != id || usize::from(holding.worker) != w {
                     return Err(format!("holding {h:?}: wrong node or worker"));
+                }
+                if holding.tiers.is_empty() || arena.best_tier(id, w) != holding.tiers.best_index()
+                {
+                    return Err(format!(
+                        "node {id:?}: worker {w} has no tier or a wrong best tier"
+                    ));
                 }
                 if holding.stamp > n.stamp {
                     return Err(format!("node {id:?}: holding more recent than the node"));
                 }
                 if n.parent != NodeId::ROOT {
-                    let parent = self.holding(n.parent, w);
-                    if parent.is_none_or(|p| self.holdings[p.index()].stamp < holding.stamp) {
+                    let parent = self.holding(n.parent, w).map(|p| self.holdings[p.index()]);
+                    if parent.is_none_or(|p| p.stamp < holding.stamp) {
                         return Err(format!("node {id:?}: worker {w} more recent than parent"));
+                    }
+                    if parent.is_some_and(|p| !holding.tiers.within(p.tiers)) {
+                        return Err(format!(
+                            "node {id:?}: worker {w} at a tier the parent lacks"
+                        ));
                     }
                 }
             }
@@ -420,7 +473,7 @@ impl Recency {
             &state.list,
             |h| {
                 let holding = &self.holdings[h.index()];
-                holding.node != NodeId::NONE && holding.worker as usize == w
+                holding.node != NodeId::NONE && usize::from(holding.worker) == w
             },
             |h| {
                 let holding = &self.holdings[h.index()];

@@ -1,9 +1,31 @@
 //! Read-only walks from the root: how far a query's blocks follow the tree, for every holder
 //! or for one.
 
+use smallvec::SmallVec;
+
 use super::arena::{Arena, NodeId, bits};
 use super::shape::Shape;
 use crate::BlockHash;
+
+/// How many leading blocks of a query a worker holds, and how many of them at each tier
+/// (by [`Tier::index`](super::Tier::index)): each block counts at the best tier holding it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) blocks: u32,
+    pub(crate) by_tier: [u32; 4],
+}
+
+impl Held {
+    /// `blocks` blocks, all at the device tier.
+    #[inline]
+    pub(crate) fn device(blocks: usize) -> Self {
+        let blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
+        Held {
+            blocks,
+            by_tier: [blocks, 0, 0, 0],
+        }
+    }
+}
 
 /// A read-only view for walks: the arena, the child map and how edges are compared.
 #[derive(Clone, Copy)]
@@ -80,10 +102,22 @@ impl Search<'_> {
         reached
     }
 
-    /// Calls `f(worker index, blocks)` once for every worker holding at least the first
-    /// block of `blocks`, with how many leading blocks it holds, shallowest first.
+    /// Calls `f(worker index, held)` once for every worker holding at least the first
+    /// block of `blocks`, with how many leading blocks it holds (at which tiers), fewest
+    /// first, then by worker index.
     #[inline]
-    pub(super) fn for_each_match(&self, blocks: &[BlockHash], mut f: impl FnMut(usize, usize)) {
+    pub(super) fn for_each_match(&self, blocks: &[BlockHash], mut f: impl FnMut(usize, Held)) {
+        if self.arena.tiered() {
+            self.for_each_tiered_match(blocks, f);
+        } else {
+            self.for_each_blocks(blocks, |w, matched| f(w, Held::device(matched)));
+        }
+    }
+
+    /// [`Self::for_each_match`] counting blocks only (every block counted as held at the
+    /// device tier): calls `f(worker index, blocks)`.
+    #[inline]
+    pub(super) fn for_each_blocks(&self, blocks: &[BlockHash], mut f: impl FnMut(usize, usize)) {
         let arena = self.arena;
         let reached = self.walk(
             blocks,
@@ -107,6 +141,43 @@ impl Search<'_> {
                 f(w, reached.matched);
             }
         }
+    }
+
+    /// [`Self::for_each_match`] where tier planes are kept: the path is walked first, then
+    /// each holder's blocks are counted at its best tier node by node.
+    fn for_each_tiered_match(&self, blocks: &[BlockHash], mut f: impl FnMut(usize, Held)) {
+        // (node, blocks of the query matched in its edge), root excluded.
+        let mut path: SmallVec<[(NodeId, u32); 16]> = SmallVec::new();
+        self.walk(blocks, |_| true, |_, child, _| path.push((child, 0)));
+        let mut matched = 0usize;
+        for entry in &mut path {
+            let len = self.arena[entry.0].len().min(blocks.len() - matched);
+            let common = self.common(entry.0, &blocks[matched..]).min(len);
+            entry.1 = common as u32;
+            matched += common;
+        }
+        for (j, &(node, _)) in path.iter().enumerate() {
+            let here = self.arena.words(node);
+            let below = path.get(j + 1).map(|&(n, _)| self.arena.words(n));
+            for (i, &word) in here.iter().enumerate() {
+                let mut gone = word & !below.map_or(0, |b| b[i]);
+                while gone != 0 {
+                    let w = i * 64 + gone.trailing_zeros() as usize;
+                    f(w, self.held_along(&path[..=j], w));
+                    gone &= gone - 1;
+                }
+            }
+        }
+    }
+
+    /// What worker `w` holds of `path` (every node of which it holds), tier by tier.
+    fn held_along(&self, path: &[(NodeId, u32)], w: usize) -> Held {
+        let mut held = Held::default();
+        for &(node, len) in path {
+            held.blocks += len;
+            held.by_tier[usize::from(self.arena.best_tier(node, w))] += len;
+        }
+        held
     }
 
     /// How many leading blocks of `blocks` worker `w` holds.

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 use super::arena::{Arena, NodeId, bits};
 use super::position::LastBlocks;
 use super::recency::{Left, Recency};
+use super::tier::Tier;
 use crate::BlockHash;
 use crate::fold::FoldMap;
 use crate::list::Slot;
@@ -186,10 +187,18 @@ impl Edit<'_> {
         leaf
     }
 
-    /// Whether `node` is a leaf that `w` alone holds, so that blocks inserted below it for
-    /// `w` extend its edge instead of hanging a new leaf.
-    pub(super) fn extendable(&self, node: NodeId, w: usize) -> bool {
-        node != NodeId::ROOT && self.arena[node].is_leaf() && self.arena.only_holder(node, w)
+    /// Whether `node` is a leaf that `w` alone holds at exactly `tier`, so that blocks
+    /// inserted below it for `w` at `tier` extend its edge instead of hanging a new leaf.
+    pub(super) fn extendable(&self, node: NodeId, w: usize, tier: Tier) -> bool {
+        node != NodeId::ROOT
+            && self.arena[node].is_leaf()
+            && self.arena.only_holder(node, w)
+            // Without tier planes every holding is at the device tier alone.
+            && if self.arena.tiered() {
+                self.recency.tiers(node, w) == Some(super::tier::TierSet::of(tier))
+            } else {
+                tier == Tier::Device
+            }
     }
 
     /// Appends `blocks` to the edge of `node`, an [extendable](Self::extendable) leaf of `w`.
@@ -315,8 +324,16 @@ impl Edit<'_> {
 
     /// Drops `w` from every node below `node` (deepest first).
     fn drop_below(&mut self, w: usize, node: NodeId) {
-        // Post-order over the subtree, pruned where `w` holds nothing (holders shrink
-        // from root to leaf), so every node is dropped after its children.
+        let mut order = self.held_post_order(w, node);
+        order.pop(); // `node` itself
+        for n in order {
+            self.remove_holder(n, w);
+        }
+    }
+
+    /// `node` and every node below it that `w` holds, each after its children (holders
+    /// shrink from root to leaf, so the walk is pruned where `w` holds nothing).
+    fn held_post_order(&self, w: usize, node: NodeId) -> SmallVec<[NodeId; 8]> {
         let mut order: SmallVec<[NodeId; 8]> = SmallVec::new();
         let mut stack: SmallVec<[(NodeId, bool); 8]> = smallvec::smallvec![(node, false)];
         while let Some((n, expanded)) = stack.pop() {
@@ -333,9 +350,47 @@ impl Edit<'_> {
                 c = self.arena[c].next_sibling;
             }
         }
-        order.pop(); // `node` itself
-        for n in order {
+        order
+    }
+
+    /// `w` stops holding, at `tier`, blocks `offset..` of `node` and every block below them;
+    /// a block then held at no tier is dropped.
+    pub(super) fn drop_tier_from(&mut self, w: usize, node: NodeId, offset: usize, tier: Tier) {
+        if offset > 0 {
+            // The node keeps its id for the part from `offset` on.
+            self.split(node, offset);
+        }
+        for n in self.held_post_order(w, node) {
+            self.untier(n, w, tier);
+        }
+    }
+
+    /// `w` stops holding anything at `tier`.
+    pub(super) fn drop_tier_everywhere(&mut self, w: usize, tier: Tier) {
+        let mut held: Vec<NodeId> = self.recency.nodes_of(w).collect();
+        // Deepest first, so that a node dropped holds no child `w` still holds.
+        held.sort_unstable_by_key(|&n| core::cmp::Reverse(self.arena[n].depth()));
+        for n in held {
+            self.untier(n, w, tier);
+        }
+    }
+
+    /// `w` stops holding `n` at `tier`; with no tier left, it stops holding `n` (which must
+    /// hold no child `w` holds).
+    fn untier(&mut self, n: NodeId, w: usize, tier: Tier) {
+        let Some(tiers) = self.recency.tiers(n, w) else {
+            return;
+        };
+        if !tiers.contains(tier) {
+            return;
+        }
+        let left = tiers.without(tier);
+        if left.is_empty() {
             self.remove_holder(n, w);
+        } else {
+            self.recency.retier(self.arena, n, w, left);
+            let parent = self.arena[n].parent;
+            self.shape.merges.extend([n, parent]);
         }
     }
 

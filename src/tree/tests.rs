@@ -53,7 +53,7 @@ fn extending_a_leaf_grows_one_node() {
 fn a_kept_position_outlives_its_edge_end() {
     let mut t = chained_tree();
     t.track_positions();
-    let three_at = t.insert_path(A, &chain(&[1, 2, 3])).unwrap();
+    let three_at = t.insert_path(A, &chain(&[1, 2, 3]), Tier::Device).unwrap();
     let node = three_at.node;
     let (three, four) = (BlockHash::new(3), BlockHash::new(4));
     assert_eq!(at(t.find(three, A)), Some((node, 3)));
@@ -357,7 +357,7 @@ mod positions {
             for op in &ops {
                 if let Op::Insert(w, p, _) = op {
                     let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
-                    let end = tree.insert_path(w, &blocks).unwrap();
+                    let end = tree.insert_path(w, &blocks, Tier::Device).unwrap();
                     // Unless the worker's capacity evicted it at once.
                     if tree.held_prefix(w, &blocks) == blocks.len() {
                         prop_assert_eq!(tree.resolve(end, w), Some(end));
@@ -415,7 +415,7 @@ mod last_block_index {
                 }
                 if let Op::Insert(w, p, _) = op {
                     let blocks = hasher.hash(p);
-                    last_end = tree.insert_path(WorkerId::new(*w), &blocks).map(|p| p.node);
+                    last_end = tree.insert_path(WorkerId::new(*w), &blocks, Tier::Device).map(|p| p.node);
                     seen.push(blocks);
                 }
                 apply_other(&mut tree, &hasher, op);
@@ -456,7 +456,7 @@ mod last_block_index {
 }
 
 /// `insert_below` (an insert continuing a known position, without its path) leaves the tree
-/// exactly as `insert` of the whole path does, and `truncate_at` (from a known position) as
+/// exactly as `insert` of the whole path does, and `remove_tier_at` (from a known position) as
 /// `truncate`: two trees, one fed each way, agree on every answer, count and later eviction.
 mod insert_below {
     use super::random_ops::{Op, apply_other, chained, ops};
@@ -480,7 +480,7 @@ mod insert_below {
                         .then(|| below.find_path(&blocks[..k]))
                         .flatten()
                         .and_then(|at| below.resolve(at, w));
-                    if found.is_some_and(|at| below.insert_below(w, at, &blocks[k..]).is_some()) {
+                    if found.is_some_and(|at| below.insert_below(w, at, &blocks[k..], Tier::Device).is_some()) {
                         used += 1;
                     } else {
                         below.insert(w, &blocks);
@@ -505,7 +505,7 @@ mod insert_below {
                                     block: blocks[*keep],
                                     ..hint
                                 };
-                                below.truncate_at(w, first_dropped);
+                                below.remove_tier_at(w, first_dropped, Tier::Device);
                             }
                             _ => below.truncate(w, &blocks, *keep),
                         }

@@ -378,11 +378,7 @@ fn bench(c: &mut Criterion) {
             let before = allocated();
             let index = CacheIndex::new(IndexConfig::default()).unwrap();
             for ((w, p), s) in prompts.iter().zip(&seqs) {
-                let e = CacheEvent::Stored {
-                    parent: None,
-                    blocks: s.clone(),
-                    tokens: p.clone(),
-                };
+                let e = CacheEvent::stored(None, s.clone(), p.clone());
                 index.apply_event(WorkerId::new(*w), 0, &e).unwrap();
             }
             let ours_events_bytes = allocated() - before;
@@ -580,15 +576,9 @@ fn bench(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("store8/prefix-router", &label), |b| {
                 store(b, &mut |remove, w, parent, tokens, seq| {
                     let e = if remove {
-                        CacheEvent::Removed {
-                            blocks: seq.to_vec(),
-                        }
+                        CacheEvent::removed(seq.to_vec())
                     } else {
-                        CacheEvent::Stored {
-                            parent,
-                            blocks: seq.to_vec(),
-                            tokens: tokens.to_vec(),
-                        }
+                        CacheEvent::stored(parent, seq.to_vec(), tokens.to_vec())
                     };
                     index.apply_event(WorkerId::new(w), 0, &e).unwrap();
                 })

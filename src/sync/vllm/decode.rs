@@ -1,106 +1,9 @@
-//! Decoding vLLM's KV-cache event batches (feature `vllm`).
-//!
-//! A vLLM engine publishes `(topic, seq as 8-byte big-endian, payload)` messages on its ZMQ
-//! PUB socket; [`decode_batch`] decodes the msgpack `payload`. Both encodings vLLM has used
-//! are accepted, at batch and at event level: positional arrays (event tag string first) and
-//! maps (the tag under `"type"`). Block hashes may be unsigned ints, signed ints (two's
-//! complement, as SGLang sends them) or byte strings (the key is the last 8 bytes read
-//! big-endian). Unknown fields are ignored; anything else is an [`Error::Decode`], never a
-//! panic.
-//!
-//! ```
-//! use prefix_router::sync::vllm::{decode_batch, EngineEvent};
-//!
-//! // [ts, [["AllBlocksCleared"]], 0] in msgpack
-//! let payload = [0x93, 0xcb, 0x41, 0xd9, 0x54, 0xfc, 0x40, 0, 0, 0, 0x91, 0x91, 0xb0,
-//!     b'A', b'l', b'l', b'B', b'l', b'o', b'c', b'k', b's', b'C', b'l', b'e', b'a', b'r',
-//!     b'e', b'd', 0x00];
-//! let batch = decode_batch(&payload)?;
-//! assert_eq!(batch.events, [EngineEvent::AllBlocksCleared]);
-//! assert_eq!(batch.data_parallel_rank, Some(0));
-//! # Ok::<(), prefix_router::Error>(())
-//! ```
+//! The msgpack side: a payload's values into [`EventBatch`]es.
 
 use rmpv::Value;
 
-use super::CacheEvent;
+use super::{EngineEvent, EventBatch, KeyPart};
 use crate::{Error, TokenId};
-
-/// One decoded payload: the events of one batch.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EventBatch {
-    /// The engine's timestamp (seconds).
-    pub ts: f64,
-    /// The events, in order.
-    pub events: Vec<EngineEvent>,
-    /// The data-parallel rank that published the batch, when given.
-    pub data_parallel_rank: Option<u32>,
-}
-
-/// One vLLM KV-cache event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EngineEvent {
-    /// Blocks were cached.
-    BlockStored {
-        /// Engine hashes of the stored blocks, in order.
-        block_hashes: Vec<u64>,
-        /// Engine hash of the block before them (`None` at the root).
-        parent_block_hash: Option<u64>,
-        /// Token IDs of all stored blocks, concatenated.
-        token_ids: Vec<u32>,
-        /// Tokens per block.
-        block_size: usize,
-        /// The LoRA adapter's id (deprecated by vLLM), when present.
-        lora_id: Option<i64>,
-        /// Where the blocks live (`"GPU"`, `"CPU"`, ...), when present.
-        medium: Option<String>,
-        /// The LoRA adapter's name, when present.
-        lora_name: Option<String>,
-        /// The KV-cache group, when present.
-        group_idx: Option<u32>,
-    },
-    /// Blocks were evicted.
-    BlockRemoved {
-        /// Engine hashes of the evicted blocks.
-        block_hashes: Vec<u64>,
-        /// Where the blocks lived, when present.
-        medium: Option<String>,
-        /// The KV-cache group, when present.
-        group_idx: Option<u32>,
-    },
-    /// The whole cache was dropped.
-    AllBlocksCleared,
-}
-
-impl EngineEvent {
-    /// The event in the router's terms. Block sizes are checked when it is applied.
-    #[must_use]
-    pub fn to_cache_event(&self) -> CacheEvent {
-        match self {
-            EngineEvent::BlockStored {
-                block_hashes,
-                parent_block_hash,
-                token_ids,
-                ..
-            } => CacheEvent::Stored {
-                parent: *parent_block_hash,
-                blocks: block_hashes.clone(),
-                tokens: token_ids.clone(),
-            },
-            EngineEvent::BlockRemoved { block_hashes, .. } => CacheEvent::Removed {
-                blocks: block_hashes.clone(),
-            },
-            EngineEvent::AllBlocksCleared => CacheEvent::Cleared,
-        }
-    }
-}
-
-impl From<&EngineEvent> for CacheEvent {
-    fn from(event: &EngineEvent) -> Self {
-        event.to_cache_event()
-    }
-}
 
 /// Nesting allowed in a payload (a batch is 4 levels deep).
 const MAX_DEPTH: usize = 16;
@@ -127,7 +30,7 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, Error> {
         Value::Map(_) => (
             field(&value, "ts"),
             field(&value, "events"),
-            field(&value, "data_parallel_rank"),
+            field(&value, "data_parallel_rank").or_else(|| field(&value, "attn_dp_rank")),
         ),
         other => return Err(wrong("batch", "an array or a map", other)),
     };
@@ -155,8 +58,9 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, Error> {
     })
 }
 
-/// Field names in positional order after the tag.
-const STORED: [&str; 9] = [
+/// Field names in positional order after the tag (vLLM 0.33's declaration order; older
+/// versions and SGLang send a prefix of it).
+const STORED: [&str; 15] = [
     "block_hashes",
     "parent_block_hash",
     "token_ids",
@@ -166,8 +70,20 @@ const STORED: [&str; 9] = [
     "lora_name",
     "extra_keys",
     "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+    "locality",
+    "ownership",
+    "session_id",
+    "lookahead_token_ids",
 ];
-const REMOVED: [&str; 3] = ["block_hashes", "medium", "group_idx"];
+const REMOVED: [&str; 5] = [
+    "block_hashes",
+    "medium",
+    "group_idx",
+    "locality",
+    "ownership",
+];
 
 /// An event's fields, whether it came as a positional array or as a map.
 enum Fields<'v> {
@@ -212,52 +128,105 @@ fn decode_event(event: &Value) -> Result<EngineEvent, Error> {
     };
     let get = |name: &str| fields.get(name);
     match tag {
-        "BlockStored" => {
-            let block_hashes = hashes(get("block_hashes"), "block_hashes")?;
-            let parent_block_hash = match get("parent_block_hash") {
-                None | Some(Value::Nil) => None,
-                Some(v) => Some(hash(v, "parent_block_hash")?),
-            };
-            let token_ids = match get("token_ids") {
-                Some(Value::Array(ids)) => ids
-                    .iter()
-                    .map(|t| {
-                        t.as_u64()
-                            .and_then(|t| TokenId::try_from(t).ok())
-                            .ok_or_else(|| wrong("token id", "an integer in u32 range", t))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                Some(other) => return Err(wrong("token_ids", "an array", other)),
-                None => return Err(Error::Decode("BlockStored has no token_ids".into())),
-            };
-            let block_size = match get("block_size").and_then(Value::as_u64) {
-                Some(b) => {
-                    usize::try_from(b).map_err(|_| Error::Decode("huge block_size".into()))?
-                }
-                None => {
-                    return Err(Error::Decode(
-                        "BlockStored has no integer block_size".into(),
-                    ));
-                }
-            };
-            Ok(EngineEvent::BlockStored {
-                block_hashes,
-                parent_block_hash,
-                token_ids,
-                block_size,
-                lora_id: get("lora_id").and_then(Value::as_i64),
-                medium: optional_str(get("medium"), "medium")?,
-                lora_name: optional_str(get("lora_name"), "lora_name")?,
-                group_idx: optional_u32(get("group_idx"), "group_idx")?,
-            })
-        }
+        "BlockStored" => stored(&get),
         "BlockRemoved" => Ok(EngineEvent::BlockRemoved {
             block_hashes: hashes(get("block_hashes"), "block_hashes")?,
             medium: optional_str(get("medium"), "medium")?,
             group_idx: optional_u32(get("group_idx"), "group_idx")?,
+            locality: optional_str(get("locality"), "locality")?,
+            ownership: optional_str(get("ownership"), "ownership")?,
         }),
         "AllBlocksCleared" => Ok(EngineEvent::AllBlocksCleared),
         other => Err(Error::Decode(format!("unknown event type {other:?}"))),
+    }
+}
+
+/// A `BlockStored` event's fields.
+fn stored<'v>(get: &impl Fn(&str) -> Option<&'v Value>) -> Result<EngineEvent, Error> {
+    let parent_block_hash = match get("parent_block_hash") {
+        None | Some(Value::Nil) => None,
+        Some(v) => Some(hash(v, "parent_block_hash")?),
+    };
+    let block_size = match get("block_size").and_then(Value::as_u64) {
+        Some(b) => usize::try_from(b).map_err(|_| Error::Decode("huge block_size".into()))?,
+        None => {
+            return Err(Error::Decode(
+                "BlockStored has no integer block_size".into(),
+            ));
+        }
+    };
+    Ok(EngineEvent::BlockStored {
+        block_hashes: hashes(get("block_hashes"), "block_hashes")?,
+        parent_block_hash,
+        token_ids: token_list(get("token_ids"), "token_ids")?
+            .ok_or_else(|| Error::Decode("BlockStored has no token_ids".into()))?,
+        block_size,
+        lora_id: get("lora_id").and_then(Value::as_i64),
+        medium: optional_str(get("medium"), "medium")?,
+        lora_name: optional_str(get("lora_name"), "lora_name")?,
+        extra_keys: extra_keys(get("extra_keys"))?,
+        group_idx: optional_u32(get("group_idx"), "group_idx")?,
+        kv_cache_spec_kind: optional_str(get("kv_cache_spec_kind"), "kv_cache_spec_kind")?,
+        kv_cache_spec_sliding_window: optional_u32(
+            get("kv_cache_spec_sliding_window"),
+            "kv_cache_spec_sliding_window",
+        )?,
+        locality: optional_str(get("locality"), "locality")?,
+        ownership: optional_str(get("ownership"), "ownership")?,
+        session_id: optional_str(get("session_id"), "session_id")?,
+        lookahead_token_ids: token_list(get("lookahead_token_ids"), "lookahead_token_ids")?,
+    })
+}
+
+/// A list of token IDs (`None` when absent or nil).
+fn token_list(value: Option<&Value>, what: &str) -> Result<Option<Vec<TokenId>>, Error> {
+    match value {
+        None | Some(Value::Nil) => Ok(None),
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .map(|t| {
+                t.as_u64()
+                    .and_then(|t| TokenId::try_from(t).ok())
+                    .ok_or_else(|| wrong("token id", "an integer in u32 range", t))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(other) => Err(wrong(what, "an array", other)),
+    }
+}
+
+/// `extra_keys`: nil, or one entry (nil or a tuple) per block.
+fn extra_keys(value: Option<&Value>) -> Result<Option<Vec<Option<Vec<KeyPart>>>>, Error> {
+    match value {
+        None | Some(Value::Nil) => Ok(None),
+        Some(Value::Array(entries)) => entries
+            .iter()
+            .map(|entry| match entry {
+                Value::Nil => Ok(None),
+                Value::Array(parts) => Ok(Some(parts.iter().map(key_part).collect())),
+                other => Err(wrong("an extra_keys entry", "nil or an array", other)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(other) => Err(wrong("extra_keys", "nil or an array", other)),
+    }
+}
+
+/// One element of an extra-keys tuple.
+fn key_part(value: &Value) -> KeyPart {
+    match value {
+        Value::String(s) => match s.as_str() {
+            Some(s) => KeyPart::Str(s.to_owned()),
+            None => KeyPart::Bytes(s.as_bytes().to_vec()),
+        },
+        Value::Integer(i) => match (i.as_i64(), i.as_u64()) {
+            (Some(v), _) => KeyPart::Int(i128::from(v)),
+            (None, Some(v)) => KeyPart::Int(i128::from(v)),
+            (None, None) => KeyPart::Other(i.to_string()),
+        },
+        Value::Binary(b) => KeyPart::Bytes(b.clone()),
+        Value::Array(items) => KeyPart::Tuple(items.iter().map(key_part).collect()),
+        other => KeyPart::Other(other.to_string()),
     }
 }
 

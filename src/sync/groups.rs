@@ -1,0 +1,222 @@
+//! KV-cache groups beyond the main one (hybrid models: sliding-window, Mamba or further
+//! attention layers), and how they cut a prefix hit short.
+//!
+//! An engine reports each group's blocks apart, with hashes that do not name the group, so
+//! each group keeps its own engine blocks: equal hashes of two groups never meet. The main
+//! group (0) is mirrored by the tree. Every other group keeps, per worker, the set of router
+//! blocks it holds, and a hit of `n` blocks stands only as far as each group allows, as
+//! vLLM's hybrid coordinator decides it:
+//!
+//! - full attention: every block of the hit;
+//! - sliding window of `w` tokens: the last `⌈w / block size⌉` blocks before the hit's end
+//!   (all of them for a shorter hit);
+//! - Mamba: the block ending the hit (its state).
+//!
+//! The hit is the longest that every group allows. Only device-tier events of these groups
+//! are mirrored; others are skipped and counted.
+
+use super::GroupKind;
+use super::SyncOutcome;
+use super::blocks::{EngineBlock, EngineBlocks};
+use super::state::Stored;
+use crate::fold::FoldMap;
+use crate::{BlockHash, PrefixHasher, WorkerId};
+
+/// One worker's state in one group.
+#[derive(Debug, Default)]
+struct GroupWorker {
+    blocks: EngineBlocks,
+    /// Router blocks held, by hash.
+    present: FoldMap<BlockHash, ()>,
+}
+
+/// One group beyond the main one.
+#[derive(Debug)]
+struct Group {
+    /// Blocks before a hit's end the group needs: all of them (`usize::MAX`), a sliding
+    /// window's, or one (Mamba's state).
+    window: usize,
+    workers: Vec<GroupWorker>,
+}
+
+/// The blocks before a hit's end a group of `kind` needs, at `block_size` tokens a block.
+fn window(kind: GroupKind, block_size: usize) -> usize {
+    match kind {
+        GroupKind::SlidingWindow { tokens } => tokens.div_ceil(block_size).max(1),
+        GroupKind::Mamba => 1,
+        _ => usize::MAX,
+    }
+}
+
+/// Every group beyond the main one: group `g` is `groups[g - 1]`.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    groups: Vec<Group>,
+}
+
+impl Group {
+    fn worker(&mut self, worker: WorkerId) -> &mut GroupWorker {
+        let w = worker.index();
+        if self.workers.len() <= w {
+            self.workers.resize_with(w + 1, GroupWorker::default);
+        }
+        &mut self.workers[w]
+    }
+
+    /// How many of the first `hit` blocks of `blocks` this group lets `worker` hit.
+    fn allows(&self, worker: WorkerId, blocks: &[BlockHash], hit: usize) -> usize {
+        let Some(state) = self.workers.get(worker.index()) else {
+            return 0;
+        };
+        let window = self.window;
+        // The longest end at or before `hit` whose last `window` blocks (all blocks, for an
+        // end closer to the root) are held.
+        let mut end = hit;
+        let mut run = 0;
+        for i in (0..hit).rev() {
+            if state.present.contains_key(&blocks[i]) {
+                run += 1;
+                if run >= window {
+                    return end;
+                }
+            } else {
+                end = i;
+                run = 0;
+            }
+        }
+        end
+    }
+}
+
+impl Groups {
+    /// Whether any group beyond the main one is mirrored.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// Group `group` (at least 1), created as a group of `window` blocks if new.
+    fn group(&mut self, group: u32, window: usize) -> &mut Group {
+        let g = group as usize - 1;
+        while self.groups.len() <= g {
+            self.groups.push(Group {
+                window: usize::MAX,
+                workers: Vec::new(),
+            });
+        }
+        let group = &mut self.groups[g];
+        if group.workers.is_empty() {
+            group.window = window;
+        }
+        group
+    }
+
+    /// How many of the first `hit` blocks of `blocks` every group lets `worker` hit.
+    pub(crate) fn allows(&self, worker: WorkerId, blocks: &[BlockHash], hit: usize) -> usize {
+        self.groups.iter().fold(hit, |hit, g| {
+            if hit == 0 {
+                0
+            } else {
+                g.allows(worker, blocks, hit)
+            }
+        })
+    }
+
+    /// The prompt `blocks` was routed to `worker`: every group will hold it once it runs.
+    pub(crate) fn routed(&mut self, worker: WorkerId, blocks: &[BlockHash]) {
+        for g in &mut self.groups {
+            let state = g.worker(worker);
+            for &b in blocks {
+                state.present.insert(b, ());
+            }
+        }
+    }
+
+    /// Applies a device-tier store of group `group` (at least 1).
+    pub(super) fn store(
+        &mut self,
+        hasher: &PrefixHasher,
+        worker: WorkerId,
+        group: u32,
+        event: &Stored<'_>,
+        path: &mut Vec<BlockHash>,
+        outcome: &mut SyncOutcome,
+    ) {
+        let window = window(event.kind, hasher.block_size());
+        let state = self.group(group, window).worker(worker);
+        let root = match event.parent {
+            None => hasher.root(event.salt),
+            Some(p) => match state.blocks.get(p) {
+                Some(parent) => parent.router,
+                None => {
+                    outcome.unknown_parent_blocks += event.blocks.len();
+                    return;
+                }
+            },
+        };
+        path.clear();
+        hasher.continue_keyed(root, event.tokens, event.keys, path);
+        let mut prev = event.parent;
+        for (&engine, &router) in event.blocks.iter().zip(path.iter()) {
+            let block = EngineBlock {
+                engine,
+                router,
+                parent: prev.unwrap_or(engine),
+            };
+            if state.blocks.insert(block) {
+                outcome.stored_blocks += 1;
+            } else {
+                outcome.duplicate_blocks += 1;
+            }
+            state.present.insert(router, ());
+            prev = Some(engine);
+        }
+    }
+
+    /// Applies a device-tier removal of group `group` (at least 1).
+    pub(super) fn remove(
+        &mut self,
+        worker: WorkerId,
+        group: u32,
+        blocks: &[u64],
+        outcome: &mut SyncOutcome,
+    ) {
+        let g = group as usize - 1;
+        let Some(state) = self
+            .groups
+            .get_mut(g)
+            .and_then(|g| g.workers.get_mut(worker.index()))
+        else {
+            outcome.unknown_removed_blocks += blocks.len();
+            return;
+        };
+        for &engine in blocks {
+            match state.blocks.remove(engine) {
+                Some(block) => {
+                    state.present.remove(&block.router);
+                    outcome.removed_blocks += 1;
+                }
+                None => outcome.unknown_removed_blocks += 1,
+            }
+        }
+    }
+
+    /// Forgets everything `worker` holds in every group.
+    pub(crate) fn forget(&mut self, worker: WorkerId) {
+        for g in &mut self.groups {
+            if let Some(state) = g.workers.get_mut(worker.index()) {
+                state.blocks.clear();
+                state.present.clear();
+            }
+        }
+    }
+
+    /// Bytes allocated.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.groups
+            .iter()
+            .flat_map(|g| &g.workers)
+            .map(|w| w.blocks.allocation_size() + w.present.allocation_size())
+            .sum()
+    }
+}

@@ -1,0 +1,255 @@
+//! One worker's sync state for the main KV-cache group: its engine blocks and chain tips,
+//! and how its events change the tree.
+//!
+//! Glossary: an **engine block** is a block the worker reported, under its engine hash; its
+//! **record** holds the router's hash of the same block and its parent's engine hash. A
+//! **chunk** is a run of blocks a lower tier copies and drops together, named by its last
+//! block (vLLM's CPU offloading).
+
+use super::SyncOutcome;
+use super::blocks::{EngineBlock, EngineBlocks};
+use super::state::{Scratch, Stored};
+use super::tips::{Tip, Tips};
+use crate::tree::{Position, Tier};
+use crate::{BlockHash, PrefixHasher, RadixTree, WorkerId};
+
+/// The main group's state of one worker.
+#[derive(Debug, Default)]
+pub(super) struct WorkerSync {
+    pub(super) blocks: EngineBlocks,
+    /// Chain tips most likely named by the next events.
+    recent: Tips,
+}
+
+impl WorkerSync {
+    /// The router path from the root to `engine` (inclusive), through the parent links.
+    /// `false` when an ancestor is unknown (or the links loop: a hostile stream).
+    fn path_to(&self, engine: u64, out: &mut Vec<BlockHash>) -> bool {
+        out.clear();
+        let mut next = Some(engine);
+        while let Some(e) = next {
+            let Some(block) = self.blocks.get(e) else {
+                return false;
+            };
+            if out.len() > self.blocks.len() {
+                return false;
+            }
+            out.push(block.router);
+            next = block.parent();
+        }
+        out.reverse();
+        true
+    }
+
+    /// Where the tree holds the stored block `engine` for `worker`: from the block's
+    /// remembered tip (taken), or the tree's last-block index and kept positions. Either is
+    /// checked by the tree, so the position is the path the mirror holds for the block.
+    fn locate(&mut self, tree: &RadixTree, engine: u64, worker: WorkerId) -> Option<Position> {
+        if let Some(tip) = self.recent.take(engine) {
+            if let Some(position) = tree.resolve(tip.position, worker) {
+                return Some(position);
+            }
+        }
+        tree.find(self.blocks.get(engine)?.router, worker)
+    }
+
+    /// [`Self::locate`], falling back on the path through the parent links.
+    fn locate_or_walk(
+        &mut self,
+        tree: &RadixTree,
+        engine: u64,
+        worker: WorkerId,
+        path: &mut Vec<BlockHash>,
+    ) -> Option<Position> {
+        match self.locate(tree, engine, worker) {
+            Some(at) => Some(at),
+            None if self.path_to(engine, path) => tree.find_path(path),
+            None => None,
+        }
+    }
+
+    /// Remembers `tip`; a tip it displaces has its position kept by the tree instead, so
+    /// that a later event naming that block still finds it without walking the parent links.
+    fn remember(&mut self, tree: &mut RadixTree, tip: Tip) {
+        if let Some(old) = self.recent.remember(tip) {
+            tree.keep(old.position);
+        }
+    }
+
+    /// Bytes allocated.
+    pub(super) fn allocation_size(&self) -> usize {
+        self.blocks.allocation_size() + self.recent.allocation_size()
+    }
+
+    /// Forgets every engine block and tip.
+    pub(super) fn clear(&mut self) {
+        self.blocks.clear();
+        self.recent.clear();
+    }
+
+    /// Applies a `Stored` event with tokens: finds where its blocks go (below the parent's
+    /// position, or below the parent's path rebuilt from the links), records them and
+    /// inserts them into the tree at the event's tier.
+    pub(super) fn store(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        event: &Stored<'_>,
+        scratch: &mut Scratch,
+        outcome: &mut SyncOutcome,
+    ) {
+        let path = &mut scratch.path;
+        path.clear();
+        let (root, below) = match event.parent {
+            None => (hasher.root(event.salt), None),
+            Some(p) => match self.locate(tree, p, worker) {
+                Some(at) => (at.block(), Some(at)),
+                None if self.path_to(p, path) => (path[path.len() - 1], None),
+                None => {
+                    outcome.unknown_parent_blocks += event.blocks.len();
+                    return;
+                }
+            },
+        };
+        let start = path.len();
+        hasher.continue_keyed(root, event.tokens, event.keys, path);
+        self.record(event.parent, event.blocks, &path[start..], outcome);
+        let tip = match below {
+            Some(at) => tree.insert_below(worker, at, path, event.tier).or_else(|| {
+                // The parent is inside an edge the store diverges from: the whole path.
+                tree.path_to(at, &mut scratch.full);
+                scratch.full.extend_from_slice(path);
+                tree.insert_path(worker, &scratch.full, event.tier)
+            }),
+            None => tree.insert_path(worker, path, event.tier),
+        };
+        if let (Some(&engine), Some(position)) = (event.blocks.last(), tip) {
+            self.remember(tree, Tip { engine, position });
+        }
+    }
+
+    /// Records stored blocks (engine hashes with their router hashes): new ones, and
+    /// blocks already recorded (a prefix hit reported again, a copy at another tier)
+    /// counted as duplicates.
+    fn record(
+        &mut self,
+        parent: Option<u64>,
+        blocks: &[u64],
+        routers: &[BlockHash],
+        outcome: &mut SyncOutcome,
+    ) {
+        if self.blocks.touch_pays() {
+            for &engine in blocks {
+                self.blocks.touch(engine);
+            }
+        }
+        let mut prev = parent;
+        for (&engine, &router) in blocks.iter().zip(routers) {
+            let block = EngineBlock {
+                engine,
+                router,
+                parent: prev.unwrap_or(engine),
+            };
+            if self.blocks.insert(block) {
+                outcome.stored_blocks += 1;
+            } else {
+                outcome.duplicate_blocks += 1;
+            }
+            prev = Some(engine);
+        }
+    }
+
+    /// Applies a placeholder store: each named block (a chunk's last) the worker reported
+    /// before is held at `tier` too, with the path above it.
+    pub(super) fn store_placeholder(
+        &mut self,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        blocks: &[u64],
+        tier: Tier,
+        scratch: &mut Scratch,
+        outcome: &mut SyncOutcome,
+    ) {
+        for &engine in blocks {
+            let Some(at) = self.locate_or_walk(tree, engine, worker, &mut scratch.path) else {
+                outcome.unknown_blocks += 1;
+                continue;
+            };
+            tree.path_to(at, &mut scratch.full);
+            if let Some(position) = tree.insert_path(worker, &scratch.full, tier) {
+                outcome.duplicate_blocks += 1;
+                self.remember(tree, Tip { engine, position });
+            }
+        }
+    }
+
+    /// Applies the removal of one block from `tier`: the block's chunk at that tier (the
+    /// block alone at the device tier) and what hangs below leave the tier; a block left at
+    /// no tier is gone, and so is its record.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn remove(
+        &mut self,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        engine: u64,
+        tier: Tier,
+        chunk: usize,
+        path: &mut Vec<BlockHash>,
+        outcome: &mut SyncOutcome,
+    ) {
+        if self.blocks.get(engine).is_none() {
+            outcome.unknown_removed_blocks += 1;
+            return;
+        }
+        // The block's position, or else the end of its path through the parent links.
+        // Without either, an ancestor already removed took the block out of the tree.
+        let found = self.locate_or_walk(tree, engine, worker, path);
+        let first = if tier == Tier::Device {
+            engine
+        } else {
+            self.chunk_start(engine, chunk)
+        };
+        let from = if first == engine {
+            found
+        } else {
+            self.locate_or_walk(tree, first, worker, path)
+        };
+        if let Some(at) = from {
+            tree.remove_tier_at(worker, at, tier);
+        }
+        let kept = tree.tiered() && found.and_then(|at| tree.tiers_at(worker, at)).is_some();
+        if !kept {
+            self.blocks.remove(engine);
+        }
+        outcome.removed_blocks += 1;
+    }
+
+    /// The first block of the chunk of `chunk` blocks that ends at `engine`: its ancestor
+    /// `chunk - 1` links up, or the oldest known one.
+    fn chunk_start(&self, engine: u64, chunk: usize) -> u64 {
+        let mut first = engine;
+        for _ in 1..chunk {
+            match self.blocks.get(first).and_then(EngineBlock::parent) {
+                Some(parent) if self.blocks.get(parent).is_some() => first = parent,
+                _ => break,
+            }
+        }
+        first
+    }
+
+    /// The worker's device tier was cleared: records of blocks it no longer holds at any
+    /// tier go; tips are forgotten.
+    pub(super) fn cleared_device(&mut self, tree: &RadixTree, worker: WorkerId) {
+        self.recent.clear();
+        if tree.worker_block_count(worker) == 0 {
+            self.blocks.clear();
+            return;
+        }
+        let mut held = crate::fold::FoldMap::default();
+        tree.for_each_held_block(worker, |block| {
+            held.insert(block, ());
+        });
+        self.blocks.retain(|b| held.contains_key(&b.router));
+    }
+}
