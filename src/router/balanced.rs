@@ -1,6 +1,8 @@
 //! Cache score against load score, or predicted time to first token.
 
-use super::{Candidate, IndexConfig, Policy, PolicyRouter, RouteRequest, choose_min};
+use super::{
+    Candidate, Cost, IndexConfig, Policy, PolicyRouter, ReloadConfig, RouteRequest, choose_min,
+};
 use crate::Error;
 use crate::config::float;
 
@@ -37,6 +39,9 @@ pub struct BalancedConfig {
     /// and evicts someone else's cache. Default 10 (the README's simulator results compare
     /// it with other weights: `examples/simulate.rs --miss-weight`).
     pub miss_weight: f64,
+    /// What a hit below the device tier costs, for [`Scoring::PredictedTtft`]: its reload
+    /// time adds to the predicted time to first token. Default [`ReloadConfig::default`].
+    pub reload: ReloadConfig,
     /// Hashing and mirror bounds.
     pub index: IndexConfig,
 }
@@ -48,6 +53,7 @@ impl Default for BalancedConfig {
             scoring: Scoring::PredictedTtft,
             prefill_tokens_per_s: 33_000.0,
             miss_weight: 10.0,
+            reload: ReloadConfig::default(),
             index: IndexConfig::default(),
         }
     }
@@ -63,6 +69,8 @@ impl BalancedConfig {
         with_prefill_tokens_per_s: prefill_tokens_per_s: f64;
         /// Sets [`miss_weight`](Self::miss_weight).
         with_miss_weight: miss_weight: f64;
+        /// Sets [`reload`](Self::reload).
+        with_reload: reload: ReloadConfig;
         /// Sets [`index`](Self::index).
         with_index: index: IndexConfig;
     }
@@ -82,6 +90,7 @@ impl BalancedConfig {
             f64::MIN_POSITIVE..=f64::MAX,
             "a positive number of tokens per second",
         )?;
+        self.reload.validate()?;
         self.index.validate()
     }
 }
@@ -181,17 +190,25 @@ impl Balanced {
 
     /// [`Scoring::PredictedTtft`]: the least queued plus weighted recomputed work.
     fn predicted_ttft(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
-        // Ordering by work is ordering by time: the prefill rate is the same for every
-        // worker, so the division is left out.
-        let weight = self.config.miss_weight;
         let tokens = request.tokens().len();
         choose_min(request, candidates, |c| {
-            let miss = (tokens - c.cached_tokens()) as f64;
-            let work = c.prefill_tokens() as f64 + weight * miss;
             // Equal costs (an idle fleet, a new prefix): balance the prefill work handed
             // out so far.
-            (work, c.assigned_prefill_tokens())
+            (self.ttft_work(tokens, c), c.assigned_prefill_tokens())
         })
+    }
+
+    /// [`Scoring::PredictedTtft`]'s cost in tokens of prefill work: the queue, the weighted
+    /// recomputation, and the reload of lower-tier hits at the prefill rate. Ordering by work
+    /// is ordering by time: the rate is the same for every worker.
+    #[inline]
+    fn ttft_work(&self, tokens: usize, c: &Candidate) -> f64 {
+        let miss = tokens.saturating_sub(c.cached_tokens()) as f64;
+        let mut work = c.prefill_tokens() as f64 + self.config.miss_weight * miss;
+        if c.cached_tokens_at(crate::Tier::Device) < c.cached_tokens() {
+            work += self.config.reload.candidate_seconds(c) * self.config.prefill_tokens_per_s;
+        }
+        work
     }
 }
 
@@ -239,5 +256,28 @@ impl Policy for Balanced {
             Scoring::Weighted => self.weighted(request, candidates),
             Scoring::PredictedTtft => self.predicted_ttft(request, candidates),
         }
+    }
+
+    fn cost(&self, request: &RouteRequest<'_>, c: &Candidate) -> Option<Cost> {
+        let tokens = request.tokens().len();
+        let rate = self.config.prefill_tokens_per_s;
+        Some(match self.config.scoring {
+            Scoring::PredictedTtft => {
+                let miss = tokens.saturating_sub(c.cached_tokens()) as f64;
+                Cost::of(&[
+                    ("queue_s", c.prefill_tokens() as f64 / rate),
+                    ("recompute_s", self.config.miss_weight * miss / rate),
+                    ("reload_s", self.config.reload.candidate_seconds(c)),
+                ])
+            }
+            Scoring::Weighted => {
+                let cache = if tokens == 0 {
+                    0.0
+                } else {
+                    c.cached_tokens() as f64 / tokens as f64
+                };
+                Cost::of(&[("minus_cache_score", -self.config.alpha * cache)])
+            }
+        })
     }
 }

@@ -13,6 +13,8 @@ mod fleet;
 mod index;
 mod policy;
 mod ranks;
+mod receipt;
+mod reload;
 
 pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
 pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
@@ -26,6 +28,8 @@ pub use self::fleet::{ReportedLoad, WorkerLoad};
 pub use self::index::{CacheIndex, IndexConfig};
 pub use self::policy::{Candidate, Policy, PolicyRouter, choose_min};
 pub use self::ranks::RankLayout;
+pub use self::receipt::{Cost, CostTerm, Receipt, ReceiptLine};
+pub use self::reload::ReloadConfig;
 
 pub(crate) use self::fleet::{mix64, pick_min};
 
@@ -371,6 +375,28 @@ pub trait Router: Send + Sync {
     /// (a simulator or a host checks it against the engines'). The default: `None`.
     fn block_size(&self) -> Option<usize> {
         None
+    }
+
+    /// Like [`route`](Self::route), with a [`Receipt`]: every candidate the policy saw, its
+    /// load, its predicted cached tokens by tier and the policy's cost of it. Costs more than
+    /// `route` (it allocates); meant for logging a sample of decisions. The default (for
+    /// routers written from scratch) gives a receipt naming only the chosen worker.
+    ///
+    /// # Errors
+    ///
+    /// As [`route`](Self::route).
+    fn route_with_receipt(
+        &self,
+        request: &RouteRequest<'_>,
+    ) -> Result<(RouteDecision, Receipt), Error> {
+        let decision = self.route(request)?;
+        let receipt = Receipt {
+            policy: self.name(),
+            chosen: decision.worker(),
+            prompt_tokens: request.tokens().len(),
+            candidates: Vec::new(),
+        };
+        Ok((decision, receipt))
     }
 
     /// The router's mirror sync, for routers that keep one

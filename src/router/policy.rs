@@ -4,7 +4,9 @@
 
 use super::fleet::{Candidates, Fleet};
 use super::index::{Blocks, CacheIndex, IndexConfig};
-use super::{ReportedLoad, RouteDecision, RouteRequest, Router, WorkerLoad};
+use super::{
+    Cost, Receipt, ReceiptLine, ReportedLoad, RouteDecision, RouteRequest, Router, WorkerLoad,
+};
 use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
 use crate::{Error, RankLayout, Tier, TokenId, WorkerId};
 
@@ -172,6 +174,13 @@ pub trait Policy: Send + Sync {
     /// Chooses one of `candidates` (never empty) for `request`: an index into it.
     fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize;
 
+    /// The policy's cost of `candidate` for `request`, term by term (lower wins), for
+    /// [`Router::route_with_receipt`]. The default: `None` (the policy does not explain).
+    fn cost(&self, request: &RouteRequest<'_>, candidate: &Candidate) -> Option<Cost> {
+        let _ = (request, candidate);
+        None
+    }
+
     /// `worker` was registered (also called for each initial worker). The default: nothing.
     fn worker_added(&self, worker: WorkerId) {
         let _ = worker;
@@ -288,25 +297,60 @@ impl<P: Policy> PolicyRouter<P> {
     }
 }
 
-impl<P: Policy> Router for PolicyRouter<P> {
-    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+impl<P: Policy> PolicyRouter<P> {
+    /// Routes `request`, leaving in `candidates` what the policy chose from.
+    fn route_among(
+        &self,
+        request: &RouteRequest<'_>,
+        candidates: &mut Candidates,
+    ) -> Result<RouteDecision, Error> {
         let mut blocks = Blocks::new();
         if self.policy.reads_cache() {
             self.index.hash_request(request, &mut blocks);
         }
-        let mut candidates = Candidates::new();
         // A chosen worker can be removed before it is charged; choose again (bounded).
         for _ in 0..4 {
-            self.fleet.candidates(&mut candidates);
+            self.fleet.candidates(candidates);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
             }
-            let chosen = self.choose(request, &blocks, &mut candidates)?;
+            let chosen = self.choose(request, &blocks, candidates)?;
             if let Some(decision) = self.fleet.commit(&candidates[chosen], request) {
                 return Ok(decision.with_rank(self.layout.rank(candidates[chosen].worker)));
             }
         }
         Err(Error::NoWorkers)
+    }
+}
+
+impl<P: Policy> Router for PolicyRouter<P> {
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+        self.route_among(request, &mut Candidates::new())
+    }
+
+    fn route_with_receipt(
+        &self,
+        request: &RouteRequest<'_>,
+    ) -> Result<(RouteDecision, Receipt), Error> {
+        let mut candidates = Candidates::new();
+        let decision = self.route_among(request, &mut candidates)?;
+        let lines = candidates
+            .iter()
+            .map(|c| ReceiptLine {
+                worker: c.worker,
+                requests: c.requests(),
+                prefill_tokens: c.prefill_tokens,
+                cached_tokens: Tier::ALL.map(|t| c.cached_tokens_at(t)),
+                cost: self.policy.cost(request, c),
+            })
+            .collect();
+        let receipt = Receipt {
+            policy: self.policy.name(),
+            chosen: decision.worker(),
+            prompt_tokens: request.tokens().len(),
+            candidates: lines,
+        };
+        Ok((decision, receipt))
     }
 
     fn complete(&self, decision: &RouteDecision) {

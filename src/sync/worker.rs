@@ -205,6 +205,12 @@ impl WorkerSync {
         // The block's position, or else the end of its path through the parent links.
         // Without either, an ancestor already removed took the block out of the tree.
         let found = self.locate_or_walk(tree, engine, worker, path);
+        // Whether the block stays held at another tier (read before the tree changes: its
+        // node may merge away).
+        let kept = tree.tiered()
+            && found
+                .and_then(|at| tree.tiers_at(worker, at))
+                .is_some_and(|tiers| !tiers.without(tier).is_empty());
         let first = if tier == Tier::Device {
             engine
         } else {
@@ -218,7 +224,6 @@ impl WorkerSync {
         if let Some(at) = from {
             tree.remove_tier_at(worker, at, tier);
         }
-        let kept = tree.tiered() && found.and_then(|at| tree.tiers_at(worker, at)).is_some();
         if !kept {
             self.blocks.remove(engine);
         }

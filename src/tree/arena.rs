@@ -387,6 +387,11 @@ impl Arena {
         self.members.best(id.index(), w)
     }
 
+    /// Starts keeping tier planes (once any block is held below the device tier).
+    pub(super) fn enable_tiers(&mut self) {
+        self.members.enable_tiers(self.nodes.len());
+    }
+
     /// Sets the best tier index of holder `w` of `id`, keeping tier planes from the first
     /// index above 0 on.
     #[inline]

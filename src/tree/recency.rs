@@ -235,6 +235,10 @@ impl Recency {
         let holding = &mut self.holdings[h.index()];
         holding.tiers = tiers;
         let (node, w) = (holding.node, usize::from(holding.worker));
+        if tiers != TierSet::of(Tier::Device) {
+            // A tier below the device: from now on holdings are not all device-only.
+            arena.enable_tiers();
+        }
         if arena.best_tier(node, w) != tiers.best_index() {
             arena.set_best_tier(node, w, tiers.best_index());
         }

@@ -1,0 +1,555 @@
+//! What engines really hold: storage tiers, KV-cache groups, data-parallel ranks, namespaces,
+//! and scoring by reload time.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{HashMap, HashSet};
+
+use prefix_router::*;
+use proptest::prelude::*;
+
+const W0: WorkerId = WorkerId::new(0);
+const W1: WorkerId = WorkerId::new(1);
+
+fn tokens(seed: u32, blocks: usize) -> Vec<u32> {
+    (0..blocks as u32 * 16).map(|i| seed * 10_000 + i).collect()
+}
+
+fn by_tier(router: &BalancedRouter, worker: WorkerId, prompt: &[u32]) -> [usize; 4] {
+    router
+        .index()
+        .cached_tokens_by_tier(worker, &RouteRequest::new(prompt))
+}
+
+/// SGLang's router bug (sglang#39108): a GPU eviction of blocks the host tier still holds
+/// made the prefix unroutable. Demoted blocks stay routable at the host tier, and storing
+/// them on the device again promotes them.
+#[test]
+fn demotion_keeps_the_prefix_at_the_host_tier_and_promotion_brings_it_back() {
+    let router = BalancedRouter::new(2).unwrap();
+    let t = tokens(1, 4);
+    router
+        .apply_event(
+            W0,
+            0,
+            &CacheEvent::stored(None, vec![1, 2, 3, 4], t.clone()),
+        )
+        .unwrap();
+    // vLLM 0.33 copies blocks to the CPU as they are computed: a placeholder per chunk.
+    let o = router
+        .apply_event(W0, 0, &CacheEvent::placeholder(vec![4], Tier::Host))
+        .unwrap();
+    assert_eq!(o.unknown_blocks, 0);
+    assert_eq!(
+        by_tier(&router, W0, &t),
+        [64, 0, 0, 0],
+        "device is the best tier"
+    );
+    // The GPU evicts the whole chain, last block first.
+    for b in [4, 3, 2, 1] {
+        router
+            .apply_event(W0, 1, &CacheEvent::removed(vec![b]))
+            .unwrap();
+    }
+    assert_eq!(
+        by_tier(&router, W0, &t),
+        [0, 64, 0, 0],
+        "held at the host tier"
+    );
+    let (d, receipt) = router.route_with_receipt(&RouteRequest::new(&t)).unwrap();
+    assert_eq!(d.worker(), W0, "still routed where it is cached: {receipt}");
+    assert_eq!(d.cached_tokens_at(Tier::Host), 64);
+    router.complete(&d);
+    // The engine loads the chain back to the GPU and reports it stored there again.
+    router
+        .apply_event(
+            W0,
+            2,
+            &CacheEvent::stored(None, vec![1, 2, 3, 4], t.clone()),
+        )
+        .unwrap();
+    let [device, host, ..] = by_tier(&router, W0, &t);
+    assert_eq!(
+        (device, host),
+        (64, 0),
+        "promoted: the device is the best tier again"
+    );
+    // The host copy goes too: a block removed from its last tier is gone.
+    router
+        .apply_event(W0, 3, &CacheEvent::removed(vec![1]))
+        .unwrap();
+    router
+        .apply_event(W0, 3, &CacheEvent::removed(vec![1]).with_tier(Tier::Host))
+        .unwrap();
+    assert_eq!(router.index().cached_tokens(W0, &[], &t), 0);
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+/// A prefix-cache reset clears the device tier only; host copies stay.
+#[test]
+fn a_reset_clears_the_device_tier_only() {
+    let router = BalancedRouter::new(1).unwrap();
+    let (a, b) = (tokens(1, 2), tokens(2, 2));
+    router
+        .apply_event(W0, 0, &CacheEvent::stored(None, vec![1, 2], a.clone()))
+        .unwrap();
+    router
+        .apply_event(W0, 0, &CacheEvent::stored(None, vec![3, 4], b.clone()))
+        .unwrap();
+    router
+        .apply_event(W0, 0, &CacheEvent::placeholder(vec![2], Tier::Host))
+        .unwrap();
+    router.apply_event(W0, 1, &CacheEvent::Cleared).unwrap();
+    assert_eq!(by_tier(&router, W0, &a), [0, 32, 0, 0]);
+    assert_eq!(router.index().cached_tokens(W0, &[], &b), 0);
+    // Blocks held nowhere are forgotten: their removal names an unknown block.
+    let o = router
+        .apply_event(W0, 2, &CacheEvent::removed(vec![4]))
+        .unwrap();
+    assert_eq!(o.unknown_removed_blocks, 1);
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+/// Hybrid models (AMD-AGI/Infera#98): groups report equal hashes, and a sliding-window
+/// group evicting blocks behind its window must not evict the attention group's.
+#[test]
+fn groups_with_equal_hashes_do_not_poison_each_other() {
+    let router = BalancedRouter::new(1).unwrap();
+    let t = tokens(3, 4);
+    let window = GroupKind::SlidingWindow { tokens: 32 };
+    let blocks = vec![11, 12, 13, 14];
+    router
+        .apply_event(W0, 0, &CacheEvent::stored(None, blocks.clone(), t.clone()))
+        .unwrap();
+    let sliding = CacheEvent::stored(None, blocks, t.clone())
+        .with_group(1)
+        .with_group_kind(window);
+    router.apply_event(W0, 0, &sliding).unwrap();
+    // The sliding-window group frees the blocks behind its window.
+    let o = router
+        .apply_event(W0, 1, &CacheEvent::removed(vec![11, 12]).with_group(1))
+        .unwrap();
+    assert_eq!(o.removed_blocks, 2);
+    assert_eq!(
+        router.index().cached_tokens(W0, &[], &t),
+        64,
+        "the window's blocks are all a hit needs from that group"
+    );
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+/// A hybrid hit stops where a group it needs stops.
+#[test]
+fn a_hybrid_hit_stops_where_a_needed_group_stops() {
+    let router = BalancedRouter::new(1).unwrap();
+    let t = tokens(4, 6);
+    let blocks: Vec<u64> = (21..27).collect();
+    router
+        .apply_event(W0, 0, &CacheEvent::stored(None, blocks.clone(), t.clone()))
+        .unwrap();
+    let sliding = CacheEvent::stored(None, blocks.clone(), t.clone())
+        .with_group(1)
+        .with_group_kind(GroupKind::SlidingWindow { tokens: 32 });
+    router.apply_event(W0, 0, &sliding).unwrap();
+    // Blocks 0 and 4, 5 (engine 21, 25, 26) leave the window group: the longest end whose
+    // two preceding blocks it holds is after block 3.
+    router
+        .apply_event(W0, 1, &CacheEvent::removed(vec![21, 25, 26]).with_group(1))
+        .unwrap();
+    assert_eq!(router.index().cached_tokens(W0, &[], &t), 4 * 16);
+    // A Mamba group needs the state at the hit's end: it holds only block 2.
+    let mamba = CacheEvent::stored(None, blocks[..3].to_vec(), t[..48].to_vec())
+        .with_group(2)
+        .with_group_kind(GroupKind::Mamba);
+    router.apply_event(W0, 1, &mamba).unwrap();
+    router
+        .apply_event(W0, 2, &CacheEvent::removed(vec![21, 22]).with_group(2))
+        .unwrap();
+    assert_eq!(router.index().cached_tokens(W0, &[], &t), 3 * 16);
+    // A group beyond what the router tracks is skipped and counted, never an error.
+    let far = CacheEvent::stored(None, vec![1], t[..16].to_vec()).with_group(99);
+    assert_eq!(router.apply_event(W0, 3, &far).unwrap().skipped_blocks, 1);
+}
+
+/// DP attention (llm-d-router#2306): each rank of an endpoint keeps its own mirror, and a
+/// removal on one rank leaves the other's.
+#[cfg(feature = "vllm")]
+#[test]
+fn two_ranks_of_one_endpoint_keep_separate_mirrors() {
+    use prefix_router::sync::vllm::{EngineEvent, EventBatch, apply_batch};
+    let layout = RankLayout::new(2).unwrap();
+    let router = BalancedRouter::new(layout.targets(2))
+        .unwrap()
+        .with_rank_layout(layout);
+    let t = tokens(5, 2);
+    let stored = |rank| batch(rank, vec![stored_event(&[31, 32], &t)]);
+    fn stored_event(hashes: &[u64], tokens: &[u32]) -> EngineEvent {
+        prefix_router::sync::vllm::decode_batch(&encode_stored(hashes, tokens))
+            .unwrap()
+            .events
+            .remove(0)
+    }
+    fn batch(rank: u32, events: Vec<EngineEvent>) -> EventBatch {
+        let mut b = prefix_router::sync::vllm::decode_batch(&encode_empty()).unwrap();
+        b.events = events;
+        b.data_parallel_rank = Some(rank);
+        b
+    }
+    apply_batch(&router, &layout, 1, 0, &stored(0)).unwrap();
+    apply_batch(&router, &layout, 1, 0, &stored(1)).unwrap();
+    let (r0, r1) = (layout.target(1, 0).unwrap(), layout.target(1, 1).unwrap());
+    let mut removal = batch(1, Vec::new());
+    removal.events = prefix_router::sync::vllm::decode_batch(&encode_removed(&[32]))
+        .unwrap()
+        .events;
+    apply_batch(&router, &layout, 1, 1, &removal).unwrap();
+    assert_eq!(router.index().cached_tokens(r0, &[], &t), 32);
+    assert_eq!(router.index().cached_tokens(r1, &[], &t), 16);
+    // The decision names the rank for the X-data-parallel-rank header.
+    let d = router.route(&RouteRequest::new(&t)).unwrap();
+    assert_eq!((d.worker(), d.rank()), (r0, 0));
+    router.complete(&d);
+    // A rank beyond the layout is an error, not a panic.
+    assert!(matches!(
+        apply_batch(&router, &layout, 1, 2, &batch(2, Vec::new())),
+        Err(Error::InvalidRank { rank: 2, ranks: 2 })
+    ));
+}
+
+/// msgpack of `[0.0, [["BlockStored", hashes, nil, tokens, 16]]]`.
+#[cfg(feature = "vllm")]
+fn encode_stored(hashes: &[u64], tokens: &[u32]) -> Vec<u8> {
+    let mut out = vec![0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x95];
+    push_str(&mut out, "BlockStored");
+    push_array(&mut out, hashes.iter().map(|&h| h as u128));
+    out.push(0xc0);
+    push_array(&mut out, tokens.iter().map(|&t| u128::from(t)));
+    out.push(16);
+    out
+}
+
+/// msgpack of `[0.0, [["BlockRemoved", hashes]]]`.
+#[cfg(feature = "vllm")]
+fn encode_removed(hashes: &[u64]) -> Vec<u8> {
+    let mut out = vec![0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x92];
+    push_str(&mut out, "BlockRemoved");
+    push_array(&mut out, hashes.iter().map(|&h| h as u128));
+    out
+}
+
+/// msgpack of `[0.0, []]`.
+#[cfg(feature = "vllm")]
+fn encode_empty() -> Vec<u8> {
+    vec![0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90]
+}
+
+#[cfg(feature = "vllm")]
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    out.push(0xa0 | s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+}
+
+#[cfg(feature = "vllm")]
+fn push_array(out: &mut Vec<u8>, items: impl ExactSizeIterator<Item = u128>) {
+    out.push(0xdc);
+    out.extend_from_slice(&(items.len() as u16).to_be_bytes());
+    for v in items {
+        out.push(0xcf);
+        out.extend_from_slice(&(v as u64).to_be_bytes());
+    }
+}
+
+/// A longer host-tier match beats a shorter device match exactly when its predicted time to
+/// first token (recomputation plus reload) is lower; the receipt shows the terms.
+#[test]
+fn reload_time_decides_between_a_long_host_hit_and_a_short_device_hit() {
+    let prompt = tokens(6, 100);
+    for host_bytes_per_s in [50e9, 10e9] {
+        let reload = ReloadConfig::default().with_host_bytes_per_s(host_bytes_per_s);
+        let config = BalancedConfig::default()
+            .with_miss_weight(1.0)
+            .with_reload(reload);
+        let router = BalancedRouter::with_config(2, config).unwrap();
+        let engine: Vec<u64> = (1..=100).collect();
+        // W0 holds the first 50 blocks on the device; W1 all 100 at the host tier only.
+        let half = CacheEvent::stored(None, engine[..50].to_vec(), prompt[..800].to_vec());
+        router.apply_event(W0, 0, &half).unwrap();
+        let all = CacheEvent::stored(None, engine.clone(), prompt.clone()).with_tier(Tier::Host);
+        router.apply_event(W1, 0, &all).unwrap();
+        let rate = config.prefill_tokens_per_s;
+        let ttft_device = 800.0 / rate;
+        let ttft_host = reload.seconds(Tier::Host, 1600);
+        let (d, receipt) = router
+            .route_with_receipt(&RouteRequest::new(&prompt))
+            .unwrap();
+        let expected = if ttft_host < ttft_device { W1 } else { W0 };
+        assert_eq!(d.worker(), expected, "{receipt}");
+        let costs: HashMap<WorkerId, f64> = receipt
+            .candidates
+            .iter()
+            .map(|l| (l.worker, l.cost.as_ref().unwrap().total()))
+            .collect();
+        assert!((costs[&W0] - ttft_device).abs() < 1e-9, "{receipt}");
+        assert!((costs[&W1] - ttft_host).abs() < 1e-9, "{receipt}");
+        assert_eq!(receipt.chosen_line().unwrap().worker, expected);
+        router.complete(&d);
+    }
+}
+
+/// A LoRA adapter's blocks, reported with its name, match only requests routed under the
+/// same namespace; a block's extra key (an image) keeps equal placeholder tokens apart.
+#[test]
+fn namespaces_and_extra_keys_keep_equal_tokens_apart() {
+    let router = BalancedRouter::new(2).unwrap();
+    let t = tokens(7, 3);
+    let lora = namespace_salt(Some("finance"), None);
+    let event = CacheEvent::stored(None, vec![41, 42, 43], t.clone()).with_salt(lora.clone());
+    router.apply_event(W1, 0, &event).unwrap();
+    assert_eq!(router.index().cached_tokens(W1, &lora, &t), 48);
+    assert_eq!(
+        router.index().cached_tokens(W1, &[], &t),
+        0,
+        "not the base model's"
+    );
+    let image = [BlockKey::from_parts(1, &[b"image-a", b"0"])];
+    let keyed = CacheEvent::stored(None, vec![51, 52, 53], t.clone()).with_keys(image.to_vec());
+    router.apply_event(W0, 0, &keyed).unwrap();
+    let same = RouteRequest::new(&t).with_keys(&image);
+    assert_eq!(router.index().cached_tokens_by_tier(W0, &same)[0], 48);
+    let other = [BlockKey::from_parts(1, &[b"image-b", b"0"])];
+    let differs = RouteRequest::new(&t).with_keys(&other);
+    assert_eq!(
+        router.index().cached_tokens_by_tier(W0, &differs)[0],
+        16,
+        "the block before the image is shared, the rest is not"
+    );
+}
+
+/// A worker's cached-token reports are counted against what the mirror predicted, so that
+/// a mismatch (block size, LoRA, group, hash) shows instead of staying silent.
+#[test]
+fn reports_are_counted_against_predictions() {
+    let router = BalancedRouter::new(1).unwrap();
+    let t = tokens(8, 4);
+    let d = router.route(&RouteRequest::new(&t)).unwrap();
+    router.complete(&d);
+    router.report_cached(W0, &t, 64).unwrap();
+    router.report_cached(W0, &t, 16).unwrap();
+    let load = router.load(W0).unwrap();
+    assert_eq!(load.reports, 2);
+    assert_eq!(load.reported_cached_tokens, 80);
+    assert_eq!(load.predicted_for_reports_tokens, 128);
+    assert_eq!(load.mispredicted_reports, 1);
+}
+
+/// A worker of the tiered model: a device cache and a host cache, each an LRU over blocks
+/// that evicts leaves first, the host filled as vLLM 0.33's CPU offloading fills it: every
+/// block of a request copied once it is on the device (as it is computed, or after a hit
+/// when its copy was gone), a chunk of one block named by that block, and every copy a
+/// request uses touched.
+struct TieredWorker {
+    device: usize,
+    host: usize,
+    /// engine hash -> parent; which tiers hold it with last use there.
+    parents: HashMap<u64, Option<u64>>,
+    on_device: HashMap<u64, u64>,
+    on_host: HashMap<u64, u64>,
+    clock: u64,
+}
+
+fn engine_hashes(prompt: &[u32]) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut h = 0x1234_5678u64;
+    for block in prompt.chunks_exact(16) {
+        for &t in block {
+            h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01B3);
+        }
+        out.push(h);
+    }
+    out
+}
+
+impl TieredWorker {
+    /// Leading blocks held, and how many of them on the device (the best tier of each).
+    fn held(&self, prompt: &[u32]) -> (usize, usize) {
+        let hashes = engine_hashes(prompt);
+        let held = hashes
+            .iter()
+            .take_while(|h| self.on_device.contains_key(h) || self.on_host.contains_key(h))
+            .count();
+        let device = hashes[..held]
+            .iter()
+            .filter(|h| self.on_device.contains_key(h))
+            .count();
+        (held, device)
+    }
+
+    /// Evicts least recently used leaves of `tier` beyond `capacity`.
+    fn evict(
+        tier: &mut HashMap<u64, u64>,
+        parents: &HashMap<u64, Option<u64>>,
+        capacity: usize,
+    ) -> Vec<u64> {
+        let mut removed = Vec::new();
+        while tier.len() > capacity {
+            let inner: HashSet<u64> = tier.keys().filter_map(|h| parents[h]).collect();
+            let victim = tier
+                .iter()
+                .filter(|(h, _)| !inner.contains(h))
+                .min_by_key(|(h, used)| (**used, **h))
+                .map(|(h, _)| *h)
+                .unwrap();
+            tier.remove(&victim);
+            removed.push(victim);
+        }
+        removed
+    }
+
+    /// Serves `prompt`: a device hit, then host blocks loaded back and the rest computed
+    /// (both stored on the device again, the computed ones also copied to the host).
+    fn serve(&mut self, prompt: &[u32]) -> Vec<CacheEvent> {
+        self.clock += 1;
+        let hashes = engine_hashes(prompt);
+        let on_device = hashes
+            .iter()
+            .take_while(|h| self.on_device.contains_key(h))
+            .count();
+        let mut events = Vec::new();
+        let mut copied = Vec::new();
+        for (i, &h) in hashes.iter().enumerate() {
+            self.parents.insert(h, i.checked_sub(1).map(|p| hashes[p]));
+            self.on_device.insert(h, self.clock);
+            if self.on_host.insert(h, self.clock).is_none() {
+                copied.push(h);
+            }
+        }
+        if on_device < hashes.len() {
+            let parent = on_device.checked_sub(1).map(|i| hashes[i]);
+            let tokens = prompt[on_device * 16..hashes.len() * 16].to_vec();
+            events.push(CacheEvent::stored(
+                parent,
+                hashes[on_device..].to_vec(),
+                tokens,
+            ));
+        }
+        if !copied.is_empty() {
+            events.push(CacheEvent::placeholder(copied, Tier::Host));
+        }
+        let gone = Self::evict(&mut self.on_device, &self.parents, self.device);
+        if !gone.is_empty() {
+            events.push(CacheEvent::removed(gone));
+        }
+        let gone = Self::evict(&mut self.on_host, &self.parents, self.host);
+        if !gone.is_empty() {
+            events.push(CacheEvent::removed(gone).with_tier(Tier::Host));
+        }
+        events
+    }
+}
+
+fn prompt_strategy() -> impl Strategy<Value = Vec<u32>> {
+    // Blocks from a small alphabet, so prompts share prefixes and diverge often.
+    prop::collection::vec(0u32..3, 1..8).prop_map(|blocks| {
+        blocks
+            .iter()
+            .flat_map(|&b| (0..16).map(move |i| b * 100 + i))
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    /// A router fed a tiered fleet's events predicts, for every worker and prompt, how many
+    /// leading blocks the worker holds and how many of them on the device: up to three
+    /// workers, each with a device and a host LRU of its own capacity.
+    #[test]
+    fn event_fed_mirror_predicts_every_tier(
+        requests in prop::collection::vec((prompt_strategy(), 0usize..3), 1..30),
+        capacities in prop::collection::vec((1usize..12, 1usize..24), 1..4),
+    ) {
+        let n = capacities.len();
+        let router = BalancedRouter::new(n as u32).unwrap();
+        let mut workers: Vec<TieredWorker> = capacities
+            .iter()
+            .map(|&(device, host)| TieredWorker {
+                device,
+                host,
+                parents: HashMap::new(),
+                on_device: HashMap::new(),
+                on_host: HashMap::new(),
+                clock: 0,
+            })
+            .collect();
+        for (seq, (prompt, w)) in requests.iter().enumerate() {
+            let w = w % n;
+            for event in workers[w].serve(prompt) {
+                let o = router.apply_event(WorkerId::new(w as u32), seq as u64, &event).unwrap();
+                prop_assert_eq!(o.unknown_parent_blocks + o.unknown_blocks, 0);
+            }
+            router.index().with_tree(|t| t.validate()).map_err(TestCaseError::fail)?;
+            for (later, _) in &requests {
+                for (v, model) in workers.iter().enumerate() {
+                    let (held, device) = model.held(later);
+                    let got = by_tier(&router, WorkerId::new(v as u32), later);
+                    prop_assert_eq!(got[0] + got[1], held * 16, "worker {} holds", v);
+                    prop_assert_eq!(got[0], device * 16, "worker {} on the device", v);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dbg_case() {
+    let block = |b: u32| -> Vec<u32> { (0..16).map(|i| b * 100 + i).collect() };
+    let p1: Vec<u32> = [2, 0, 0, 0, 0, 0, 0]
+        .iter()
+        .flat_map(|&b| block(b))
+        .collect();
+    let p2: Vec<u32> = [0, 0, 0, 0].iter().flat_map(|&b| block(b)).collect();
+    let router = BalancedRouter::new(1).unwrap();
+    let mut w = TieredWorker {
+        device: 7,
+        host: 1,
+        parents: HashMap::new(),
+        on_device: HashMap::new(),
+        on_host: HashMap::new(),
+        clock: 0,
+    };
+    let names: HashMap<u64, String> = engine_hashes(&p1)
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (*h, format!("p1.{i}")))
+        .chain(
+            engine_hashes(&p2)
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (*h, format!("p2.{i}"))),
+        )
+        .collect();
+    for (seq, p) in [&p1, &p2].iter().enumerate() {
+        for e in w.serve(p) {
+            let desc = match &e {
+                CacheEvent::Stored { blocks, tier, .. } => format!(
+                    "stored {tier:?} {:?}",
+                    blocks.iter().map(|b| &names[b]).collect::<Vec<_>>()
+                ),
+                CacheEvent::Removed { blocks, tier, .. } => format!(
+                    "removed {tier:?} {:?}",
+                    blocks.iter().map(|b| &names[b]).collect::<Vec<_>>()
+                ),
+                _ => String::new(),
+            };
+            let o = router.apply_event(W0, seq as u64, &e).unwrap();
+            eprintln!("{o:?}");
+            eprintln!(
+                "{desc}: p1 {:?} (model {:?}) p2 {:?} (model {:?})",
+                by_tier(&router, W0, &p1),
+                w.held(&p1),
+                by_tier(&router, W0, &p2),
+                w.held(&p2)
+            );
+        }
+    }
+}
