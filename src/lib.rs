@@ -120,7 +120,10 @@
 //! | `Router::remove_worker`, `set_available`, `report_load` | unknown worker | [`Error::UnknownWorker`] |
 //! | `Router::report_load` | KV usage NaN or outside `0..=1` | [`Error::InvalidConfig`] |
 //! | `CacheSync::*` on a router; on a `CacheIndex` | unknown worker; id ≥ 4,096 | [`Error::UnknownWorker`]; [`Error::WorkerOutOfRange`] |
-//! | `CacheSync::apply_event` | tokens per block ≠ the router's; ragged tokens | [`Error::BlockSizeMismatch`] naming both; [`Error::InvalidEvent`] |
+//! | `CacheSync::apply_event` | tokens per block coarser than the router's, or finer and not dividing it; ragged tokens | [`Error::BlockSizeMismatch`] naming both; [`Error::InvalidEvent`] |
+//! | `CacheSync::apply_event` | a group at or beyond [`IndexConfig::max_groups`]; a placeholder naming an unknown block | skipped and counted in [`SyncOutcome`] |
+//! | `Tier::from_medium` | a medium it does not know | [`Tier::Remote`], the least credited tier |
+//! | `RankLayout::target`, `sync::vllm::apply_batch` | a rank at or beyond the layout's | [`Error::InvalidRank`] |
 //! | `CacheSync::apply_event` | duplicate, gapped or backwards sequence numbers | applied, reported as duplicates / [`Sequence::Gap`] / [`Sequence::Restart`] (mirror cleared) |
 //! | `CacheSync::apply_event` | unknown parent; removal of an unknown block | skipped and counted in [`SyncOutcome`] |
 //! | `sync::vllm::decode_batch` | truncated, wrong types, huge lengths, unknown tags, trailing bytes | [`Error::Decode`] |

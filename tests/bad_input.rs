@@ -155,6 +155,41 @@ fn row_nan_and_out_of_range_config() {
 }
 
 #[test]
+fn row_unknown_mediums_groups_and_ranks() {
+    // An unknown medium is the least credited tier.
+    assert_eq!(Tier::from_medium("QUANTUM_FOAM"), Tier::Remote);
+    let router = BalancedRouter::new(2).unwrap();
+    let t: Vec<u32> = (0..32).collect();
+    // A group beyond what the router tracks: skipped and counted.
+    let far = CacheEvent::stored(None, vec![1, 2], t.clone()).with_group(1_000);
+    let o = router.apply_event(W0, 0, &far).unwrap();
+    assert_eq!((o.stored_blocks, o.skipped_blocks), (0, 2));
+    // A placeholder naming a block never stored: skipped and counted.
+    let o = router
+        .apply_event(W0, 0, &CacheEvent::placeholder(vec![77], Tier::Host))
+        .unwrap();
+    assert_eq!(o.unknown_blocks, 1);
+    // A rank beyond the layout: an error naming it.
+    let layout = RankLayout::new(2).unwrap();
+    assert!(matches!(
+        layout.target(0, 5),
+        Err(Error::InvalidRank { rank: 5, ranks: 2 })
+    ));
+    assert!(RankLayout::new(0).is_err());
+    // Engine blocks finer than the router's are accepted; coarser ones are a mismatch.
+    let fine = CacheEvent::stored(None, vec![5, 6, 7, 8], t.clone()).with_block_size(8);
+    assert_eq!(router.apply_event(W0, 1, &fine).unwrap().stored_blocks, 2);
+    let coarse = CacheEvent::stored(None, vec![9], t.clone()).with_block_size(32);
+    assert!(matches!(
+        router.apply_event(W0, 1, &coarse),
+        Err(Error::BlockSizeMismatch {
+            engine: 32,
+            router: 16
+        })
+    ));
+}
+
+#[test]
 fn row_policy_choice_out_of_range() {
     struct Beyond;
     impl Policy for Beyond {
