@@ -10,7 +10,7 @@
 //! `CPU_TIER1`, `CPU_TIER2`) and TensorRT-LLM's (vLLM's payloads, consecutive blocks in one
 //! event) decode the same way. Hashes may be unsigned ints, signed ints (two's complement)
 //! or byte strings (the key is the last 8 bytes read big-endian). Unknown fields are
-//! ignored; anything malformed is an [`Error::Decode`](crate::Error::Decode), never a
+//! ignored; anything malformed is an [`Error::Decode`], never a
 //! panic.
 //!
 //! [`EngineEvent::to_cache_event`] turns an event into the router's terms, and
