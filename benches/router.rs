@@ -103,6 +103,7 @@ fn route_complete(c: &mut Criterion) {
         }
     }
     group.finish();
+    route_targets(c, &mut workload, &pool);
 
     // Throughput with one and two threads routing concurrently on one router.
     let mut group = c.benchmark_group("route_threads");
@@ -140,6 +141,40 @@ fn route_complete(c: &mut Criterion) {
                 });
             },
         );
+    }
+    group.finish();
+}
+
+/// `BalancedRouter` (the default policy) over 16, 256 and 1,024 targets (a 32-node fleet of
+/// 32 data-parallel ranks each is 1,024), each warmed as above.
+fn route_targets(c: &mut Criterion, workload: &mut TokenWorkload, pool: &Arc<Vec<Vec<u32>>>) {
+    let mut group = c.benchmark_group("route_targets");
+    group
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .throughput(Throughput::Elements(1));
+    let hot = BatchSize::NumIterations(8);
+    let mut i = 0;
+    let mut next = || {
+        i = (i + 1) % pool.len();
+        pool[i].clone()
+    };
+    for workers in [16, 256, 1024] {
+        let mut config = BalancedConfig::default();
+        config.index = index_config(workers);
+        let router = BalancedRouter::with_config(workers, config).unwrap();
+        warm(&router, workload);
+        group.bench_function(BenchmarkId::new("balanced", format!("w{workers}")), |b| {
+            b.iter_batched_ref(
+                &mut next,
+                |p| {
+                    let d = router.route(&RouteRequest::new(black_box(p))).unwrap();
+                    router.complete(&d);
+                    d.cached_tokens()
+                },
+                hot,
+            );
+        });
     }
     group.finish();
 }

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prefix_router::{
-    BalancedRouter, CacheEvent, CacheSync, Candidate, Error, IndexConfig, Policy, PolicyRouter,
-    RouteRequest, Router, WorkerId, choose_min,
+    Balanced, BalancedConfig, BalancedRouter, CacheEvent, CacheSync, Candidate, Error, IndexConfig,
+    Policy, PolicyRouter, RouteDecision, RouteRequest, Router, WorkerId, choose_min,
 };
 
 /// Picks the candidate at a fixed index, records what it was offered.
@@ -143,4 +143,74 @@ fn policy_routers_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<PolicyRouter<Fixed>>();
     assert_send_sync::<BalancedRouter>();
+}
+
+/// `Balanced` over every worker, for comparing with its shortlist.
+struct EveryWorker(Balanced);
+
+impl Policy for EveryWorker {
+    fn name(&self) -> &'static str {
+        "every_worker"
+    }
+    fn reads_cache(&self) -> bool {
+        true
+    }
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        self.0.select(request, candidates)
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// `BalancedRouter` scores a shortlist (the least loaded worker of each amount cached,
+    /// and of none): it decides exactly as the same policy scoring every worker, through
+    /// shared prefixes, loads that come and go, and unavailable workers.
+    #[test]
+    fn the_shortlist_decides_as_every_worker_does(
+        ops in proptest::collection::vec((0u32..6, 1usize..6, 0u8..4), 1..120),
+        workers in 2u32..12,
+    ) {
+        let shortlist = BalancedRouter::new(workers).unwrap();
+        let every = PolicyRouter::with_policy(
+            workers,
+            EveryWorker(Balanced::new(BalancedConfig::default()).unwrap()),
+            IndexConfig::default(),
+        )
+        .unwrap();
+        let routers: [&dyn Router; 2] = [&shortlist, &every];
+        let mut open: Vec<[RouteDecision; 2]> = Vec::new();
+        for (i, (prefix, blocks, action)) in ops.into_iter().enumerate() {
+            let prompt: Vec<u32> = (0..blocks as u32 * 16)
+                .map(|t| if t < 32 { prefix * 1000 + t } else { i as u32 * 1000 + t })
+                .collect();
+            let request = RouteRequest::new(&prompt);
+            let a = routers[0].route(&request).unwrap();
+            let b = routers[1].route(&request).unwrap();
+            proptest::prop_assert_eq!(a.worker(), b.worker(), "op {}", i);
+            proptest::prop_assert_eq!(a.cached_tokens(), b.cached_tokens());
+            open.push([a, b]);
+            match action {
+                0 if !open.is_empty() => {
+                    let [a, b] = open.remove(0);
+                    routers[0].complete(&a);
+                    routers[1].complete(&b);
+                }
+                1 => {
+                    if let Some([a, b]) = open.last() {
+                        routers[0].first_token(a);
+                        routers[1].first_token(b);
+                    }
+                }
+                2 => {
+                    let w = WorkerId::new(i as u32 % workers);
+                    let available = i % 3 != 0 || w.get() == 0;
+                    for r in routers {
+                        r.set_available(w, available).unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Cache score against load score, or predicted time to first token.
 
 use super::{
-    Candidate, Cost, IndexConfig, Policy, PolicyRouter, ReloadConfig, RouteRequest, choose_min,
+    Candidate, CandidateSet, Cost, IndexConfig, Policy, PolicyRouter, ReloadConfig, RouteRequest,
+    choose_min,
 };
 use crate::Error;
 use crate::config::float;
@@ -249,6 +250,15 @@ impl Policy for Balanced {
 
     fn reads_cache(&self) -> bool {
         true
+    }
+
+    /// With predicted TTFT workers holding alike cost their queue plus the same recompute
+    /// and reload, so of those only the least loaded could win.
+    fn candidates(&self) -> CandidateSet {
+        match self.config.scoring {
+            Scoring::PredictedTtft => CandidateSet::LeastLoadedPerMatch,
+            Scoring::Weighted => CandidateSet::All,
+        }
     }
 
     fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {

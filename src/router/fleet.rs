@@ -61,17 +61,20 @@ pub struct WorkerLoad {
 }
 
 /// One registered worker: lock-free counters read and written under the registry's read lock.
+/// The fields a shortlist scans come first, so that the scan mostly reads one cache line a
+/// worker.
 #[derive(Debug)]
+#[repr(C)]
 struct Slot {
+    prefill_tokens: AtomicU64,
+    /// Uncached prompt tokens of every request routed to it since it was added.
+    assigned_prefill: AtomicU64,
+    routed: AtomicU64,
+    available: AtomicBool,
     /// Distinguishes this registration from an earlier one of the same id, so that a
     /// decision made before a remove / add does not release the new registration's load.
     epoch: u64,
-    available: AtomicBool,
     in_flight: AtomicU64,
-    prefill_tokens: AtomicU64,
-    routed: AtomicU64,
-    /// Uncached prompt tokens of every request routed to it since it was added.
-    assigned_prefill: AtomicU64,
     predicted_cached: AtomicU64,
     queue_len: AtomicU64,
     kv_usage_bits: AtomicU32,
@@ -236,23 +239,50 @@ impl Fleet {
     pub(crate) fn candidates(&self, out: &mut Candidates) {
         out.clear();
         let slots = self.read();
+        out.reserve(slots.len());
+        for (i, slot) in slots.iter().enumerate() {
+            if let Some(s) = slot.as_ref().filter(|s| s.available.load(Relaxed)) {
+                out.push(snapshot(i, s));
+            }
+        }
+    }
+
+    /// Fills `out`, in id order, with the least loaded available worker of each class:
+    /// `class_of[i]` is worker `i`'s class (`classes` of them), [`NO_CLASS`] or beyond the
+    /// slice a class of its own. "Least loaded" is the fewest outstanding prefill tokens, then
+    /// the least prefill handed out, then the fewest routed, then a per-request rotation
+    /// (`salt`), as [`pick_min`] breaks ties.
+    pub(crate) fn least_of_each(
+        &self,
+        class_of: &[u16],
+        classes: usize,
+        salt: u64,
+        out: &mut Candidates,
+    ) {
+        out.clear();
+        let slots = self.read();
+        let mut all: SmallVec<[Least; 8]> = smallvec::smallvec![Least::default(); classes + 1];
+        let least = all.as_mut_slice();
+        let nothing = classes;
         for (i, slot) in slots.iter().enumerate() {
             let Some(s) = slot else { continue };
             if !s.available.load(Relaxed) {
                 continue;
             }
-            out.push(Candidate {
-                worker: WorkerId::new(i as u32),
-                epoch: s.epoch,
-                in_flight: s.in_flight.load(Relaxed),
-                prefill_tokens: s.prefill_tokens.load(Relaxed),
-                routed: s.routed.load(Relaxed),
-                assigned_prefill: s.assigned_prefill.load(Relaxed),
-                queue_len: s.queue_len.load(Relaxed),
-                matched_blocks: 0,
-                cached_tokens: 0,
-                cached_by_tier: [0; 4],
-            });
+            let class = match class_of.get(i) {
+                Some(&c) if usize::from(c) < classes => usize::from(c),
+                _ => nothing,
+            };
+            if let Some(l) = least.get_mut(class) {
+                l.offer(i, s, salt);
+            }
+        }
+        let mut winners: SmallVec<[usize; 8]> = all.iter().filter_map(Least::slot).collect();
+        winners.sort_unstable();
+        for i in winners {
+            if let Some(s) = &slots[i] {
+                out.push(snapshot(i, s));
+            }
         }
     }
 
@@ -355,6 +385,96 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A worker of no class in [`Fleet::least_of_each`].
+pub(crate) const NO_CLASS: u16 = u16::MAX;
+
+/// The least loaded slot offered so far, by (prefill tokens, prefill handed out, routed),
+/// then the per-request rotation: [`pick_min`]'s order among workers a policy scores alike.
+/// `slot` is `usize::MAX` until a slot is offered (whose key is then below the initial one).
+#[derive(Clone, Copy)]
+struct Least {
+    slot: usize,
+    key: (u64, u64, u64),
+    /// The slot's rotation, computed when it became the least.
+    spread: u64,
+}
+
+impl Default for Least {
+    fn default() -> Self {
+        Least {
+            slot: usize::MAX,
+            key: (u64::MAX, u64::MAX, u64::MAX),
+            spread: u64::MAX,
+        }
+    }
+}
+
+impl Least {
+    /// Offers slot `i`; each field is read only where the ones before it tie.
+    #[inline]
+    fn offer(&mut self, i: usize, s: &Slot, salt: u64) {
+        let prefill = s.prefill_tokens.load(Relaxed);
+        if prefill != self.key.0 {
+            if prefill < self.key.0 {
+                self.take(i, s, salt);
+            }
+            return;
+        }
+        let assigned = s.assigned_prefill.load(Relaxed);
+        if assigned != self.key.1 {
+            if assigned < self.key.1 {
+                self.take(i, s, salt);
+            }
+            return;
+        }
+        let routed = s.routed.load(Relaxed);
+        if routed < self.key.2 || (routed == self.key.2 && spread(salt, i) < self.spread) {
+            self.take(i, s, salt);
+        }
+    }
+
+    /// Slot `i` becomes the least.
+    #[cold]
+    fn take(&mut self, i: usize, s: &Slot, salt: u64) {
+        *self = Least {
+            slot: i,
+            key: (
+                s.prefill_tokens.load(Relaxed),
+                s.assigned_prefill.load(Relaxed),
+                s.routed.load(Relaxed),
+            ),
+            spread: spread(salt, i),
+        };
+    }
+
+    fn slot(&self) -> Option<usize> {
+        (self.slot != usize::MAX).then_some(self.slot)
+    }
+}
+
+/// A candidate snapshot of slot `i`.
+#[inline]
+fn snapshot(i: usize, s: &Slot) -> Candidate {
+    Candidate {
+        worker: WorkerId::new(i as u32),
+        epoch: s.epoch,
+        in_flight: s.in_flight.load(Relaxed),
+        prefill_tokens: s.prefill_tokens.load(Relaxed),
+        routed: s.routed.load(Relaxed),
+        assigned_prefill: s.assigned_prefill.load(Relaxed),
+        queue_len: s.queue_len.load(Relaxed),
+        matched_blocks: 0,
+        cached_tokens: 0,
+        cached_by_tier: [0; 4],
+    }
+}
+
+/// The per-request rotation that breaks a full tie in favour of worker `i`.
+#[inline]
+fn spread(salt: u64, i: usize) -> u64 {
+    mix64(salt ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
 /// Picks the candidate with the smallest `key`; remaining ties go to the worker that has
 /// been routed the fewest requests so far, then to a per-request rotation (`salt`), never
 /// to the lowest id.
@@ -363,8 +483,7 @@ pub(crate) fn pick_min<K: PartialOrd>(
     salt: u64,
     mut key: impl FnMut(usize, &Candidate) -> K,
 ) -> Option<usize> {
-    let spread =
-        |c: &Candidate| mix64(salt ^ u64::from(c.worker.get()).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let spread = |c: &Candidate| spread(salt, c.worker.index());
     let mut best: Option<(usize, K)> = None;
     for (i, c) in candidates.iter().enumerate() {
         let k = key(i, c);

@@ -4,7 +4,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
 
-use super::{Candidate, RouteRequest};
+use super::RouteRequest;
 use crate::sync::{CacheEvent, CacheSync, SyncConfig, SyncOutcome, SyncState};
 use crate::tree::Held;
 use crate::{
@@ -105,6 +105,9 @@ impl IndexConfig {
         )
     }
 }
+
+/// The workers holding a prompt's first block, with what they hold; on the stack for 16.
+pub(crate) type Holders = SmallVec<[(WorkerId, Held); 16]>;
 
 /// Block hashes of one request, on the stack for prompts of up to 256 blocks.
 pub(crate) type Blocks = SmallVec<[BlockHash; 256]>;
@@ -228,51 +231,37 @@ impl CacheIndex {
         }
     }
 
-    /// Under one lock: matches `blocks` (the request's, `tokens` long), writes each
-    /// candidate's matched blocks and cached tokens, lets `choose` pick one, and records the
-    /// prefix as held by the chosen worker (it will be cached there once the request runs).
-    /// Returns the chosen index (out of range: nothing is recorded).
-    pub(crate) fn match_choose_insert(
+    /// Under one lock: matches `blocks`, lets `choose` pick a worker from the holders it
+    /// found (each with what it holds, cut where a KV-cache group stops it; shallowest
+    /// first), and records the prefix as held by the chosen worker (it will be cached there
+    /// once the request runs). Returns what `choose` returned; nothing is recorded on error.
+    pub(crate) fn match_choose_insert<T>(
         &self,
         blocks: &[BlockHash],
-        tokens: usize,
-        candidates: &mut [Candidate],
-        choose: impl FnOnce(&[Candidate]) -> usize,
-    ) -> usize {
-        let block_size = self.hasher.block_size();
+        choose: impl FnOnce(&[(WorkerId, Held)]) -> Result<(T, WorkerId), Error>,
+    ) -> Result<T, Error> {
         let mut mirror = self.lock();
         let Mirror { tree, sync } = &mut *mirror;
         let groups = sync.groups();
+        let mut holders: Holders = SmallVec::new();
         tree.for_each_held(blocks, |worker, mut held| {
-            // Candidates are in id order, usually one per id from 0.
-            let slot = match candidates.get(worker.index()) {
-                Some(c) if c.worker == worker => Some(worker.index()),
-                _ => candidates.binary_search_by_key(&worker, |c| c.worker).ok(),
-            };
-            if let Some(c) = slot.map(|i| &mut candidates[i]) {
-                if groups.any() {
-                    let allowed = groups.allows(worker, blocks, held.blocks as usize);
-                    clip(&mut held, allowed);
-                }
-                c.matched_blocks = held.blocks;
-                let cached = (held.blocks as usize * block_size).min(tokens);
-                c.cached_tokens = u32::try_from(cached).unwrap_or(u32::MAX);
-                c.cached_by_tier = held.by_tier.map(|b| b.saturating_mul(block_size as u32));
+            if groups.any() {
+                let allowed = groups.allows(worker, blocks, held.blocks as usize);
+                clip(&mut held, allowed);
             }
+            holders.push((worker, held));
         });
-        let chosen = choose(candidates);
-        if let Some(c) = candidates.get(chosen) {
-            tree.insert(c.worker, blocks);
-            if sync.groups().any() {
-                sync.groups_mut().routed(c.worker, blocks);
-            }
-            if let Some(ttl) = self.ttl {
-                if tree.clock() % 16 == 0 {
-                    tree.expire(tree.clock().saturating_sub(ttl));
-                }
+        let (chosen, worker) = choose(&holders)?;
+        tree.insert(worker, blocks);
+        if sync.groups().any() {
+            sync.groups_mut().routed(worker, blocks);
+        }
+        if let Some(ttl) = self.ttl {
+            if tree.clock() % 16 == 0 {
+                tree.expire(tree.clock().saturating_sub(ttl));
             }
         }
-        chosen
+        Ok(chosen)
     }
 
     /// [`CacheSync::report_cached_salted`], returning what the mirror predicted before and

@@ -26,7 +26,7 @@ pub use self::cache_aware::{CacheAware, CacheAwareConfig, CacheAwareRouter};
 pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashRouter};
 pub use self::fleet::{ReportedLoad, WorkerLoad};
 pub use self::index::{CacheIndex, IndexConfig};
-pub use self::policy::{Candidate, Policy, PolicyRouter, choose_min};
+pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min};
 pub use self::ranks::RankLayout;
 pub use self::receipt::{Cost, CostTerm, Receipt, ReceiptLine};
 pub use self::reload::ReloadConfig;
