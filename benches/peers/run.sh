@@ -19,7 +19,7 @@ def show(ns):
     return f"{ns:.0f} ns" if ns < 1e4 else f"{ns / 1e3:.1f} µs"
 print("| operation | workers, pairs | " + " | ".join(crates) + " |")
 print("|---|---|" + "---|" * len(crates))
-order = {"match": 0, "hash+match": 1, "store8": 2, "remove_worker": 3}
+order = {"match": 0, "hash+match": 1, "store8": 2, "load": 3, "remove_worker": 4}
 keys = sorted({(op, size) for op, size, _ in rows}, key=lambda k: (order.get(k[0], 9), int(k[1].split("/")[0][1:]), int(k[1].split("pairs")[1])))
 for op, size in keys:
     ours = rows.get((op, size, "prefix-router"))

@@ -351,6 +351,215 @@ fn chained_tree() -> RadixTree {
     RadixTree::with_config(c).unwrap()
 }
 
+/// Every structure loaded with the same prompts (128-block store events where the structure
+/// takes events), with the bytes each allocated per (block, worker) pair recorded.
+struct Loaded {
+    ours: Ours,
+    index: CacheIndex,
+    kv: KvIndex<ChainIndex>,
+    sharded: KvIndex<ShardedChainIndex>,
+    token_tree: TokenTree,
+    dynamo: Dynamo,
+    pool: ThreadPoolIndexer<ConcurrentRadixTreeCompressed>,
+}
+
+impl Loaded {
+    fn new(
+        hasher: &PrefixHasher,
+        workers: u32,
+        pairs: usize,
+        prompts: &[(u32, Vec<u32>)],
+        seqs: &[Vec<u64>],
+        memory_rows: &mut Vec<String>,
+    ) -> Self {
+        // Load each structure, counting what it allocates.
+        let before = allocated();
+        let mut ours = Ours {
+            tree: chained_tree(),
+        };
+        for (w, p) in prompts {
+            ours.tree.insert(WorkerId::new(*w), &hasher.hash(p));
+        }
+        let ours_bytes = allocated() - before;
+        let before = allocated();
+        let index = CacheIndex::new(IndexConfig::default()).unwrap();
+        for ((w, p), s) in prompts.iter().zip(seqs) {
+            let e = CacheEvent::stored(None, s.clone(), p.clone());
+            index.apply_event(WorkerId::new(*w), 0, &e).unwrap();
+        }
+        let ours_events_bytes = allocated() - before;
+        let before = allocated();
+        let kv = KvIndex::<ChainIndex>::load(workers, prompts, seqs);
+        let kv_bytes = allocated() - before;
+        let before = allocated();
+        let sharded = KvIndex::<ShardedChainIndex>::load(workers, prompts, seqs);
+        let sharded_bytes = allocated() - before;
+        let before = allocated();
+        let token_tree = TokenTree::new();
+        let names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
+        for (w, p) in prompts {
+            token_tree.insert_tokens(p, &names[*w as usize]);
+        }
+        let token_tree_bytes = allocated() - before;
+        let before = allocated();
+        let mut dynamo = Dynamo {
+            tree: dynamo_kv_router::RadixTree::new(),
+            events: 0,
+        };
+        for ((w, p), s) in prompts.iter().zip(seqs) {
+            dynamo.events += 1;
+            dynamo
+                .tree
+                .apply_event(dynamo_store(*w, dynamo.events, None, p, s))
+                .unwrap();
+        }
+        let dynamo_bytes = allocated() - before;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let before = allocated();
+        let pool = ThreadPoolIndexer::new(ConcurrentRadixTreeCompressed::new(), 2, BLOCK as u32);
+        for (i, ((w, p), s)) in prompts.iter().zip(seqs).enumerate() {
+            rt.block_on(pool.apply_event_and_wait(dynamo_store(*w, i as u64 + 1, None, p, s)))
+                .unwrap();
+        }
+        let pool_bytes = allocated() - before;
+        let held: usize = (0..workers)
+            .map(|w| ours.tree.worker_block_count(WorkerId::new(w)))
+            .sum();
+        for (name, bytes) in [
+            ("prefix-router RadixTree (routing mirror)", ours_bytes),
+            ("prefix-router CacheIndex fed by events", ours_events_bytes),
+            ("kv-index ChainIndex", kv_bytes),
+            ("kv-index ShardedChainIndex (2 shards)", sharded_bytes),
+            ("kv-index TokenTree", token_tree_bytes),
+            ("dynamo-kv-router RadixTree", dynamo_bytes),
+            (
+                "dynamo-kv-router ThreadPoolIndexer<ConcurrentRadixTreeCompressed>",
+                pool_bytes,
+            ),
+        ] {
+            memory_rows.push(format!(
+                "memory,{workers},{pairs},{name},{:.1}",
+                bytes as f64 / held as f64
+            ));
+        }
+
+        Loaded {
+            ours,
+            index,
+            kv,
+            sharded,
+            token_tree,
+            dynamo,
+            pool,
+        }
+    }
+}
+
+/// One structure loaded from empty by timed 128-block store events, as a router replica that
+/// joins late replays the engines' events: the time per stored block, as criterion prints a
+/// result (the fastest, median and slowest of 3 loads) for run.sh.
+fn bulk_loads(workers: u32, label: &str, prompts: &[(u32, Vec<u32>)], seqs: &[Vec<u64>]) {
+    let blocks: usize = seqs.iter().map(Vec::len).sum();
+    let events: Vec<CacheEvent> = prompts
+        .iter()
+        .zip(seqs)
+        .map(|((_, p), s)| CacheEvent::stored(None, s.clone(), p.clone()))
+        .collect();
+    let timed = |name: &str, load: &mut dyn FnMut() -> Duration| {
+        let mut ns: Vec<f64> = (0..3)
+            .map(|_| load().as_nanos() as f64 / blocks as f64)
+            .collect();
+        ns.sort_by(f64::total_cmp);
+        println!(
+            "peers/load/{name}/{label}\n                        time:   [{:.1} ns {:.1} ns {:.1} ns]",
+            ns[0], ns[1], ns[2]
+        );
+    };
+    timed("prefix-router", &mut || {
+        let index = CacheIndex::new(IndexConfig::default()).unwrap();
+        let start = Instant::now();
+        for ((w, _), e) in prompts.iter().zip(&events) {
+            index.apply_event(WorkerId::new(*w), 0, e).unwrap();
+        }
+        start.elapsed()
+    });
+    timed("kv-index-ChainIndex", &mut || {
+        let start = Instant::now();
+        let kv = KvIndex::<ChainIndex>::load(workers, prompts, seqs);
+        let elapsed = start.elapsed();
+        drop(kv);
+        elapsed
+    });
+    timed("dynamo-RadixTree", &mut || {
+        let mut tree = dynamo_kv_router::RadixTree::new();
+        let start = Instant::now();
+        for (i, ((w, p), s)) in prompts.iter().zip(seqs).enumerate() {
+            tree.apply_event(dynamo_store(*w, i as u64 + 1, None, p, s))
+                .unwrap();
+        }
+        start.elapsed()
+    });
+}
+
+/// Bytes per additional holder: every prompt of a loaded event-fed mirror stored again by
+/// the next worker, the growth divided by the pairs added.
+fn extra_holders(
+    workers: u32,
+    pairs: usize,
+    prompts: &[(u32, Vec<u32>)],
+    seqs: &[Vec<u64>],
+    memory_rows: &mut Vec<String>,
+) {
+    let index = CacheIndex::new(IndexConfig::default()).unwrap();
+    let mut dynamo = dynamo_kv_router::RadixTree::new();
+    for (i, ((w, p), s)) in prompts.iter().zip(seqs).enumerate() {
+        let e = CacheEvent::stored(None, s.clone(), p.clone());
+        index.apply_event(WorkerId::new(*w), 0, &e).unwrap();
+        dynamo
+            .apply_event(dynamo_store(*w, i as u64 + 1, None, p, s))
+            .unwrap();
+    }
+    let held = |index: &CacheIndex| -> usize {
+        index.with_tree(|t| {
+            (0..workers)
+                .map(|w| t.worker_block_count(WorkerId::new(w)))
+                .sum()
+        })
+    };
+    let before_pairs = held(&index);
+    let before = allocated();
+    for ((w, p), s) in prompts.iter().zip(seqs) {
+        let e = CacheEvent::stored(None, s.clone(), p.clone());
+        index
+            .apply_event(WorkerId::new((*w + 1) % workers), 0, &e)
+            .unwrap();
+    }
+    let added = (held(&index) - before_pairs).max(1);
+    let ours = (allocated() - before) as f64 / added as f64;
+    let before = allocated();
+    let offset = prompts.len() as u64 + 1;
+    for (i, ((w, p), s)) in prompts.iter().zip(seqs).enumerate() {
+        dynamo
+            .apply_event(dynamo_store(
+                (*w + 1) % workers,
+                offset + i as u64,
+                None,
+                p,
+                s,
+            ))
+            .unwrap();
+    }
+    let theirs = (allocated() - before) as f64 / added as f64;
+    memory_rows.push(format!(
+        "memory,{workers},{pairs},prefix-router CacheIndex fed by events: per additional holder,{ours:.1}"
+    ));
+    memory_rows.push(format!(
+        "memory,{workers},{pairs},dynamo-kv-router RadixTree: per additional holder,{theirs:.1}"
+    ));
+}
+
 fn bench(c: &mut Criterion) {
     let hasher = PrefixHasher::new(BLOCK).unwrap();
     let mut memory_rows = Vec::new();
@@ -366,81 +575,21 @@ fn bench(c: &mut Criterion) {
                 .iter()
                 .map(|(_, p)| seq_hashes(&hasher, p))
                 .collect();
-            // Load each structure, counting what it allocates.
-            let before = allocated();
-            let mut ours = Ours {
-                tree: chained_tree(),
-            };
-            for (w, p) in &prompts {
-                ours.tree.insert(WorkerId::new(*w), &hasher.hash(p));
-            }
-            let ours_bytes = allocated() - before;
-            let before = allocated();
-            let index = CacheIndex::new(IndexConfig::default()).unwrap();
-            for ((w, p), s) in prompts.iter().zip(&seqs) {
-                let e = CacheEvent::stored(None, s.clone(), p.clone());
-                index.apply_event(WorkerId::new(*w), 0, &e).unwrap();
-            }
-            let ours_events_bytes = allocated() - before;
-            let before = allocated();
-            let mut kv = KvIndex::<ChainIndex>::load(workers, &prompts, &seqs);
-            let kv_bytes = allocated() - before;
-            let before = allocated();
-            let mut sharded = KvIndex::<ShardedChainIndex>::load(workers, &prompts, &seqs);
-            let sharded_bytes = allocated() - before;
-            let before = allocated();
-            let token_tree = TokenTree::new();
-            let names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
-            for (w, p) in &prompts {
-                token_tree.insert_tokens(p, &names[*w as usize]);
-            }
-            let token_tree_bytes = allocated() - before;
-            let before = allocated();
-            let mut dynamo = Dynamo {
-                tree: dynamo_kv_router::RadixTree::new(),
-                events: 0,
-            };
-            for ((w, p), s) in prompts.iter().zip(&seqs) {
-                dynamo.events += 1;
-                dynamo
-                    .tree
-                    .apply_event(dynamo_store(*w, dynamo.events, None, p, s))
-                    .unwrap();
-            }
-            let dynamo_bytes = allocated() - before;
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let before = allocated();
-            let pool =
-                ThreadPoolIndexer::new(ConcurrentRadixTreeCompressed::new(), 2, BLOCK as u32);
-            for (i, ((w, p), s)) in prompts.iter().zip(&seqs).enumerate() {
-                rt.block_on(pool.apply_event_and_wait(dynamo_store(*w, i as u64 + 1, None, p, s)))
-                    .unwrap();
-            }
-            let pool_bytes = allocated() - before;
-            let held: usize = (0..workers)
-                .map(|w| ours.tree.worker_block_count(WorkerId::new(w)))
-                .sum();
-            for (name, bytes) in [
-                ("prefix-router RadixTree (routing mirror)", ours_bytes),
-                ("prefix-router CacheIndex fed by events", ours_events_bytes),
-                ("kv-index ChainIndex", kv_bytes),
-                ("kv-index ShardedChainIndex (2 shards)", sharded_bytes),
-                ("kv-index TokenTree", token_tree_bytes),
-                ("dynamo-kv-router RadixTree", dynamo_bytes),
-                (
-                    "dynamo-kv-router ThreadPoolIndexer<ConcurrentRadixTreeCompressed>",
-                    pool_bytes,
-                ),
-            ] {
-                memory_rows.push(format!(
-                    "memory,{workers},{pairs},{name},{:.1}",
-                    bytes as f64 / held as f64
-                ));
-            }
-
             let label = format!("w{workers}/pairs{pairs}");
+            let loaded = Loaded::new(&hasher, workers, pairs, &prompts, &seqs, &mut memory_rows);
+            let Loaded {
+                ours,
+                index,
+                mut kv,
+                mut sharded,
+                token_tree,
+                mut dynamo,
+                pool,
+            } = loaded;
+            if pairs == 1_000_000 {
+                bulk_loads(workers, &label, &prompts, &seqs);
+                extra_holders(workers, pairs, &prompts, &seqs, &mut memory_rows);
+            }
             // Full-hit queries: recently cached prompts.
             let queries: Vec<&Vec<u32>> = prompts.iter().rev().take(64).map(|(_, p)| p).collect();
             let our_blocks: Vec<Vec<BlockHash>> = queries.iter().map(|p| hasher.hash(p)).collect();
