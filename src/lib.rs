@@ -157,6 +157,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod chunks;
 mod config;
 mod error;
 mod fold;

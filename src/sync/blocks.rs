@@ -4,13 +4,15 @@
 //! A hash map of engine hash → record keeps its 24-byte records in its own slots, half of
 //! which are empty after it grows, and a store touches a random one of them per block. Here
 //! the index holds 4-byte slot numbers (a table a fifth the size, which stays in cache far
-//! longer), and records live in a dense arena whose freed slots are reused last freed first:
-//! an engine that evicts a finished request and stores the next one writes records where the
+//! longer), and records live in a dense, chunked arena ([`Chunks`]: little spare room, and
+//! growing it moves no record twice) whose freed slots are reused last freed first: an
+//! engine that evicts a finished request and stores the next one writes records where the
 //! evicted ones were, still in cache.
 
 use hashbrown::HashTable;
 
 use crate::BlockHash;
+use crate::chunks::Chunks;
 use crate::fold::fold64 as hash;
 
 /// One engine block a worker reported stored.
@@ -35,7 +37,7 @@ impl EngineBlock {
 #[derive(Debug, Default)]
 pub(super) struct EngineBlocks {
     /// Records by slot; the slots in `free` hold stale records.
-    slots: Vec<EngineBlock>,
+    slots: Chunks<EngineBlock>,
     /// Freed slots, the last freed reused first.
     free: Vec<u32>,
     /// Slot numbers of the live records, found by engine hash.
@@ -95,11 +97,6 @@ impl EngineBlocks {
                 slot
             }
             None => {
-                if self.slots.len() == self.slots.capacity() {
-                    // The arena is most of the map's memory: it grows by a sixteenth, so
-                    // its spare room stays within 1/16 of the records.
-                    self.slots.reserve_exact((self.slots.len() / 16).max(64));
-                }
                 self.slots.push(block);
                 // New slots are made only when none is free, so this slot number is the
                 // count of live records before the insert, below `MAX_LEN`.
@@ -145,7 +142,7 @@ impl EngineBlocks {
 
     /// Bytes allocated.
     pub(super) fn allocation_size(&self) -> usize {
-        self.slots.capacity() * core::mem::size_of::<EngineBlock>()
+        self.slots.allocation_size()
             + self.free.capacity() * core::mem::size_of::<u32>()
             + self.index.allocation_size()
     }

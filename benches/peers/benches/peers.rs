@@ -35,6 +35,7 @@
 //! this binary, divided by the (block, worker) pairs held.
 //!
 //! Run: `benches/peers/run.sh` (or `cargo bench --manifest-path benches/peers/Cargo.toml`).
+//! With `PEERS_ONLY=load` in the environment, only the 10^6-pair loads and memory are run.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
@@ -568,8 +569,12 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .sample_size(30);
+    let load_only = std::env::var("PEERS_ONLY").is_ok_and(|v| v == "load");
     for workers in [16u32, 256] {
         for pairs in [10_000usize, 100_000, 1_000_000] {
+            if load_only && pairs != 1_000_000 {
+                continue;
+            }
             let prompts = workload(pairs, workers, 7);
             let seqs: Vec<Vec<u64>> = prompts
                 .iter()
@@ -589,6 +594,9 @@ fn bench(c: &mut Criterion) {
             if pairs == 1_000_000 {
                 bulk_loads(workers, &label, &prompts, &seqs);
                 extra_holders(workers, pairs, &prompts, &seqs, &mut memory_rows);
+            }
+            if load_only {
+                continue;
             }
             // Full-hit queries: recently cached prompts.
             let queries: Vec<&Vec<u32>> = prompts.iter().rev().take(64).map(|(_, p)| p).collect();
