@@ -4,15 +4,14 @@
 
 use std::collections::HashMap;
 
+use common::{prompt_strategy, tokens};
 use prefix_router::*;
 use proptest::prelude::*;
 
+mod common;
+
 const W0: WorkerId = WorkerId::new(0);
 const W1: WorkerId = WorkerId::new(1);
-
-fn tokens(seed: u32, blocks: usize) -> Vec<u32> {
-    (0..blocks as u32 * 16).map(|i| seed * 10_000 + i).collect()
-}
 
 fn stored(parent: Option<u64>, blocks: &[u64], tokens: &[u32]) -> CacheEvent {
     CacheEvent::stored(parent, blocks.to_vec(), tokens.to_vec())
@@ -493,16 +492,6 @@ impl ModelWorker {
         }
         events
     }
-}
-
-fn prompt_strategy() -> impl Strategy<Value = Vec<u32>> {
-    // Blocks from a small alphabet, so prompts share prefixes and diverge often.
-    prop::collection::vec(0u32..3, 1..8).prop_map(|blocks| {
-        blocks
-            .iter()
-            .flat_map(|&b| (0..16).map(move |i| b * 100 + i))
-            .collect()
-    })
 }
 
 proptest! {
