@@ -24,6 +24,11 @@ struct Upstream {
 
 impl Upstream {
     fn start(capacity_blocks: usize) -> Self {
+        Self::with_ranks(capacity_blocks, 1)
+    }
+
+    /// A mock endpoint of `ranks` data-parallel ranks, each caching `capacity_blocks`.
+    fn with_ranks(capacity_blocks: usize, ranks: u32) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -35,7 +40,7 @@ impl Upstream {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = mock::mock_app(mock::MockWorker::new(capacity_blocks));
+                let app = mock::mock_app(mock::MockWorker::new(capacity_blocks, ranks));
                 let server = axum::serve(listener, app);
                 tokio::select! {
                     _ = server => {}
@@ -69,11 +74,17 @@ impl Drop for Upstream {
 
 /// Starts a gateway with `policy` over `upstreams`; returns its base URL.
 async fn gateway(policy: &str, upstreams: &[&Upstream]) -> String {
+    gateway_with_ranks(policy, upstreams, 1).await
+}
+
+/// Starts a gateway with `policy` over `upstreams` of `ranks` data-parallel ranks each.
+async fn gateway_with_ranks(policy: &str, upstreams: &[&Upstream], ranks: u32) -> String {
     let options = policy::PolicyOptions::default();
-    let router = policy::build(policy, upstreams.len() as u32, &options)
-        .unwrap()
-        .unwrap();
-    let gw = app::Gateway::new(router, upstreams.iter().map(|u| u.url.clone()).collect());
+    let layout = prefix_router::RankLayout::new(ranks).unwrap();
+    let targets = layout.targets(upstreams.len() as u32);
+    let router = policy::build(policy, targets, &options).unwrap().unwrap();
+    let urls = upstreams.iter().map(|u| u.url.clone()).collect();
+    let gw = app::Gateway::new(router, urls, layout);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app::app(gw)).await });
@@ -293,4 +304,36 @@ async fn malformed_requests_get_a_400_with_a_clear_message() {
         let message = v["error"]["message"].as_str().unwrap();
         assert!(message.contains(needle), "{body}: {message}");
     }
+}
+
+/// One endpoint of two data-parallel ranks: the gateway routes over both and names the rank
+/// it chose in `X-data-parallel-rank`, so each prompt's second request is served, fully
+/// cached, by the rank that cached it the first time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_parallel_ranks_are_targets_named_by_a_header() {
+    let up = Upstream::with_ranks(1_000, 2);
+    let gw = gateway_with_ranks("balanced", &[&up], 2).await;
+    let client = client();
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|p| (0..320).map(|i| p * 1_000 + i).collect())
+        .collect();
+    let mut ranks_used = std::collections::HashSet::new();
+    for round in 0..2 {
+        for prompt in &prompts {
+            let body = json!({"model": "m", "prompt": prompt, "max_tokens": 1});
+            let (status, v, headers) = post(&client, &gw, &body, None).await;
+            assert_eq!(status, 200, "{v}");
+            let routed: u64 = headers["x-routed-rank"].to_str().unwrap().parse().unwrap();
+            assert_eq!(v["served_by_rank"].as_u64(), Some(routed));
+            ranks_used.insert(routed);
+            let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap();
+            assert_eq!(cached, if round == 0 { 0 } else { 320 }, "round {round}");
+        }
+    }
+    assert_eq!(ranks_used.len(), 2, "both ranks serve");
+    let stats = get(&client, format!("{gw}/stats")).await;
+    assert_eq!(stats["workers"].as_array().unwrap().len(), 2);
+    assert_eq!(stats["workers"][1]["rank"], 1);
 }

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use prefix_router::{Error, RouteDecision, RouteRequest, Router, TokenId, WorkerId};
+use prefix_router::{Error, RankLayout, RouteDecision, RouteRequest, Router, TokenId, WorkerId};
 use serde_json::{Value, json};
 
 /// Per-upstream counters the gateway keeps beside the router's load.
@@ -23,29 +23,45 @@ pub(crate) struct UpstreamStats {
     failures: AtomicU64,
 }
 
-/// The gateway's state: the router, the upstream workers (worker `i` is `upstreams[i]`).
+/// The gateway's state: the router, the upstream endpoints, and their data-parallel ranks.
+/// Each (endpoint, rank) is a routing target, numbered by `layout`: target `t` is rank
+/// `layout.rank(t)` of `upstreams[layout.endpoint(t)]`.
 pub(crate) struct Gateway {
     router: Arc<dyn Router>,
     upstreams: Vec<String>,
+    layout: RankLayout,
+    /// By target.
     stats: Vec<UpstreamStats>,
     client: reqwest::Client,
 }
 
 impl Gateway {
-    /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`) with
-    /// `router`, which must route over workers `0..upstreams.len()`.
-    pub(crate) fn new(router: Arc<dyn Router>, upstreams: Vec<String>) -> Arc<Self> {
+    /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`), each
+    /// with `layout`'s data-parallel ranks, with `router`, which must route over targets
+    /// `0..layout.targets(upstreams.len())`.
+    pub(crate) fn new(
+        router: Arc<dyn Router>,
+        upstreams: Vec<String>,
+        layout: RankLayout,
+    ) -> Arc<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(2))
             .timeout(std::time::Duration::from_secs(120))
             .build()
             .unwrap_or_default();
+        let targets = layout.targets(upstreams.len() as u32) as usize;
         Arc::new(Self {
-            stats: upstreams.iter().map(|_| UpstreamStats::default()).collect(),
+            stats: (0..targets).map(|_| UpstreamStats::default()).collect(),
             router,
             upstreams,
+            layout,
             client,
         })
+    }
+
+    /// The URL of target `t`'s endpoint.
+    fn upstream(&self, t: WorkerId) -> &str {
+        &self.upstreams[self.layout.endpoint(t) as usize]
     }
 }
 
@@ -163,17 +179,21 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
     )
 }
 
-/// Sends the body unchanged to the chosen upstream; `Err` when it cannot be reached.
+/// Sends the body unchanged to the chosen upstream, naming the chosen rank in vLLM's
+/// `X-data-parallel-rank` header when endpoints have more than one; `Err` when it cannot be
+/// reached.
 async fn forward(gw: &Gateway, decision: &RouteDecision, body: &Bytes) -> Result<(u16, Bytes), ()> {
-    let url = format!("{}/v1/completions", gw.upstreams[decision.worker().index()]);
-    let response = gw
+    let target = decision.worker();
+    let url = format!("{}/v1/completions", gw.upstream(target));
+    let mut request = gw
         .client
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(body.clone())
-        .send()
-        .await
-        .map_err(|_| ())?;
+        .body(body.clone());
+    if gw.layout.ranks() > 1 {
+        request = request.header("x-data-parallel-rank", gw.layout.rank(target));
+    }
+    let response = request.send().await.map_err(|_| ())?;
     let status = response.status().as_u16();
     let bytes = response.bytes().await.map_err(|_| ())?;
     Ok((status, bytes))
@@ -213,6 +233,7 @@ fn respond(
         HeaderValue::from_static("application/json"),
     );
     h.insert("x-routed-worker", HeaderValue::from(w.get()));
+    h.insert("x-routed-rank", HeaderValue::from(gw.layout.rank(w)));
     h.insert(
         "x-predicted-cached-tokens",
         HeaderValue::from(decision.cached_tokens() as u64),
@@ -221,17 +242,15 @@ fn respond(
 }
 
 async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
-    let workers: Vec<Value> = gw
-        .upstreams
-        .iter()
-        .enumerate()
-        .map(|(i, url)| {
+    let workers: Vec<Value> = (0..gw.stats.len())
+        .map(|i| {
             let w = WorkerId::new(i as u32);
             let load = gw.router.load(w);
             let s = &gw.stats[i];
             json!({
                 "worker": i,
-                "upstream": url,
+                "upstream": gw.upstream(w),
+                "rank": gw.layout.rank(w),
                 "available": load.map(|l| l.available),
                 "in_flight": load.map(|l| l.in_flight),
                 "routed": load.map(|l| l.routed),
@@ -246,7 +265,7 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 }
 
 async fn health(State(gw): State<Arc<Gateway>>) -> Json<Value> {
-    let available = (0..gw.upstreams.len())
+    let available = (0..gw.stats.len())
         .filter(|&i| {
             gw.router
                 .load(WorkerId::new(i as u32))

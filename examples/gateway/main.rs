@@ -12,9 +12,14 @@
 //! ```
 //!
 //! Point `--upstream` at vLLM or SGLang servers (started with prefix caching, reporting
-//! `usage.prompt_tokens_details.cached_tokens`) to route real traffic.
+//! `usage.prompt_tokens_details.cached_tokens`) to route real traffic. With `--dp-ranks N`
+//! each upstream is an endpoint of N data-parallel ranks (vLLM's `--data-parallel-size`):
+//! every (endpoint, rank) is a routing target, and the gateway names the rank it chose in
+//! the `X-data-parallel-rank` header (mock workers take the same flag).
 
 use std::process::ExitCode;
+
+use prefix_router::RankLayout;
 
 mod app;
 mod mock;
@@ -23,8 +28,8 @@ mod policy;
 
 fn usage() -> String {
     format!(
-        "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] --upstream URL...\n       \
-         gateway --mock-worker ADDR [--capacity-blocks N]",
+        "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] --upstream URL...\n       \
+         gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N]",
         policy::POLICIES.join("|")
     )
 }
@@ -37,6 +42,7 @@ async fn main() -> ExitCode {
     let mut options = policy::PolicyOptions::default();
     let mut mock_addr = None;
     let mut capacity_blocks = 65_536;
+    let mut ranks = 1;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let Some(value) = args.next() else {
@@ -48,15 +54,15 @@ async fn main() -> ExitCode {
             "--policy" => policy_name = value,
             "--upstream" => upstreams.push(value.trim_end_matches('/').to_owned()),
             "--mock-worker" => mock_addr = Some(value),
-            "--block-size" | "--capacity-blocks" => {
+            "--block-size" | "--capacity-blocks" | "--dp-ranks" => {
                 let Ok(n) = value.parse::<usize>() else {
                     eprintln!("error: {flag}: {value:?} is not a number");
                     return ExitCode::from(2);
                 };
-                if flag == "--block-size" {
-                    options.block_size = n;
-                } else {
-                    capacity_blocks = n;
+                match flag.as_str() {
+                    "--block-size" => options.block_size = n,
+                    "--capacity-blocks" => capacity_blocks = n,
+                    _ => ranks = u32::try_from(n).unwrap_or(u32::MAX),
                 }
             }
             _ => {
@@ -65,14 +71,25 @@ async fn main() -> ExitCode {
             }
         }
     }
+    let layout = match RankLayout::new(ranks) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: --dp-ranks: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (addr, app) = if let Some(addr) = mock_addr {
-        (addr, mock::mock_app(mock::MockWorker::new(capacity_blocks)))
+        (
+            addr,
+            mock::mock_app(mock::MockWorker::new(capacity_blocks, ranks)),
+        )
     } else {
         if upstreams.is_empty() {
             eprintln!("error: give at least one --upstream\n{}", usage());
             return ExitCode::from(2);
         }
-        let router = match policy::build(&policy_name, upstreams.len() as u32, &options) {
+        let targets = layout.targets(upstreams.len() as u32);
+        let router = match policy::build(&policy_name, targets, &options) {
             Some(Ok(r)) => r,
             Some(Err(e)) => {
                 eprintln!("error: {e}");
@@ -83,7 +100,10 @@ async fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        (listen, app::app(app::Gateway::new(router, upstreams)))
+        (
+            listen,
+            app::app(app::Gateway::new(router, upstreams, layout)),
+        )
     };
     let listener = match tokio::net::TcpListener::bind(&addr).await {
         Ok(l) => l,
