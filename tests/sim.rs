@@ -15,8 +15,16 @@ fn config(workers: u32, block_size: usize) -> ClusterConfig {
     c
 }
 
+const ENGINES: [Engine; 2] = [Engine::Simple, Engine::Batched];
+
 #[test]
 fn shared_system_prompt_is_prefilled_once_instead_of_four_times() {
+    for engine in ENGINES {
+        shared_system_prompt(engine);
+    }
+}
+
+fn shared_system_prompt(engine: Engine) {
     let system: Vec<u32> = (0..2_000).map(|i| 1_000 + i).collect();
     let requests: Vec<Request> = (0..4u32)
         .map(|i| {
@@ -25,7 +33,7 @@ fn shared_system_prompt_is_prefilled_once_instead_of_four_times() {
             Request::new(f64::from(i) * 10.0, p, 10)
         })
         .collect();
-    let sim = Simulation::new(requests, config(4, 16)).unwrap();
+    let sim = Simulation::new(requests, config(4, 16).with_engine(engine)).unwrap();
     let rr = sim.run(&RoundRobinRouter::new(4).unwrap()).unwrap();
     assert_eq!(
         rr.prefill_tokens,
@@ -51,6 +59,12 @@ fn shared_system_prompt_is_prefilled_once_instead_of_four_times() {
 
 #[test]
 fn a_three_turn_conversation_prefills_1200_tokens_with_affinity_and_2500_without() {
+    for engine in ENGINES {
+        three_turns(engine);
+    }
+}
+
+fn three_turns(engine: Engine) {
     let convo: Vec<u32> = (0..1_200).map(|i| 70_000 + i).collect();
     let requests: Vec<Request> = [500, 800, 1_200]
         .iter()
@@ -60,7 +74,7 @@ fn a_three_turn_conversation_prefills_1200_tokens_with_affinity_and_2500_without
         })
         .collect();
     // Block size 1: every token is its own block, so the numbers are exact.
-    let sim = Simulation::new(requests, config(4, 1)).unwrap();
+    let sim = Simulation::new(requests, config(4, 1).with_engine(engine)).unwrap();
     let rr = sim.run(&RoundRobinRouter::new(4).unwrap()).unwrap();
     assert_eq!(rr.prefill_tokens, 500 + 800 + 1_200);
     let affinity = sim.run(&AffinityRouter::new(4).unwrap()).unwrap();
@@ -76,28 +90,42 @@ fn a_three_turn_conversation_prefills_1200_tokens_with_affinity_and_2500_without
 #[test]
 fn the_same_seed_gives_the_same_report() {
     let workload = &Workload::builtin()[4].1; // the mix
-    let run = |seed| {
-        let sim = Simulation::new(workload.generate(seed), config(8, 16)).unwrap();
-        let router = BalancedRouter::new(8).unwrap();
-        sim.run(&router).unwrap()
-    };
-    let (a, b) = (run(3), run(3));
-    assert_eq!(a, b);
-    assert!(a.requests > 1_000 && a.hit_ratio > 0.0 && a.ttft_p99_s >= a.ttft_p50_s);
-    assert_ne!(run(4), a);
+    for engine in ENGINES {
+        let run = |seed| {
+            let c = config(8, 16).with_engine(engine);
+            let sim = Simulation::new(workload.generate(seed), c).unwrap();
+            let router = BalancedRouter::new(8).unwrap();
+            sim.run(&router).unwrap()
+        };
+        let (a, b) = (run(3), run(3));
+        assert_eq!(a, b);
+        assert!(a.requests > 1_000 && a.hit_ratio > 0.0 && a.ttft_p99_s >= a.ttft_p50_s);
+        assert!(a.e2e_p99_s >= a.ttft_p99_s && a.goodput > 0.0 && a.goodput <= 1.0);
+        assert_ne!(run(4), a);
+    }
 }
 
 #[test]
 fn feedback_mode_reports_true_cache_hits_to_the_router() {
+    for engine in ENGINES {
+        feedback_mode(engine);
+    }
+}
+
+fn feedback_mode(engine: Engine) {
     let workload = &Workload::builtin()[0].1;
-    let mut c = config(4, 16);
+    let mut c = config(4, 16).with_engine(engine);
     c.capacity_tokens = 20_000; // small caches: the optimistic mirror is often wrong
     c.sync = SyncMode::Feedback;
     let sim = Simulation::new(workload.generate(1), c).unwrap();
     let router = CacheAwareRouter::new(4).unwrap();
     let r = sim.run(&router).unwrap();
     assert!(r.hit_ratio <= r.ideal_hit_ratio + 1e-12);
-    assert_eq!(r.prefill_tokens + r.cached_tokens, r.prompt_tokens);
+    // Preempted requests compute their tokens again.
+    assert!(r.prefill_tokens + r.cached_tokens >= r.prompt_tokens);
+    if r.preemptions == 0 {
+        assert_eq!(r.prefill_tokens + r.cached_tokens, r.prompt_tokens);
+    }
     for w in 0..4 {
         assert!(
             router

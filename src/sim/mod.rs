@@ -11,15 +11,20 @@
 //!
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 
+mod batched;
+mod clock;
 mod config;
+mod pool;
 mod references;
 mod report;
 mod rng;
+mod scheduler;
+mod simple;
 mod simulation;
 mod trace;
 mod workload;
 
-pub use self::config::{ClusterConfig, SyncMode};
+pub use self::config::{BatchConfig, ClusterConfig, Engine, SyncMode};
 pub use self::report::SimReport;
 pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};

@@ -1,16 +1,10 @@
 //! The replay of a workload through a router against the modelled fleet.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
-
-use super::config::{ClusterConfig, SyncMode};
-use super::references::{References, unbounded};
+use super::config::{ClusterConfig, Engine};
+use super::references::References;
 use super::report::{SimReport, Tally};
 use super::workload::Request;
-use crate::{
-    BlockHash, CacheSync, Error, PrefixHasher, RadixTree, RouteDecision, RouteRequest, Router,
-    TokenId, WorkerId,
-};
+use crate::{BlockHash, Error, PrefixHasher, RouteDecision, RouteRequest, Router, TokenId};
 
 /// A workload ready to replay through routers, with its reference hit ratios computed once.
 ///
@@ -35,8 +29,6 @@ pub struct Simulation {
     hasher: PrefixHasher,
     references: References,
 }
-
-const W0: WorkerId = WorkerId::new(0);
 
 impl Simulation {
     /// Prepares `requests` for replay on the modelled fleet.
@@ -122,141 +114,35 @@ impl Simulation {
                 ));
             }
         }
-        let mut run = Run::new(self, router)?;
-        while let Some((now, event)) = run.next() {
-            match event {
-                Event::Arrival(i) => {
-                    progress(i + 1, self.requests.len());
-                    run.arrive(i, now)?;
-                }
-                Event::PrefillDone(i) => run.prefill_done(i, now)?,
-                Event::Complete(i) => run.complete(i, now),
-            }
+        match self.config.engine {
+            Engine::Simple => super::simple::run(self, router, progress),
+            Engine::Batched => super::batched::run(self, router, progress),
         }
-        Ok(run.report())
     }
 
     /// Arrival time of request `i` at the configured speedup.
-    fn arrival(&self, i: usize) -> f64 {
+    pub(super) fn arrival(&self, i: usize) -> f64 {
         self.requests[i].arrival_s / self.config.speedup
     }
-}
 
-/// What happens next in a run.
-#[derive(Clone, Copy, Debug)]
-enum Event {
-    /// Request `i` arrives and is routed.
-    Arrival(usize),
-    /// Request `i`'s prefill ends: its first token.
-    PrefillDone(usize),
-    /// Request `i` finishes decoding.
-    Complete(usize),
-}
-
-impl Event {
-    /// Order of timed events at equal times: prefill ends before completions (both before
-    /// arrivals, which are not queued).
-    fn rank(self) -> (u8, usize) {
-        match self {
-            Event::PrefillDone(i) => (0, i),
-            Event::Complete(i) => (1, i),
-            Event::Arrival(i) => (2, i),
-        }
+    /// The hasher of the fleet's blocks.
+    pub(super) fn hasher(&self) -> &PrefixHasher {
+        &self.hasher
     }
 
-    fn from_rank(kind: u8, i: usize) -> Self {
-        match kind {
-            0 => Event::PrefillDone(i),
-            1 => Event::Complete(i),
-            _ => Event::Arrival(i),
-        }
-    }
-}
-
-/// One modelled worker.
-struct WorkerSim {
-    /// The worker's true KV cache: an LRU over blocks with prefix matching.
-    cache: RadixTree,
-    queue: VecDeque<usize>,
-    busy: bool,
-    prefill_tokens: u64,
-}
-
-/// A routed request until it completes.
-struct InFlight {
-    decision: RouteDecision,
-    tokens: Vec<TokenId>,
-    blocks: Vec<BlockHash>,
-    cached: usize,
-}
-
-/// The state of one replay.
-struct Run<'s> {
-    sim: &'s Simulation,
-    router: &'s dyn Router,
-    sync: Option<&'s dyn CacheSync>,
-    fleet: Vec<WorkerSim>,
-    flights: Vec<Option<InFlight>>,
-    /// Timed events: (time bits, event rank). Times are non-negative, so their bits order
-    /// as the times do.
-    timed: BinaryHeap<Reverse<(u64, (u8, usize))>>,
-    next_arrival: usize,
-    tally: Tally,
-}
-
-impl<'s> Run<'s> {
-    fn new(sim: &'s Simulation, router: &'s dyn Router) -> Result<Self, Error> {
-        let cfg = &sim.config;
-        let fleet = (0..cfg.workers)
-            .map(|_| {
-                let mut cache = unbounded()?;
-                cache.set_capacity(W0, cfg.capacity_tokens / cfg.block_size);
-                Ok(WorkerSim {
-                    cache,
-                    queue: VecDeque::new(),
-                    busy: false,
-                    prefill_tokens: 0,
-                })
-            })
-            .collect::<Result<_, Error>>()?;
-        let n = sim.requests.len();
-        Ok(Self {
-            sim,
-            router,
-            sync: match cfg.sync {
-                SyncMode::None => None,
-                SyncMode::Feedback => router.cache_sync(),
-            },
-            fleet,
-            flights: (0..n).map(|_| None).collect(),
-            timed: BinaryHeap::new(),
-            next_arrival: 0,
-            tally: Tally {
-                ttft: Vec::with_capacity(n),
-                ..Tally::default()
-            },
-        })
-    }
-
-    /// The next event and its time: timed events before an arrival at the same time.
-    fn next(&mut self) -> Option<(f64, Event)> {
-        let timed = self.timed.peek().map(|Reverse((t, _))| f64::from_bits(*t));
-        let i = self.next_arrival;
-        if i < self.sim.requests.len() && timed.is_none_or(|t| self.sim.arrival(i) < t) {
-            self.next_arrival += 1;
-            return Some((self.sim.arrival(i), Event::Arrival(i)));
-        }
-        let Reverse((t, (kind, i))) = self.timed.pop()?;
-        Some((f64::from_bits(t), Event::from_rank(kind, i)))
-    }
-
-    fn schedule(&mut self, at: f64, event: Event) {
-        self.timed.push(Reverse((at.to_bits(), event.rank())));
-    }
-
-    /// Routes request `i` and queues it on its worker.
-    fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let r = &self.sim.requests[i];
+    /// Routes request `i`, timing the decision into `tally` when configured.
+    ///
+    /// # Errors
+    ///
+    /// A routing error; [`Error::UnknownWorker`] when the router picks a worker outside
+    /// the fleet (the decision is completed first).
+    pub(super) fn route(
+        &self,
+        router: &dyn Router,
+        i: usize,
+        tally: &mut Tally,
+    ) -> Result<Routed, Error> {
+        let r = &self.requests[i];
         let mut tokens = Vec::new();
         r.prompt.tokens_into(&mut tokens);
         let mut request = RouteRequest::new(&tokens);
@@ -264,100 +150,53 @@ impl<'s> Run<'s> {
             request = request.with_session(s);
         }
         let started = self
-            .sim
             .config
             .measure_decision_time
             .then(std::time::Instant::now);
-        let decision = self.router.route(&request)?;
+        let decision = router.route(&request)?;
         if let Some(started) = started {
-            self.tally.decision_ns += started.elapsed().as_nanos();
+            tally.decision_ns += started.elapsed().as_nanos();
         }
-        let w = decision.worker().index();
-        if w >= self.fleet.len() {
-            self.router.complete(&decision);
+        let worker = decision.worker().index();
+        if worker >= self.config.workers as usize {
+            router.complete(&decision);
             return Err(Error::UnknownWorker(decision.worker()));
         }
-        let blocks = self.sim.hasher.hash(&tokens);
-        self.flights[i] = Some(InFlight {
+        let blocks = self.hasher.hash(&tokens);
+        Ok(Routed {
             decision,
+            worker,
             tokens,
             blocks,
-            cached: 0,
-        });
-        self.fleet[w].queue.push_back(i);
-        if !self.fleet[w].busy {
-            self.start(w, now)?;
-        }
-        Ok(())
+        })
     }
 
-    /// Request `i`'s first token: its blocks are cached, decoding starts, the worker takes
-    /// the next prefill.
-    fn prefill_done(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let Some(flight) = self.flights[i].as_ref() else {
-            return Ok(());
-        };
-        let w = flight.decision.worker().index();
-        self.tally.ttft.push(now - self.sim.arrival(i));
-        self.router.first_token(&flight.decision);
-        self.tally.cached_tokens += flight.cached as u64;
-        self.tally.prompt_tokens += flight.tokens.len() as u64;
-        self.fleet[w].cache.insert(W0, &flight.blocks);
-        let output = f64::from(self.sim.requests[i].output_tokens);
-        self.schedule(
-            now + output * self.sim.config.decode_s_per_token,
-            Event::Complete(i),
-        );
-        self.fleet[w].busy = false;
-        if !self.fleet[w].queue.is_empty() {
-            self.start(w, now)?;
-        }
-        Ok(())
-    }
-
-    fn complete(&mut self, i: usize, now: f64) {
-        if let Some(flight) = self.flights[i].take() {
-            self.router.complete(&flight.decision);
-            self.tally.last_completion = self.tally.last_completion.max(now);
-        }
-    }
-
-    /// Starts the prefill of worker `w`'s next queued request at `now`.
-    fn start(&mut self, w: usize, now: f64) -> Result<(), Error> {
-        let worker = &mut self.fleet[w];
-        let Some(i) = worker.queue.pop_front() else {
-            return Ok(());
-        };
-        let Some(flight) = self.flights[i].as_mut() else {
-            return Ok(());
-        };
-        let bs = self.sim.config.block_size;
-        let cached = (worker.cache.held_prefix(W0, &flight.blocks) * bs).min(flight.tokens.len());
-        flight.cached = cached;
-        let uncached = flight.tokens.len() - cached;
-        worker.prefill_tokens += uncached as u64;
-        worker.busy = true;
-        if let Some(sync) = self.sync {
-            sync.report_cached(WorkerId::new(w as u32), &flight.tokens, cached)?;
-        }
-        let done = now + uncached as f64 / self.sim.config.prefill_tokens_per_s;
-        self.schedule(done, Event::PrefillDone(i));
-        Ok(())
-    }
-
-    fn report(self) -> SimReport {
-        let first = self
-            .sim
-            .requests
-            .first()
-            .map_or(0.0, |_| self.sim.arrival(0));
-        let worker_prefill_tokens = self.fleet.iter().map(|w| w.prefill_tokens).collect();
-        self.tally.report(
-            self.router.name(),
-            self.sim.requests.len(),
+    /// The report of a finished run.
+    pub(super) fn report(
+        &self,
+        router: &dyn Router,
+        tally: Tally,
+        worker_prefill_tokens: Vec<u64>,
+        worker_busy_s: &[f64],
+    ) -> SimReport {
+        let first = self.requests.first().map_or(0.0, |_| self.arrival(0));
+        tally.report(
+            router.name(),
+            self.requests.len(),
             first,
             worker_prefill_tokens,
-            &self.sim.references,
+            worker_busy_s,
+            &self.references,
         )
     }
+}
+
+/// A routed request.
+pub(super) struct Routed {
+    pub(super) decision: RouteDecision,
+    /// The chosen worker's index in the fleet.
+    pub(super) worker: usize,
+    pub(super) tokens: Vec<TokenId>,
+    /// The prompt's full blocks, hashed by the fleet's hasher.
+    pub(super) blocks: Vec<BlockHash>,
 }

@@ -1,0 +1,247 @@
+//! [`Engine::Batched`](super::Engine::Batched): the replay loop over iteration-level
+//! workers ([`Scheduler`]), and what the router hears from them.
+//!
+//! A worker with work runs steps back to back; a step's outcomes (admissions, first
+//! tokens, finished and preempted requests) take effect at its end, as an engine returns
+//! them. The router hears: `first_token` at a request's first token, `complete` when it
+//! finishes; with [`SyncMode::Feedback`] the cached tokens a request found at its first
+//! admission; with [`SyncMode::Events`] every block the worker's pool cached or evicted,
+//! one batch per step with the step's number as its sequence number.
+
+use super::clock::{Clock, Tick};
+use super::config::SyncMode;
+use super::pool::PoolChange;
+use super::report::{SimReport, Tally};
+use super::scheduler::{Outcome, Scheduler, Seq, Step};
+use super::simulation::Simulation;
+use crate::{CacheEvent, CacheSync, Error, RouteDecision, Router, WorkerId};
+
+/// Timed event: worker `w`'s step ends.
+const STEP_DONE: u8 = 0;
+
+/// Replays `sim` through `router` on batched workers.
+pub(super) fn run(
+    sim: &Simulation,
+    router: &dyn Router,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimReport, Error> {
+    let mut run = Run::new(sim, router);
+    let n = sim.requests().len();
+    while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
+        match tick {
+            Tick::Arrival(i) => {
+                progress(i + 1, n);
+                run.arrive(i, now)?;
+            }
+            Tick::Timed(_, w) => run.step_done(w, now)?,
+        }
+    }
+    Ok(run.report())
+}
+
+/// One modelled worker.
+struct Worker {
+    scheduler: Scheduler,
+    /// The step running, if any.
+    step: Option<Step>,
+    /// Steps finished: the sequence number of its event batches.
+    steps: u64,
+    prefill_tokens: u64,
+    busy_s: f64,
+}
+
+/// A routed request until it finishes.
+struct Flight {
+    decision: RouteDecision,
+    first_token_s: Option<f64>,
+}
+
+/// The state of one replay.
+struct Run<'s> {
+    sim: &'s Simulation,
+    router: &'s dyn Router,
+    feedback: Option<&'s dyn CacheSync>,
+    events: Option<&'s dyn CacheSync>,
+    workers: Vec<Worker>,
+    seqs: Vec<Option<Seq>>,
+    flights: Vec<Option<Flight>>,
+    clock: Clock,
+    tally: Tally,
+    outcomes: Vec<Outcome>,
+}
+
+impl<'s> Run<'s> {
+    fn new(sim: &'s Simulation, router: &'s dyn Router) -> Self {
+        let cfg = sim.config();
+        let sync = router.cache_sync();
+        let blocks = cfg.capacity_tokens / cfg.block_size;
+        let record = cfg.sync == SyncMode::Events && sync.is_some();
+        let n = sim.requests().len();
+        Self {
+            sim,
+            router,
+            feedback: sync.filter(|_| cfg.sync == SyncMode::Feedback),
+            events: sync.filter(|_| record),
+            workers: (0..cfg.workers)
+                .map(|_| Worker {
+                    scheduler: Scheduler::new(blocks, cfg.block_size, cfg.batch, record),
+                    step: None,
+                    steps: 0,
+                    prefill_tokens: 0,
+                    busy_s: 0.0,
+                })
+                .collect(),
+            seqs: (0..n).map(|_| None).collect(),
+            flights: (0..n).map(|_| None).collect(),
+            clock: Clock::default(),
+            tally: Tally {
+                ttft: Vec::with_capacity(n),
+                ..Tally::default()
+            },
+            outcomes: Vec::new(),
+        }
+    }
+
+    /// Routes request `i` and queues it on its worker, which starts a step if idle.
+    fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
+        let routed = self.sim.route(self.router, i, &mut self.tally)?;
+        let w = routed.worker;
+        let output = self.sim.requests()[i].output_tokens;
+        self.seqs[i] = Some(Seq::new(routed.tokens, routed.blocks, output));
+        self.flights[i] = Some(Flight {
+            decision: routed.decision,
+            first_token_s: None,
+        });
+        self.workers[w].scheduler.enqueue(i);
+        if self.workers[w].step.is_none() {
+            self.start_step(w, now)?;
+        }
+        Ok(())
+    }
+
+    /// Builds and starts worker `w`'s next step at `now`, if it has work it can run.
+    fn start_step(&mut self, w: usize, now: f64) -> Result<(), Error> {
+        let mut outcomes = std::mem::take(&mut self.outcomes);
+        outcomes.clear();
+        let step = self.workers[w]
+            .scheduler
+            .schedule(&mut self.seqs, &mut outcomes);
+        self.publish(w)?;
+        for &o in &outcomes {
+            self.handle(o, w, now)?;
+        }
+        self.outcomes = outcomes;
+        if step.work.is_empty() {
+            return Ok(());
+        }
+        let cfg = self.sim.config();
+        let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s);
+        let worker = &mut self.workers[w];
+        worker.prefill_tokens += step.prefill as u64;
+        worker.busy_s += duration;
+        worker.step = Some(step);
+        self.clock.schedule(now + duration, STEP_DONE, w);
+        Ok(())
+    }
+
+    /// Worker `w`'s step ends at `now`: its outcomes take effect, and the next step starts.
+    fn step_done(&mut self, w: usize, now: f64) -> Result<(), Error> {
+        let Some(step) = self.workers[w].step.take() else {
+            return Ok(());
+        };
+        let mut outcomes = std::mem::take(&mut self.outcomes);
+        outcomes.clear();
+        self.workers[w].scheduler.finish_step(
+            &step,
+            &mut self.seqs,
+            self.sim.hasher(),
+            &mut outcomes,
+        );
+        self.workers[w].steps += 1;
+        self.publish(w)?;
+        for &o in &outcomes {
+            self.handle(o, w, now)?;
+        }
+        self.outcomes = outcomes;
+        if self.workers[w].scheduler.has_work() {
+            self.start_step(w, now)?;
+        }
+        Ok(())
+    }
+
+    /// What outcome `o` of worker `w` at `now` means to the router and the tally.
+    fn handle(&mut self, o: Outcome, w: usize, now: f64) -> Result<(), Error> {
+        match o {
+            Outcome::Admitted { seq, hit } => {
+                self.tally.cached_tokens += hit as u64;
+                if let (Some(sync), Some(s)) = (self.feedback, self.seqs[seq].as_ref()) {
+                    sync.report_cached(WorkerId::new(w as u32), &s.prompt, hit)?;
+                }
+            }
+            Outcome::FirstToken(i) => {
+                let ttft = now - self.sim.arrival(i);
+                self.tally.ttft.push(ttft);
+                if let Some(f) = self.flights[i].as_mut() {
+                    f.first_token_s = Some(ttft);
+                    self.router.first_token(&f.decision);
+                }
+            }
+            Outcome::Finished(i) => self.finish(i, now),
+            Outcome::Preempted(_) => self.tally.preemptions += 1,
+            Outcome::Rejected(i) => {
+                self.tally.rejected += 1;
+                self.seqs[i] = None;
+                if let Some(f) = self.flights[i].take() {
+                    self.router.complete(&f.decision);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Request `i` has all its tokens.
+    fn finish(&mut self, i: usize, now: f64) {
+        let Some(flight) = self.flights[i].take() else {
+            return;
+        };
+        self.router.complete(&flight.decision);
+        self.tally.last_completion = self.tally.last_completion.max(now);
+        let seq = self.seqs[i].take();
+        let prompt = seq.as_ref().map_or(0, |s| s.prompt.len());
+        self.tally.prompt_tokens += prompt as u64;
+        let cfg = self.sim.config();
+        self.tally.finished(
+            flight.first_token_s.unwrap_or(now - self.sim.arrival(i)),
+            now - self.sim.arrival(i),
+            self.sim.requests()[i].output_tokens.max(1),
+            (cfg.ttft_target_s, cfg.tpot_target_s),
+        );
+    }
+
+    /// With event sync, applies worker `w`'s pool changes since the last call as one batch.
+    fn publish(&mut self, w: usize) -> Result<(), Error> {
+        let Some(sync) = self.events else {
+            return Ok(());
+        };
+        let worker = &mut self.workers[w];
+        let seq = worker.steps;
+        for change in worker.scheduler.drain_changes() {
+            let event = match change {
+                PoolChange::Cached {
+                    hash,
+                    parent,
+                    tokens,
+                } => CacheEvent::stored(parent.map(|p| p.get()), vec![hash.get()], tokens),
+                PoolChange::Evicted(hash) => CacheEvent::removed(vec![hash.get()]),
+            };
+            sync.apply_event(WorkerId::new(w as u32), seq, &event)?;
+        }
+        Ok(())
+    }
+
+    fn report(self) -> SimReport {
+        let prefill = self.workers.iter().map(|w| w.prefill_tokens).collect();
+        let busy: Vec<f64> = self.workers.iter().map(|w| w.busy_s).collect();
+        self.sim.report(self.router, self.tally, prefill, &busy)
+    }
+}

@@ -1,0 +1,393 @@
+//! One modelled worker of [`Engine::Batched`](super::Engine::Batched): vLLM's v1 scheduler
+//! over a [`BlockPool`], one step at a time.
+//!
+//! Glossary: a **sequence** is a request on the worker; its **tokens** are the prompt's and
+//! those it has generated; **computed** tokens have their KV in the sequence's blocks. A
+//! sequence is **waiting** (not yet admitted, or preempted) or **running**.
+//!
+//! A step, as vLLM's `Scheduler.schedule` builds it (facts taken from vLLM, code not):
+//! 1. running sequences in admission order each get their next tokens under the step's
+//!    token budget: a partially prefilled one the rest of its prompt (a chunk, as the budget
+//!    allows), a decoding one one token. When the pool cannot give a sequence the blocks
+//!    for them, the most recently admitted running sequence is preempted (its blocks freed,
+//!    its computed tokens forgotten, itself put back at the head of the waiting queue),
+//!    until the blocks fit or the sequence itself was preempted;
+//! 2. unless a sequence was preempted, waiting sequences in arrival order are admitted
+//!    while budget and the sequence cap allow: each first takes the longest cached prefix
+//!    of its tokens (never its last token: vLLM always computes it, so a fully cached
+//!    prompt computes its last block), then a prefill chunk within the budget, and is
+//!    admitted only when the pool has the blocks;
+//! 3. at the step's end every computed full block is cached under its hash; a sequence
+//!    whose prompt is done samples a token (its first token when the prompt just finished);
+//!    one that has all its output tokens finishes and frees its blocks last first.
+//!
+//! What is left out: speculative decoding, priorities, the encoder cache, prompt logprobs,
+//! structured output, the async scheduler's overlap of steps, and a request longer than
+//! the pool (it is rejected at admission instead of waiting forever).
+
+use std::collections::VecDeque;
+
+use super::config::BatchConfig;
+use super::pool::{BlockId, BlockPool, PoolChange};
+use crate::{BlockHash, PrefixHasher, TokenId};
+
+/// A sequence's index in the run (its request's index in the trace).
+pub(super) type SeqId = usize;
+
+/// A request on a worker.
+#[derive(Clone, Debug)]
+pub(super) struct Seq {
+    /// Prompt tokens.
+    pub(super) prompt: Vec<TokenId>,
+    /// Hashes of the sequence's full blocks so far: the prompt's, then those completed by
+    /// generated tokens (unique to the sequence).
+    pub(super) hashes: Vec<BlockHash>,
+    /// Output tokens to generate (at least 1).
+    pub(super) output: u32,
+    /// Tokens generated so far.
+    pub(super) generated: u32,
+    /// Tokens whose KV is computed.
+    pub(super) computed: usize,
+    /// The sequence's blocks, in token order.
+    blocks: Vec<BlockId>,
+    /// Leading blocks already cached in the pool under their hashes.
+    cached_blocks: usize,
+    /// Prompt tokens found cached at the first admission.
+    pub(super) hit_tokens: Option<usize>,
+    /// Times preempted.
+    pub(super) preemptions: u32,
+}
+
+impl Seq {
+    /// A sequence of `prompt` (hashed into `hashes`, one per full block) generating
+    /// `output` tokens (at least one).
+    pub(super) fn new(prompt: Vec<TokenId>, hashes: Vec<BlockHash>, output: u32) -> Self {
+        Self {
+            prompt,
+            hashes,
+            output: output.max(1),
+            generated: 0,
+            computed: 0,
+            blocks: Vec::new(),
+            cached_blocks: 0,
+            hit_tokens: None,
+            preemptions: 0,
+        }
+    }
+
+    /// Prompt and generated tokens.
+    pub(super) fn len(&self) -> usize {
+        self.prompt.len() + self.generated as usize
+    }
+
+    /// Tokens the next step would compute without a budget.
+    fn pending(&self) -> usize {
+        self.len() - self.computed
+    }
+
+    /// Writes the tokens of block `b` (full) of sequence `id` into `out`: the prompt's,
+    /// then generated ones, which the model makes up (seeded by the sequence and position,
+    /// so that no two sequences generate the same block).
+    fn block_tokens(&self, id: SeqId, b: usize, block_size: usize, out: &mut Vec<TokenId>) {
+        out.clear();
+        out.extend(
+            (b * block_size..(b + 1) * block_size).map(|pos| match self.prompt.get(pos) {
+                Some(&t) => t,
+                None => generated_token(id, pos),
+            }),
+        );
+    }
+}
+
+/// The made-up token sequence `id` generates at position `pos`.
+fn generated_token(id: SeqId, pos: usize) -> TokenId {
+    let mixed = crate::router::mix64(((id as u64) << 32) ^ pos as u64 ^ 0x6E65_7854_6F6B_656E);
+    (mixed % 151_936) as TokenId
+}
+
+/// What happened to a sequence in a finished step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Its prompt finished: its first token.
+    FirstToken(SeqId),
+    /// It generated its last token and left the worker.
+    Finished(SeqId),
+    /// It was admitted for the first time, finding `hit` prompt tokens cached.
+    Admitted { seq: SeqId, hit: usize },
+    /// It was preempted.
+    Preempted(SeqId),
+    /// It can never fit in the pool and was dropped.
+    Rejected(SeqId),
+}
+
+/// The work of one step.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Step {
+    /// Sequences and the tokens each computes.
+    pub(super) work: Vec<(SeqId, usize)>,
+    /// Prompt tokens computed.
+    pub(super) prefill: usize,
+    /// Decoding sequences.
+    pub(super) decodes: usize,
+    /// Tokens of context the decodes attend to.
+    pub(super) context: usize,
+}
+
+impl Step {
+    /// The step's duration under `config`, at `prefill_tokens_per_s`.
+    pub(super) fn duration(&self, config: &BatchConfig, prefill_tokens_per_s: f64) -> f64 {
+        config.step_base_s
+            + self.prefill as f64 / prefill_tokens_per_s
+            + self.decodes as f64 * config.step_s_per_decode
+            + self.context as f64 * config.step_s_per_context_token
+    }
+}
+
+/// One worker's scheduler and pool.
+#[derive(Debug)]
+pub(super) struct Scheduler {
+    pool: BlockPool,
+    block_size: usize,
+    config: BatchConfig,
+    waiting: VecDeque<SeqId>,
+    running: Vec<SeqId>,
+}
+
+impl Scheduler {
+    /// A worker of `blocks` blocks of `block_size` tokens, recording its pool's changes
+    /// when `record` is true.
+    pub(super) fn new(blocks: usize, block_size: usize, config: BatchConfig, record: bool) -> Self {
+        Self {
+            pool: BlockPool::new(blocks, record),
+            block_size,
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+        }
+    }
+
+    /// Queues a new sequence.
+    pub(super) fn enqueue(&mut self, seq: SeqId) {
+        self.waiting.push_back(seq);
+    }
+
+    /// Whether any sequence is waiting or running.
+    pub(super) fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// The pool's changes since the last call.
+    pub(super) fn drain_changes(&mut self) -> Vec<PoolChange> {
+        self.pool.drain_changes()
+    }
+
+    /// Builds the next step, admitting and preempting as it goes (see the module docs).
+    pub(super) fn schedule(&mut self, seqs: &mut [Option<Seq>], out: &mut Vec<Outcome>) -> Step {
+        let mut step = Step::default();
+        let mut budget = self.config.max_num_batched_tokens;
+        let preempted = self.schedule_running(seqs, &mut budget, &mut step, out);
+        if !preempted {
+            self.admit_waiting(seqs, &mut budget, &mut step, out);
+        }
+        step
+    }
+
+    /// Step 1 of the module docs; whether a sequence was preempted.
+    fn schedule_running(
+        &mut self,
+        seqs: &mut [Option<Seq>],
+        budget: &mut usize,
+        step: &mut Step,
+        out: &mut Vec<Outcome>,
+    ) -> bool {
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && *budget > 0 {
+            let id = self.running[i];
+            let Some(seq) = seqs[id].as_ref() else {
+                self.running.remove(i);
+                continue;
+            };
+            let tokens = seq.pending().min(*budget);
+            let need = self.blocks_needed(seq, tokens);
+            if !self.make_room(id, need, seqs, out, &mut preempted) {
+                break;
+            }
+            let seq = seqs[id]
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("checked above"));
+            Self::account(step, id, seq, tokens);
+            *budget -= tokens;
+            i += 1;
+        }
+        preempted
+    }
+
+    /// Gives running sequence `id` `need` more blocks, preempting the most recently
+    /// admitted running sequences until they fit; `false` when `id` itself was preempted.
+    fn make_room(
+        &mut self,
+        id: SeqId,
+        need: usize,
+        seqs: &mut [Option<Seq>],
+        out: &mut Vec<Outcome>,
+        preempted: &mut bool,
+    ) -> bool {
+        loop {
+            let Some(seq) = seqs[id].as_mut() else {
+                return false;
+            };
+            if self.pool.allocate(need, &mut seq.blocks) {
+                return true;
+            }
+            let victim = self.running.pop().unwrap_or(id);
+            self.preempt(victim, seqs, out);
+            *preempted = true;
+            if victim == id {
+                return false;
+            }
+        }
+    }
+
+    /// Step 2 of the module docs.
+    fn admit_waiting(
+        &mut self,
+        seqs: &mut [Option<Seq>],
+        budget: &mut usize,
+        step: &mut Step,
+        out: &mut Vec<Outcome>,
+    ) {
+        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(&id) = self.waiting.front() else {
+                return;
+            };
+            let Some(seq) = seqs[id].as_mut() else {
+                self.waiting.pop_front();
+                continue;
+            };
+            if seq.len().div_ceil(self.block_size) > self.pool.capacity() {
+                self.waiting.pop_front();
+                out.push(Outcome::Rejected(id));
+                continue;
+            }
+            // The longest cached prefix, never the last token.
+            let max_hit = (seq.len() - 1) / self.block_size;
+            let hit = self
+                .pool
+                .cached_prefix(&seq.hashes[..max_hit.min(seq.hashes.len())]);
+            let computed = hit * self.block_size;
+            let tokens = (seq.len() - computed).min(*budget);
+            let need = (computed + tokens).div_ceil(self.block_size) - hit;
+            if need + self.pool.free_among(&seq.hashes, hit) > self.pool.free_blocks() {
+                return;
+            }
+            self.waiting.pop_front();
+            self.pool.take_cached(&seq.hashes, hit, &mut seq.blocks);
+            let fitted = self.pool.allocate(need, &mut seq.blocks);
+            debug_assert!(fitted, "checked above");
+            seq.computed = computed;
+            seq.cached_blocks = hit;
+            if seq.hit_tokens.is_none() {
+                let hit_tokens = computed.min(seq.prompt.len());
+                seq.hit_tokens = Some(hit_tokens);
+                out.push(Outcome::Admitted {
+                    seq: id,
+                    hit: hit_tokens,
+                });
+            }
+            Self::account(step, id, seq, tokens);
+            *budget -= tokens;
+            self.running.push(id);
+        }
+    }
+
+    /// New blocks `seq` needs to compute `tokens` more tokens.
+    fn blocks_needed(&self, seq: &Seq, tokens: usize) -> usize {
+        (seq.computed + tokens)
+            .div_ceil(self.block_size)
+            .saturating_sub(seq.blocks.len())
+    }
+
+    /// Adds `tokens` of `seq` to the step.
+    fn account(step: &mut Step, id: SeqId, seq: &Seq, tokens: usize) {
+        step.work.push((id, tokens));
+        // A decode computes the last sampled token of a finished prompt; anything else
+        // (prompt chunks, a preempted sequence's recomputation) is prefill work.
+        if tokens == 1
+            && seq.generated > 0
+            && seq.pending() == 1
+            && seq.computed >= seq.prompt.len()
+        {
+            step.decodes += 1;
+            step.context += seq.computed + tokens;
+        } else {
+            step.prefill += tokens;
+        }
+    }
+
+    /// Frees `id`'s blocks and puts it back at the head of the waiting queue.
+    fn preempt(&mut self, id: SeqId, seqs: &mut [Option<Seq>], out: &mut Vec<Outcome>) {
+        self.running.retain(|&r| r != id);
+        if let Some(seq) = seqs[id].as_mut() {
+            self.pool.free(seq.blocks.drain(..).rev());
+            seq.computed = 0;
+            seq.cached_blocks = 0;
+            seq.preemptions += 1;
+        }
+        self.waiting.push_front(id);
+        out.push(Outcome::Preempted(id));
+    }
+
+    /// Ends `step`: computed tokens advance, full blocks are cached (hashed by `hasher`,
+    /// chained, past the prompt's), tokens are sampled, finished sequences leave.
+    pub(super) fn finish_step(
+        &mut self,
+        step: &Step,
+        seqs: &mut [Option<Seq>],
+        hasher: &PrefixHasher,
+        out: &mut Vec<Outcome>,
+    ) {
+        let mut tokens_buf = Vec::new();
+        for &(id, tokens) in &step.work {
+            let Some(seq) = seqs[id].as_mut() else {
+                continue;
+            };
+            seq.computed += tokens;
+            self.cache_full_blocks(id, seq, hasher, &mut tokens_buf);
+            if seq.computed < seq.len() {
+                continue; // a prefill chunk short of the prompt's end
+            }
+            seq.generated += 1;
+            if seq.generated == 1 {
+                out.push(Outcome::FirstToken(id));
+            }
+            if seq.generated >= seq.output {
+                self.running.retain(|&r| r != id);
+                self.pool.free(seq.blocks.drain(..).rev());
+                out.push(Outcome::Finished(id));
+            }
+        }
+    }
+
+    /// Caches `seq`'s computed full blocks not cached yet.
+    fn cache_full_blocks(
+        &mut self,
+        id: SeqId,
+        seq: &mut Seq,
+        hasher: &PrefixHasher,
+        tokens: &mut Vec<TokenId>,
+    ) {
+        let full = seq.computed / self.block_size;
+        for b in seq.cached_blocks..full {
+            seq.block_tokens(id, b, self.block_size, tokens);
+            if seq.hashes.len() == b {
+                let parent = b.checked_sub(1).map_or(hasher.root(&[]), |p| seq.hashes[p]);
+                hasher.continue_from(parent, tokens, &mut seq.hashes);
+            }
+            let parent = b.checked_sub(1).map(|p| seq.hashes[p]);
+            self.pool
+                .cache(seq.blocks[b], seq.hashes[b], parent, tokens);
+        }
+        seq.cached_blocks = seq.cached_blocks.max(full);
+    }
+}

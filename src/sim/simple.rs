@@ -1,0 +1,191 @@
+//! [`Engine::Simple`](super::Engine::Simple): each worker prefills one request at a time
+//! from a FIFO queue; decoding takes a fixed time per token beside it and holds nothing;
+//! the cache is an LRU over blocks that a request's blocks join when its prefill ends.
+
+use std::collections::VecDeque;
+
+use super::clock::{Clock, Tick};
+use super::config::SyncMode;
+use super::references::unbounded;
+use super::report::{SimReport, Tally};
+use super::simulation::{Routed, Simulation};
+use crate::{CacheSync, Error, RadixTree, Router, WorkerId};
+
+const W0: WorkerId = WorkerId::new(0);
+
+/// Timed events, in the order they go at equal times.
+const PREFILL_DONE: u8 = 0;
+const COMPLETE: u8 = 1;
+
+/// Replays `sim` through `router` on simple workers.
+pub(super) fn run(
+    sim: &Simulation,
+    router: &dyn Router,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SimReport, Error> {
+    let mut run = Run::new(sim, router)?;
+    let n = sim.requests().len();
+    while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
+        match tick {
+            Tick::Arrival(i) => {
+                progress(i + 1, n);
+                run.arrive(i, now)?;
+            }
+            Tick::Timed(PREFILL_DONE, i) => run.prefill_done(i, now)?,
+            Tick::Timed(_, i) => run.complete(i, now),
+        }
+    }
+    Ok(run.report())
+}
+
+/// One modelled worker.
+struct WorkerSim {
+    /// The worker's true KV cache: an LRU over blocks with prefix matching.
+    cache: RadixTree,
+    queue: VecDeque<usize>,
+    busy: bool,
+    prefill_tokens: u64,
+    busy_s: f64,
+}
+
+/// A routed request until it completes.
+struct InFlight {
+    routed: Routed,
+    cached: usize,
+    first_token_s: f64,
+}
+
+/// The state of one replay.
+struct Run<'s> {
+    sim: &'s Simulation,
+    router: &'s dyn Router,
+    sync: Option<&'s dyn CacheSync>,
+    fleet: Vec<WorkerSim>,
+    flights: Vec<Option<InFlight>>,
+    clock: Clock,
+    tally: Tally,
+}
+
+impl<'s> Run<'s> {
+    fn new(sim: &'s Simulation, router: &'s dyn Router) -> Result<Self, Error> {
+        let cfg = sim.config();
+        let fleet = (0..cfg.workers)
+            .map(|_| {
+                let mut cache = unbounded()?;
+                cache.set_capacity(W0, cfg.capacity_tokens / cfg.block_size);
+                Ok(WorkerSim {
+                    cache,
+                    queue: VecDeque::new(),
+                    busy: false,
+                    prefill_tokens: 0,
+                    busy_s: 0.0,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        let n = sim.requests().len();
+        Ok(Self {
+            sim,
+            router,
+            sync: match cfg.sync {
+                SyncMode::Feedback => router.cache_sync(),
+                _ => None,
+            },
+            fleet,
+            flights: (0..n).map(|_| None).collect(),
+            clock: Clock::default(),
+            tally: Tally {
+                ttft: Vec::with_capacity(n),
+                ..Tally::default()
+            },
+        })
+    }
+
+    /// Routes request `i` and queues it on its worker.
+    fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
+        let routed = self.sim.route(self.router, i, &mut self.tally)?;
+        let w = routed.worker;
+        self.flights[i] = Some(InFlight {
+            routed,
+            cached: 0,
+            first_token_s: 0.0,
+        });
+        self.fleet[w].queue.push_back(i);
+        if !self.fleet[w].busy {
+            self.start(w, now)?;
+        }
+        Ok(())
+    }
+
+    /// Request `i`'s first token: its blocks are cached, decoding starts, the worker takes
+    /// the next prefill.
+    fn prefill_done(&mut self, i: usize, now: f64) -> Result<(), Error> {
+        let Some(flight) = self.flights[i].as_mut() else {
+            return Ok(());
+        };
+        let w = flight.routed.worker;
+        let ttft = now - self.sim.arrival(i);
+        flight.first_token_s = ttft;
+        self.tally.ttft.push(ttft);
+        self.router.first_token(&flight.routed.decision);
+        self.tally.cached_tokens += flight.cached as u64;
+        self.tally.prompt_tokens += flight.routed.tokens.len() as u64;
+        self.fleet[w].cache.insert(W0, &flight.routed.blocks);
+        let output = f64::from(self.sim.requests()[i].output_tokens);
+        self.clock.schedule(
+            now + output * self.sim.config().decode_s_per_token,
+            COMPLETE,
+            i,
+        );
+        self.fleet[w].busy = false;
+        if !self.fleet[w].queue.is_empty() {
+            self.start(w, now)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, i: usize, now: f64) {
+        if let Some(flight) = self.flights[i].take() {
+            self.router.complete(&flight.routed.decision);
+            self.tally.last_completion = self.tally.last_completion.max(now);
+            let cfg = self.sim.config();
+            self.tally.finished(
+                flight.first_token_s,
+                now - self.sim.arrival(i),
+                self.sim.requests()[i].output_tokens,
+                (cfg.ttft_target_s, cfg.tpot_target_s),
+            );
+        }
+    }
+
+    /// Starts the prefill of worker `w`'s next queued request at `now`.
+    fn start(&mut self, w: usize, now: f64) -> Result<(), Error> {
+        let worker = &mut self.fleet[w];
+        let Some(i) = worker.queue.pop_front() else {
+            return Ok(());
+        };
+        let Some(flight) = self.flights[i].as_mut() else {
+            return Ok(());
+        };
+        let cfg = self.sim.config();
+        let prompt = flight.routed.tokens.len();
+        let cached =
+            (worker.cache.held_prefix(W0, &flight.routed.blocks) * cfg.block_size).min(prompt);
+        flight.cached = cached;
+        let uncached = prompt - cached;
+        worker.prefill_tokens += uncached as u64;
+        worker.busy = true;
+        if let Some(sync) = self.sync {
+            sync.report_cached(WorkerId::new(w as u32), &flight.routed.tokens, cached)?;
+        }
+        let duration = uncached as f64 / cfg.prefill_tokens_per_s;
+        worker.busy_s += duration;
+        self.clock.schedule(now + duration, PREFILL_DONE, i);
+        Ok(())
+    }
+
+    fn report(self) -> SimReport {
+        let prefill = self.fleet.iter().map(|w| w.prefill_tokens).collect();
+        let busy: Vec<f64> = self.fleet.iter().map(|w| w.busy_s).collect();
+        self.sim.report(self.router, self.tally, prefill, &busy)
+    }
+}
