@@ -8,7 +8,9 @@
 //!
 //! Flags: `--trace PATH`, `--workers N`, `--capacity-tokens N` (per worker), `--speedup X`,
 //! `--policy NAME|all`, `--alpha X`, `--block-size N`, `--seed N`,
-//! `--format table|json|csv`, `--sync none|feedback`, `--miss-weight X`,
+//! `--format table|json|csv`, `--sync none|feedback|events`, `--miss-weight X`,
+//! `--engine batched|simple`, `--max-num-batched-tokens N`, `--max-num-seqs N`,
+//! `--ttft-target S`, `--tpot-target S` (goodput's targets),
 //! `--plot FILE.svg` (each policy as a point of hit ratio against TTFT p99, plus a sweep of
 //! `BalancedRouter`'s weighted score over alpha). A progress bar goes to stderr; bad flags
 //! and unreadable traces give a one-line error and exit code 2.
@@ -20,7 +22,9 @@ mod policy;
 
 use policy::{POLICIES, PolicyOptions};
 use prefix_router::Error;
-use prefix_router::sim::{ClusterConfig, SimReport, Simulation, SyncMode, Workload, load_mooncake};
+use prefix_router::sim::{
+    ClusterConfig, Engine, SimReport, Simulation, SyncMode, Workload, load_mooncake,
+};
 
 #[derive(Clone)]
 struct Args {
@@ -64,12 +68,30 @@ fn parse() -> Result<Args, String> {
             "--seed" => args.seed = num(&flag, value()?)?,
             "--format" => args.format = value()?,
             "--plot" => args.plot = Some(value()?),
+            "--ttft-target" => args.cluster.ttft_target_s = num(&flag, value()?)?,
+            "--tpot-target" => args.cluster.tpot_target_s = num(&flag, value()?)?,
+            "--max-num-batched-tokens" => {
+                args.cluster.batch.max_num_batched_tokens = num(&flag, value()?)?;
+            }
+            "--max-num-seqs" => args.cluster.batch.max_num_seqs = num(&flag, value()?)?,
             "--sync" => {
                 args.cluster.sync = match value()?.as_str() {
                     "none" => SyncMode::None,
                     "feedback" => SyncMode::Feedback,
+                    "events" => SyncMode::Events,
                     other => {
-                        return Err(format!("--sync: unknown mode {other:?} (none, feedback)"));
+                        return Err(format!(
+                            "--sync: unknown mode {other:?} (none, feedback, events)"
+                        ));
+                    }
+                }
+            }
+            "--engine" => {
+                args.cluster.engine = match value()?.as_str() {
+                    "batched" => Engine::Batched,
+                    "simple" => Engine::Simple,
+                    other => {
+                        return Err(format!("--engine: unknown {other:?} (batched, simple)"));
                     }
                 }
             }
@@ -77,8 +99,9 @@ fn parse() -> Result<Args, String> {
                 return Err(
                     "usage: simulate [--trace PATH] [--workers N] [--capacity-tokens N] \
                      [--speedup X] [--policy NAME|all] [--alpha X] [--block-size N] [--seed N] \
-                     [--format table|json|csv] [--sync none|feedback] [--miss-weight X] \
-                     [--plot FILE.svg]"
+                     [--format table|json|csv] [--sync none|feedback|events] [--miss-weight X] \
+                     [--engine batched|simple] [--max-num-batched-tokens N] [--max-num-seqs N] \
+                     [--ttft-target S] [--tpot-target S] [--plot FILE.svg]"
                         .into(),
                 );
             }
@@ -138,9 +161,12 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        for policy in &policies {
-            let label = format!("[{:>2}/{total}] {name}: {policy}", rows.len() + 1);
-            match run(&sim, policy, &args, &label) {
+        let done = rows.len();
+        for (policy, report) in policies
+            .iter()
+            .zip(run_all(&sim, &policies, &args, &name, done, total))
+        {
+            match report {
                 Ok(report) => rows.push((name.clone(), report)),
                 Err(e) => {
                     eprintln!("error: {policy}: {e}");
@@ -192,11 +218,12 @@ fn print(rows: &[(String, SimReport)], format: &str) {
         "csv" => {
             println!(
                 "workload,policy,requests,prompt_tokens,prefill_tokens,hit_ratio,ideal_hit_ratio,\
-                 pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,makespan_s,decision_ns"
+                 pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,tpot_p50_s,\
+                 tpot_p99_s,e2e_p99_s,goodput,preemptions,makespan_s,decision_ns"
             );
             for (w, r) in rows {
                 println!(
-                    "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.1},{:.0}",
+                    "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.1},{:.0}",
                     r.policy,
                     r.requests,
                     r.prompt_tokens,
@@ -208,6 +235,11 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                     r.ttft_p50_s,
                     r.ttft_p90_s,
                     r.ttft_p99_s,
+                    r.tpot_p50_s,
+                    r.tpot_p99_s,
+                    r.e2e_p99_s,
+                    r.goodput,
+                    r.preemptions,
                     r.makespan_s,
                     r.decision_ns
                 );
@@ -222,7 +254,7 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                         r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
                     );
                     println!(
-                        "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                        "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
                         "policy",
                         "prefill tokens",
                         "hit",
@@ -230,6 +262,9 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                         "imbalance",
                         "ttft p50",
                         "ttft p99",
+                        "tpot p99",
+                        "goodput",
+                        "preempt",
                         "route µs"
                     );
                     last = w;
@@ -240,7 +275,7 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                     0.0
                 };
                 println!(
-                    "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>9.2}",
+                    "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>8} {:>9.2}",
                     r.policy,
                     r.prefill_tokens,
                     r.hit_ratio,
@@ -248,6 +283,9 @@ fn print(rows: &[(String, SimReport)], format: &str) {
                     r.imbalance,
                     r.ttft_p50_s,
                     r.ttft_p99_s,
+                    r.tpot_p99_s,
+                    r.goodput,
+                    r.preemptions,
                     r.decision_ns / 1000.0
                 );
             }
@@ -255,8 +293,56 @@ fn print(rows: &[(String, SimReport)], format: &str) {
     }
 }
 
-/// Runs one policy with a progress bar on stderr.
-fn run(sim: &Simulation, policy: &str, args: &Args, label: &str) -> Result<SimReport, Error> {
+/// Runs every policy on `sim`, on as many threads as the machine has cores (each policy
+/// on one thread; the simulation is deterministic, so the reports do not depend on it),
+/// in the order of `policies`. With one thread a progress bar goes to stderr, otherwise a
+/// line per finished policy.
+fn run_all(
+    sim: &Simulation,
+    policies: &[&str],
+    args: &Args,
+    name: &str,
+    done: usize,
+    total: usize,
+) -> Vec<Result<SimReport, Error>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(policies.len());
+    let label = |k: usize| format!("[{:>2}/{total}] {name}: {}", done + k + 1, policies[k]);
+    if threads <= 1 {
+        return (0..policies.len())
+            .map(|k| run(sim, policies[k], args, &label(k)))
+            .collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new((0..policies.len()).map(|_| None).collect::<Vec<_>>());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k >= policies.len() {
+                        break;
+                    }
+                    let report = run_quiet(sim, policies[k], args);
+                    eprintln!("{}", label(k));
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[k] = Some(report);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| unreachable!("every policy ran")))
+        .collect()
+}
+
+/// The router of `policy` for `args`' fleet.
+fn router(policy: &str, args: &Args) -> Result<std::sync::Arc<dyn prefix_router::Router>, Error> {
     let c = &args.cluster;
     let options = PolicyOptions {
         block_size: c.block_size,
@@ -268,7 +354,17 @@ fn run(sim: &Simulation, policy: &str, args: &Args, label: &str) -> Result<SimRe
     let Some(router) = policy::build(policy, c.workers, &options) else {
         unreachable!("policy names are checked when parsing");
     };
-    let router = router?;
+    router
+}
+
+/// Runs one policy without a progress bar.
+fn run_quiet(sim: &Simulation, policy: &str, args: &Args) -> Result<SimReport, Error> {
+    sim.run(router(policy, args)?.as_ref())
+}
+
+/// Runs one policy with a progress bar on stderr.
+fn run(sim: &Simulation, policy: &str, args: &Args, label: &str) -> Result<SimReport, Error> {
+    let router = router(policy, args)?;
     let mut shown = usize::MAX;
     let mut bar = |done: usize, total: usize| {
         let pct = done * 100 / total.max(1);

@@ -197,10 +197,74 @@ fn bad_cluster_configs_are_errors() {
         Simulation::new(Vec::new(), c),
         Err(Error::InvalidBlockSize { .. })
     ));
-    // A router with more workers than the fleet is caught, not a panic.
-    let sim = Simulation::new(vec![Request::new(0.0, vec![1; 40], 1); 8], config(2, 16)).unwrap();
-    let err = sim.run(&RoundRobinRouter::new(5).unwrap()).unwrap_err();
-    assert!(matches!(err, Error::UnknownWorker(_)));
+    // The batched engine's settings, and event sync without a block pool.
+    let batched = config(2, 16).with_engine(Engine::Batched);
+    for bad in [
+        batched.with_batch(BatchConfig::default().with_max_num_batched_tokens(0)),
+        batched.with_batch(BatchConfig::default().with_max_num_seqs(0)),
+        batched.with_batch(BatchConfig::default().with_step_base_s(-1.0)),
+        batched.with_batch(BatchConfig::default().with_step_s_per_context_token(f64::NAN)),
+        batched.with_ttft_target_s(f64::INFINITY),
+        config(2, 16)
+            .with_engine(Engine::Simple)
+            .with_sync(SyncMode::Events),
+    ] {
+        assert!(matches!(
+            Simulation::new(Vec::new(), bad),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+    // A router with more workers than the fleet is caught, not a panic, in both engines.
+    for engine in ENGINES {
+        let c = config(2, 16).with_engine(engine);
+        let sim = Simulation::new(vec![Request::new(0.0, vec![1; 40], 1); 8], c).unwrap();
+        let err = sim.run(&RoundRobinRouter::new(5).unwrap()).unwrap_err();
+        assert!(matches!(err, Error::UnknownWorker(_)));
+    }
+    // A request longer than a worker's whole cache is rejected, not queued forever.
+    let small = config(1, 16)
+        .with_engine(Engine::Batched)
+        .with_capacity_tokens(64);
+    let sim = Simulation::new(
+        vec![
+            Request::new(0.0, vec![7; 100], 1),
+            Request::new(0.1, vec![8; 32], 4),
+        ],
+        small,
+    )
+    .unwrap();
+    let r = sim.run(&RoundRobinRouter::new(1).unwrap()).unwrap();
+    assert_eq!((r.rejected, r.requests), (1, 2));
+    assert!(r.goodput > 0.0 && r.goodput <= 0.5);
+}
+
+/// With event sync the router's mirror follows the workers' pools: a repeated prompt is
+/// routed where its blocks are, and the mirror holds no more than the pools do.
+#[test]
+fn event_sync_feeds_the_mirror_from_the_pools() {
+    let system: Vec<u32> = (0..1_024).map(|i| 5_000 + i).collect();
+    let requests: Vec<Request> = (0..40u32)
+        .map(|i| {
+            let mut p = system.clone();
+            p.extend((0..64).map(|j| 900_000 + i * 100 + j));
+            Request::new(f64::from(i) * 0.5, p, 8)
+        })
+        .collect();
+    let c = config(4, 16)
+        .with_engine(Engine::Batched)
+        .with_sync(SyncMode::Events)
+        .with_capacity_tokens(2_048);
+    let sim = Simulation::new(requests, c).unwrap();
+    let router = BalancedRouter::new(4).unwrap();
+    let r = sim.run(&router).unwrap();
+    // The system prompt is computed once, then hit (never its last token's block).
+    assert_eq!(r.cached_tokens, 39 * 1_024);
+    for w in 0..4 {
+        let held = router
+            .index()
+            .with_tree(|t| t.worker_block_count(WorkerId::new(w)));
+        assert!(held <= 2_048 / 16, "worker {w} mirrors {held} blocks");
+    }
 }
 
 #[test]
@@ -221,4 +285,38 @@ fn mooncake_conversation_trace_ideal_hit_ratio_at_its_own_granularity() {
         "{}",
         sim.ideal_hit_ratio()
     );
+}
+
+/// With one request at a time and a step time of prefill alone, the batched engine's time
+/// to first token is the simple engine's: chunked prefill (here 3 chunks of 8,192 tokens at
+/// most) adds up to the whole prompt at the same rate.
+#[test]
+fn one_request_at_a_time_prefills_as_the_simple_engine_does() {
+    let requests: Vec<Request> = [20_000u32, 3_000, 16]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let tokens = (0..len).map(|t| i as u32 * 1_000_000 + t).collect();
+            Request::new(i as f64 * 100.0, tokens, 1)
+        })
+        .collect();
+    let batch = BatchConfig::default()
+        .with_step_base_s(0.0)
+        .with_step_s_per_decode(0.0)
+        .with_step_s_per_context_token(0.0);
+    let run = |engine| {
+        let c = config(1, 16).with_engine(engine).with_batch(batch);
+        let sim = Simulation::new(requests.clone(), c).unwrap();
+        sim.run(&RoundRobinRouter::new(1).unwrap()).unwrap()
+    };
+    let (simple, batched) = (run(Engine::Simple), run(Engine::Batched));
+    assert!((simple.ttft_p99_s - 20_000.0 / 33_000.0).abs() < 1e-12);
+    for (s, b) in [
+        (simple.ttft_p50_s, batched.ttft_p50_s),
+        (simple.ttft_p99_s, batched.ttft_p99_s),
+    ] {
+        assert!((s - b).abs() < 1e-9, "simple {s} batched {b}");
+    }
+    assert_eq!(simple.prefill_tokens, batched.prefill_tokens);
+    assert_eq!(batched.preemptions, 0);
 }

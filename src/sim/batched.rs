@@ -25,7 +25,10 @@ pub(super) fn run(
     router: &dyn Router,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
-    let mut run = Run::new(sim, router);
+    let events = router
+        .cache_sync()
+        .filter(|_| sim.config().sync == SyncMode::Events);
+    let mut run = Run::new(sim, router, events);
     let n = sim.requests().len();
     while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
         match tick {
@@ -71,17 +74,19 @@ struct Run<'s> {
 }
 
 impl<'s> Run<'s> {
-    fn new(sim: &'s Simulation, router: &'s dyn Router) -> Self {
+    /// A replay through `router`, publishing the workers' pool changes to `events`.
+    fn new(sim: &'s Simulation, router: &'s dyn Router, events: Option<&'s dyn CacheSync>) -> Self {
         let cfg = sim.config();
-        let sync = router.cache_sync();
         let blocks = cfg.capacity_tokens / cfg.block_size;
-        let record = cfg.sync == SyncMode::Events && sync.is_some();
+        let record = events.is_some();
         let n = sim.requests().len();
         Self {
             sim,
             router,
-            feedback: sync.filter(|_| cfg.sync == SyncMode::Feedback),
-            events: sync.filter(|_| record),
+            feedback: router
+                .cache_sync()
+                .filter(|_| cfg.sync == SyncMode::Feedback),
+            events,
             workers: (0..cfg.workers)
                 .map(|_| Worker {
                     scheduler: Scheduler::new(blocks, cfg.block_size, cfg.batch, record),
@@ -243,5 +248,89 @@ impl<'s> Run<'s> {
         let prefill = self.workers.iter().map(|w| w.prefill_tokens).collect();
         let busy: Vec<f64> = self.workers.iter().map(|w| w.busy_s).collect();
         self.sim.report(self.router, self.tally, prefill, &busy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{ClusterConfig, Request};
+    use crate::{CacheIndex, IndexConfig, RoundRobinRouter};
+    use proptest::prelude::*;
+
+    /// Prompts of 1 to 6 blocks of 4 tokens from an alphabet of 3 blocks (so that they
+    /// share prefixes), arriving 0 to 30 ms apart, with 1 to 8 output tokens.
+    fn requests() -> impl Strategy<Value = Vec<Request>> {
+        let one = (
+            proptest::collection::vec(0u32..3, 1..7),
+            0u32..30,
+            1u32..9,
+            any::<bool>(),
+        );
+        proptest::collection::vec(one, 1..40).prop_map(|reqs| {
+            let mut at = 0.0;
+            reqs.into_iter()
+                .map(|(blocks, gap_ms, output, odd)| {
+                    at += f64::from(gap_ms) / 1_000.0;
+                    let mut tokens: Vec<u32> = blocks
+                        .iter()
+                        .flat_map(|&b| (0..4).map(move |i| b * 10 + i))
+                        .collect();
+                    if odd {
+                        tokens.push(99); // a partial last block
+                    }
+                    Request::new(at, tokens, output)
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Fed every worker's pool changes with no delay and no loss, a mirror predicts
+        /// exactly the prefix each worker's pool would give every prompt of the run, after
+        /// every step: the events tell the whole truth.
+        #[test]
+        fn events_keep_a_mirror_equal_to_every_pool(
+            requests in requests(),
+            workers in 1u32..4,
+            blocks in 2usize..12,
+            budget in 4usize..24,
+        ) {
+            let config = ClusterConfig::default()
+                .with_workers(workers)
+                .with_block_size(4)
+                .with_capacity_tokens(blocks * 4)
+                .with_measure_decision_time(false)
+                .with_batch(crate::sim::BatchConfig::default().with_max_num_batched_tokens(budget));
+            let sim = Simulation::new(requests, config).unwrap();
+            let router = RoundRobinRouter::new(workers).unwrap();
+            let mirror = CacheIndex::new(IndexConfig::default().with_block_size(4)).unwrap();
+            let mut run = Run::new(&sim, &router, Some(&mirror));
+            let n = sim.requests().len();
+            let mut arrived = 0;
+            while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
+                match tick {
+                    Tick::Arrival(i) => {
+                        run.arrive(i, now).unwrap();
+                        arrived = i + 1;
+                    }
+                    Tick::Timed(_, w) => run.step_done(w, now).unwrap(),
+                }
+                for w in 0..workers as usize {
+                    for r in &sim.requests()[..arrived] {
+                        let mut tokens = Vec::new();
+                        r.prompt.tokens_into(&mut tokens);
+                        let hashes = sim.hasher().hash(&tokens);
+                        let truth = run.workers[w].scheduler.cached_prefix(&hashes) * 4;
+                        let predicted = mirror.cached_tokens(WorkerId::new(w as u32), &[], &tokens);
+                        prop_assert_eq!(predicted, truth, "worker {} at {}", w, now);
+                    }
+                }
+            }
+            let report = run.report();
+            prop_assert_eq!(report.requests, n);
+        }
     }
 }

@@ -30,13 +30,12 @@ pub enum SyncMode {
 #[non_exhaustive]
 pub enum Engine {
     /// One prefill at a time from a FIFO queue, decoding free beside it, the cache an LRU
-    /// over blocks that holds nothing for running requests. Fast; the model of earlier
-    /// versions, kept for speed and regression.
+    /// over blocks that holds nothing for running requests. Fast; the default.
+    #[default]
     Simple,
     /// Iteration-level, as vLLM's v1 scheduler runs: continuous batching under a token
     /// budget, chunked prefill, a block pool where running requests hold their blocks,
-    /// preemption when it is full, and a step time from [`BatchConfig`]. The default.
-    #[default]
+    /// preemption when it is full, and a step time from [`BatchConfig`].
     Batched,
 }
 
@@ -138,7 +137,7 @@ pub struct ClusterConfig {
     /// Decode time per output token of [`Engine::Simple`] (decodes do not hold up its
     /// prefill queue). Default 0.02 s.
     pub decode_s_per_token: f64,
-    /// How workers run requests. Default [`Engine::Batched`].
+    /// How workers run requests. Default [`Engine::Simple`].
     pub engine: Engine,
     /// The batched engine's settings.
     pub batch: BatchConfig,
@@ -253,7 +252,7 @@ impl Default for ClusterConfig {
             block_size: 16,
             prefill_tokens_per_s: 33_000.0,
             decode_s_per_token: 0.02,
-            engine: Engine::Batched,
+            engine: Engine::Simple,
             batch: BatchConfig::default(),
             ttft_target_s: 2.0,
             tpot_target_s: 0.1,

@@ -4,10 +4,14 @@
 //! [`Workload`]s are seeded synthetic traffic (shared system prompts, conversations,
 //! few-shot templates, document QA, a mix); [`load_mooncake`] reads the public Mooncake
 //! traces. A [`Simulation`] replays requests through any [`Router`](crate::Router) against
-//! modelled workers, each with a finite KV cache (LRU over blocks, with prefix matching), a
-//! FIFO prefill queue and a cost model; what a request finds cached is the worker's true
-//! cache, not the router's belief. Each run gives a [`SimReport`]: hit ratio against the
-//! infinite and the pooled references, prefill imbalance, modelled TTFT and throughput.
+//! modelled workers; what a request finds cached is the worker's true cache, not the
+//! router's belief. Two engines model a worker ([`Engine`]): [`Engine::Simple`] (a finite
+//! LRU cache over blocks, a FIFO prefill queue, decoding free beside it) and
+//! [`Engine::Batched`] (vLLM's iteration-level scheduler over a block pool: continuous
+//! batching, chunked prefill, running requests holding their blocks, preemption, a step-time
+//! model, and engine KV events for [`SyncMode::Events`]). Each run gives a [`SimReport`]: hit
+//! ratio against the infinite and the pooled references, prefill imbalance, TTFT, TPOT and
+//! end-to-end latency, goodput, preemptions, throughput.
 //!
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 

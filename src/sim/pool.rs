@@ -18,8 +18,6 @@
 //! Invariants (checked by [`BlockPool::validate`]): a block is in the free queue exactly
 //! when it has no references; the hash index names every block with a hash, and only those.
 
-use smallvec::SmallVec;
-
 use crate::fold::FoldMap;
 use crate::list::{self, List, Slot};
 use crate::{BlockHash, TokenId};
@@ -42,6 +40,8 @@ struct Block {
     refs: u32,
     prev: BlockId,
     next: BlockId,
+    /// The next block cached under the same hash, in the order they were cached.
+    dup: BlockId,
 }
 
 list::linked!(Block, BlockId, prev, next);
@@ -67,8 +67,8 @@ pub(crate) struct BlockPool {
     blocks: Vec<Block>,
     free: List<BlockId>,
     free_len: usize,
-    /// Hash → the blocks cached under it, the first cached first.
-    cached: FoldMap<BlockHash, SmallVec<[BlockId; 1]>>,
+    /// Hash → the first block cached under it (the others follow through `dup`).
+    cached: FoldMap<BlockHash, BlockId>,
     /// Changes since the last [`BlockPool::drain_changes`], when recorded.
     changes: Option<Vec<PoolChange>>,
 }
@@ -85,6 +85,7 @@ impl BlockPool {
                     refs: 0,
                     prev: BlockId::NONE,
                     next: BlockId::NONE,
+                    dup: BlockId::NONE,
                 })
                 .collect(),
             free: List::EMPTY,
@@ -121,7 +122,7 @@ impl BlockPool {
     pub(crate) fn free_among(&self, hashes: &[BlockHash], n: usize) -> usize {
         hashes[..n]
             .iter()
-            .filter_map(|h| self.cached.get(h).and_then(|ids| ids.first()))
+            .filter_map(|h| self.cached.get(h))
             .filter(|id| self.blocks[id.index()].refs == 0)
             .count()
     }
@@ -136,7 +137,7 @@ impl BlockPool {
     /// appending them to `out`: each gains a reference, and a free one leaves the queue.
     pub(crate) fn take_cached(&mut self, hashes: &[BlockHash], n: usize, out: &mut Vec<BlockId>) {
         for h in &hashes[..n] {
-            let Some(&id) = self.cached.get(h).and_then(|ids| ids.first()) else {
+            let Some(&id) = self.cached.get(h) else {
                 return;
             };
             if self.blocks[id.index()].refs == 0 {
@@ -179,7 +180,18 @@ impl BlockPool {
             return;
         }
         block.hash = Some(hash);
-        self.cached.entry(hash).or_default().push(id);
+        match self.cached.get(&hash) {
+            None => {
+                self.cached.insert(hash, id);
+            }
+            Some(&first) => {
+                let mut last = first;
+                while self.blocks[last.index()].dup != BlockId::NONE {
+                    last = self.blocks[last.index()].dup;
+                }
+                self.blocks[last.index()].dup = id;
+            }
+        }
         if let Some(changes) = &mut self.changes {
             changes.push(PoolChange::Cached {
                 hash,
@@ -220,13 +232,26 @@ impl BlockPool {
         let Some(hash) = self.blocks[id.index()].hash.take() else {
             return;
         };
-        if let Some(ids) = self.cached.get_mut(&hash) {
-            ids.retain(|&mut other| other != id);
-            if ids.is_empty() {
-                self.cached.remove(&hash);
-                if let Some(changes) = &mut self.changes {
-                    changes.push(PoolChange::Evicted(hash));
-                }
+        let next = std::mem::replace(&mut self.blocks[id.index()].dup, BlockId::NONE);
+        let Some(&first) = self.cached.get(&hash) else {
+            return;
+        };
+        if first != id {
+            // A later copy: unlink it from the chain.
+            let mut at = first;
+            while self.blocks[at.index()].dup != id && self.blocks[at.index()].dup != BlockId::NONE
+            {
+                at = self.blocks[at.index()].dup;
+            }
+            if self.blocks[at.index()].dup == id {
+                self.blocks[at.index()].dup = next;
+            }
+        } else if next != BlockId::NONE {
+            self.cached.insert(hash, next);
+        } else {
+            self.cached.remove(&hash);
+            if let Some(changes) = &mut self.changes {
+                changes.push(PoolChange::Evicted(hash));
             }
         }
     }
@@ -252,20 +277,21 @@ impl BlockPool {
             ));
         }
         let hashed = self.blocks.iter().filter(|b| b.hash.is_some()).count();
-        let indexed: usize = self.cached.values().map(SmallVec::len).sum();
+        let mut indexed = 0;
+        for (hash, &first) in &self.cached {
+            let mut at = first;
+            while at != BlockId::NONE {
+                if self.blocks[at.index()].hash != Some(*hash) || indexed > hashed {
+                    return Err(format!(
+                        "index entry {hash:?} names a block not of that hash"
+                    ));
+                }
+                indexed += 1;
+                at = self.blocks[at.index()].dup;
+            }
+        }
         if hashed != indexed {
             return Err(format!("{hashed} blocks hashed, {indexed} indexed"));
-        }
-        for (hash, ids) in &self.cached {
-            if ids.is_empty()
-                || ids
-                    .iter()
-                    .any(|id| self.blocks[id.index()].hash != Some(*hash))
-            {
-                return Err(format!(
-                    "index entry {hash:?} names a block not of that hash"
-                ));
-            }
         }
         Ok(())
     }

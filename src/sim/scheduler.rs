@@ -176,6 +176,12 @@ impl Scheduler {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
+    /// How many leading `hashes` the pool would give a request.
+    #[cfg(test)]
+    pub(super) fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {
+        self.pool.cached_prefix(hashes)
+    }
+
     /// The pool's changes since the last call.
     pub(super) fn drain_changes(&mut self) -> Vec<PoolChange> {
         self.pool.drain_changes()
