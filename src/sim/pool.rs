@@ -99,6 +99,11 @@ impl BlockPool {
         pool
     }
 
+    /// Whether the pool records its changes (and wants the tokens of blocks it caches).
+    pub(crate) fn records(&self) -> bool {
+        self.changes.is_some()
+    }
+
     /// Blocks in the pool.
     pub(crate) fn capacity(&self) -> usize {
         self.blocks.len()

@@ -384,9 +384,14 @@ impl Scheduler {
         tokens: &mut Vec<TokenId>,
     ) {
         let full = seq.computed / self.block_size;
+        let record = self.pool.records();
         for b in seq.cached_blocks..full {
-            seq.block_tokens(id, b, self.block_size, tokens);
-            if seq.hashes.len() == b {
+            let unhashed = seq.hashes.len() == b;
+            tokens.clear();
+            if unhashed || record {
+                seq.block_tokens(id, b, self.block_size, tokens);
+            }
+            if unhashed {
                 let parent = b.checked_sub(1).map_or(hasher.root(&[]), |p| seq.hashes[p]);
                 hasher.continue_from(parent, tokens, &mut seq.hashes);
             }
