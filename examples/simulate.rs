@@ -10,7 +10,8 @@
 //! `--policy NAME|all`, `--alpha X`, `--block-size N`, `--seed N`,
 //! `--format table|json|csv`, `--sync none|feedback|events`, `--miss-weight X`,
 //! `--engine batched|simple`, `--max-num-batched-tokens N`, `--max-num-seqs N`,
-//! `--ttft-target S`, `--tpot-target S` (goodput's targets),
+//! `--ttft-target S`, `--tpot-target S` (goodput's targets), `--requests-out FILE` (one
+//! JSON line per request of every run: workload, policy and the request's record),
 //! `--plot FILE.svg` (each policy as a point of hit ratio against TTFT p99, plus a sweep of
 //! `BalancedRouter`'s weighted score over alpha). A progress bar goes to stderr; bad flags
 //! and unreadable traces give a one-line error and exit code 2.
@@ -36,6 +37,7 @@ struct Args {
     seed: u64,
     format: String,
     plot: Option<String>,
+    requests_out: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -48,6 +50,7 @@ fn parse() -> Result<Args, String> {
         seed: 42,
         format: "table".into(),
         plot: None,
+        requests_out: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,6 +71,7 @@ fn parse() -> Result<Args, String> {
             "--seed" => args.seed = num(&flag, value()?)?,
             "--format" => args.format = value()?,
             "--plot" => args.plot = Some(value()?),
+            "--requests-out" => args.requests_out = Some(value()?),
             "--ttft-target" => args.cluster.ttft_target_s = num(&flag, value()?)?,
             "--tpot-target" => args.cluster.tpot_target_s = num(&flag, value()?)?,
             "--max-num-batched-tokens" => {
@@ -101,7 +105,7 @@ fn parse() -> Result<Args, String> {
                      [--speedup X] [--policy NAME|all] [--alpha X] [--block-size N] [--seed N] \
                      [--format table|json|csv] [--sync none|feedback|events] [--miss-weight X] \
                      [--engine batched|simple] [--max-num-batched-tokens N] [--max-num-seqs N] \
-                     [--ttft-target S] [--tpot-target S] [--plot FILE.svg]"
+                     [--ttft-target S] [--tpot-target S] [--requests-out FILE] [--plot FILE.svg]"
                         .into(),
                 );
             }
@@ -193,6 +197,13 @@ fn main() -> ExitCode {
         }
     }
     print(&rows, &args.format);
+    if let Some(path) = &args.requests_out {
+        if let Err(e) = write_requests(path, &rows) {
+            eprintln!("error: cannot write {path}: {e}");
+            return ExitCode::from(1);
+        }
+        eprintln!("wrote {path}");
+    }
     if let Some(path) = &args.plot {
         if let Err(e) = plot(path, &rows, &sweeps) {
             eprintln!("error: cannot draw {path}: {e}");
@@ -291,6 +302,25 @@ fn print(rows: &[(String, SimReport)], format: &str) {
             }
         }
     }
+}
+
+/// Writes one JSON line per request of every run: its workload, policy and record.
+fn write_requests(path: &str, rows: &[(String, SimReport)]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (workload, report) in rows {
+        let policy = report.policy.replace(['"', '\\'], "");
+        let workload = workload.replace(['"', '\\'], "");
+        for record in &report.request_records {
+            let json = record.to_json();
+            writeln!(
+                out,
+                "{{\"workload\":\"{workload}\",\"policy\":\"{policy}\",{}",
+                &json[1..]
+            )?;
+        }
+    }
+    out.flush()
 }
 
 /// Runs every policy on `sim`, on as many threads as the machine has cores (each policy

@@ -320,3 +320,41 @@ fn one_request_at_a_time_prefills_as_the_simple_engine_does() {
     assert_eq!(simple.prefill_tokens, batched.prefill_tokens);
     assert_eq!(batched.preemptions, 0);
 }
+
+/// Each request's record adds up to the report: cached tokens, percentiles, preemptions;
+/// its JSON is one object with every field.
+#[test]
+fn request_records_add_up_to_the_report() {
+    let workload = &Workload::builtin()[1].1; // conversations
+    for engine in ENGINES {
+        let c = config(4, 16)
+            .with_engine(engine)
+            .with_capacity_tokens(30_000)
+            .with_speedup(4.0);
+        let sim = Simulation::new(workload.generate(5), c).unwrap();
+        let r = sim.run(&BalancedRouter::new(4).unwrap()).unwrap();
+        let records = &r.request_records;
+        assert_eq!(records.len(), r.requests);
+        assert!(records.iter().enumerate().all(|(i, x)| x.index == i));
+        let cached: usize = records.iter().map(|x| x.cached_tokens).sum();
+        assert_eq!(cached as u64, r.cached_tokens);
+        let preemptions: u32 = records.iter().map(|x| x.preemptions).sum();
+        assert_eq!(u64::from(preemptions), r.preemptions);
+        let ttft: Vec<f64> = records.iter().filter_map(|x| x.ttft_s).collect();
+        assert_eq!(ttft.len(), r.requests);
+        assert!(ttft.contains(&r.ttft_p99_s) && ttft.contains(&r.ttft_p50_s));
+        let above = ttft.iter().filter(|&&t| t > r.ttft_p99_s).count();
+        assert!(
+            above * 100 <= r.requests,
+            "{above} above the 99th percentile"
+        );
+        for x in records {
+            let (ttft, e2e) = (x.ttft_s.unwrap(), x.e2e_s.unwrap());
+            assert!(x.admitted_s.unwrap() >= x.arrival_s && ttft > 0.0 && e2e >= ttft);
+            let json: serde_json::Value = serde_json::from_str(&x.to_json()).unwrap();
+            assert_eq!(json["index"], x.index);
+            assert_eq!(json["worker"], x.worker);
+            assert!(json["tpot_s"].is_f64() || json["tpot_s"].is_null());
+        }
+    }
+}

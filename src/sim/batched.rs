@@ -11,9 +11,10 @@
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
 use super::pool::PoolChange;
-use super::report::{SimReport, Tally};
+use super::report::SimReport;
 use super::scheduler::{Outcome, Scheduler, Seq, Step};
 use super::simulation::Simulation;
+use super::tally::{Tally, Workers};
 use crate::{CacheEvent, CacheSync, Error, RouteDecision, Router, WorkerId};
 
 /// Timed event: worker `w`'s step ends.
@@ -56,7 +57,6 @@ struct Worker {
 /// A routed request until it finishes.
 struct Flight {
     decision: RouteDecision,
-    first_token_s: Option<f64>,
 }
 
 /// The state of one replay.
@@ -99,23 +99,19 @@ impl<'s> Run<'s> {
             seqs: (0..n).map(|_| None).collect(),
             flights: (0..n).map(|_| None).collect(),
             clock: Clock::default(),
-            tally: Tally {
-                ttft: Vec::with_capacity(n),
-                ..Tally::default()
-            },
+            tally: sim.tally(),
             outcomes: Vec::new(),
         }
     }
 
     /// Routes request `i` and queues it on its worker, which starts a step if idle.
     fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let routed = self.sim.route(self.router, i, &mut self.tally)?;
+        let routed = self.sim.route(self.router, i, now, &mut self.tally)?;
         let w = routed.worker;
         let output = self.sim.requests()[i].output_tokens;
         self.seqs[i] = Some(Seq::new(routed.tokens, routed.blocks, output));
         self.flights[i] = Some(Flight {
             decision: routed.decision,
-            first_token_s: None,
         });
         self.workers[w].scheduler.enqueue(i);
         if self.workers[w].step.is_none() {
@@ -178,23 +174,21 @@ impl<'s> Run<'s> {
     fn handle(&mut self, o: Outcome, w: usize, now: f64) -> Result<(), Error> {
         match o {
             Outcome::Admitted { seq, hit } => {
-                self.tally.cached_tokens += hit as u64;
+                self.tally.admitted(seq, now, hit);
                 if let (Some(sync), Some(s)) = (self.feedback, self.seqs[seq].as_ref()) {
                     sync.report_cached(WorkerId::new(w as u32), &s.prompt, hit)?;
                 }
             }
             Outcome::FirstToken(i) => {
-                let ttft = now - self.sim.arrival(i);
-                self.tally.ttft.push(ttft);
-                if let Some(f) = self.flights[i].as_mut() {
-                    f.first_token_s = Some(ttft);
+                self.tally.first_token(i, now);
+                if let Some(f) = self.flights[i].as_ref() {
                     self.router.first_token(&f.decision);
                 }
             }
             Outcome::Finished(i) => self.finish(i, now),
-            Outcome::Preempted(_) => self.tally.preemptions += 1,
+            Outcome::Preempted(i) => self.tally.preempted(i),
             Outcome::Rejected(i) => {
-                self.tally.rejected += 1;
+                self.tally.rejected(i);
                 self.seqs[i] = None;
                 if let Some(f) = self.flights[i].take() {
                     self.router.complete(&f.decision);
@@ -210,17 +204,9 @@ impl<'s> Run<'s> {
             return;
         };
         self.router.complete(&flight.decision);
-        self.tally.last_completion = self.tally.last_completion.max(now);
-        let seq = self.seqs[i].take();
-        let prompt = seq.as_ref().map_or(0, |s| s.prompt.len());
-        self.tally.prompt_tokens += prompt as u64;
-        let cfg = self.sim.config();
-        self.tally.finished(
-            flight.first_token_s.unwrap_or(now - self.sim.arrival(i)),
-            now - self.sim.arrival(i),
-            self.sim.requests()[i].output_tokens.max(1),
-            (cfg.ttft_target_s, cfg.tpot_target_s),
-        );
+        self.seqs[i] = None;
+        self.tally
+            .finished(i, now, self.sim.requests()[i].output_tokens.max(1));
     }
 
     /// With event sync, applies worker `w`'s pool changes since the last call as one batch.
@@ -245,9 +231,11 @@ impl<'s> Run<'s> {
     }
 
     fn report(self) -> SimReport {
-        let prefill = self.workers.iter().map(|w| w.prefill_tokens).collect();
-        let busy: Vec<f64> = self.workers.iter().map(|w| w.busy_s).collect();
-        self.sim.report(self.router, self.tally, prefill, &busy)
+        let workers = Workers {
+            prefill_tokens: self.workers.iter().map(|w| w.prefill_tokens).collect(),
+            busy_s: self.workers.iter().map(|w| w.busy_s).collect(),
+        };
+        self.sim.report(self.router, self.tally, workers)
     }
 }
 

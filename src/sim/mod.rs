@@ -25,11 +25,12 @@ mod rng;
 mod scheduler;
 mod simple;
 mod simulation;
+mod tally;
 mod trace;
 mod workload;
 
 pub use self::config::{BatchConfig, ClusterConfig, Engine, SyncMode};
-pub use self::report::SimReport;
+pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
 pub use self::workload::{Prompt, Request, Workload};

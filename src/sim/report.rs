@@ -1,6 +1,4 @@
-//! What a run measured, and the report made of it.
-
-use super::references::References;
+//! What a run measured: the report of one policy, and the record of each request.
 
 /// One policy's results on one workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +56,8 @@ pub struct SimReport {
     pub rejected: usize,
     /// Each worker's busy time over the makespan.
     pub worker_utilisation: Vec<f64>,
+    /// What happened to each request, in trace order.
+    pub request_records: Vec<RequestRecord>,
     /// Time from the first arrival to the last completion.
     pub makespan_s: f64,
     /// Requests per second over the makespan.
@@ -116,102 +116,61 @@ impl SimReport {
     }
 }
 
-/// What a run counts as it goes; [`Tally::report`] turns it into a [`SimReport`].
-#[derive(Debug, Default)]
-pub(super) struct Tally {
-    /// Time to first token of every request.
-    pub(super) ttft: Vec<f64>,
-    /// Time per output token of every finished request of more than one output token.
-    pub(super) tpot: Vec<f64>,
-    /// End-to-end latency of every finished request.
-    pub(super) e2e: Vec<f64>,
-    /// Finished requests that met both goodput targets.
-    pub(super) good: usize,
-    pub(super) preemptions: u64,
-    pub(super) rejected: usize,
-    pub(super) cached_tokens: u64,
-    pub(super) prompt_tokens: u64,
-    /// Wall-clock time spent in `route()`.
-    pub(super) decision_ns: u128,
-    /// The last completion's time.
-    pub(super) last_completion: f64,
+/// What happened to one request of a run (all times in seconds from the start of the
+/// trace, after [`ClusterConfig::speedup`](super::ClusterConfig::speedup)).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RequestRecord {
+    /// The request's index in the trace.
+    pub index: usize,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// The worker it was routed to.
+    pub worker: u32,
+    /// The router replica that routed it (0 with one router).
+    pub replica: u32,
+    /// When it arrived.
+    pub arrival_s: f64,
+    /// When its worker first gave it KV blocks (the simple engine: when its prefill
+    /// started); `None` if it never was.
+    pub admitted_s: Option<f64>,
+    /// Prompt tokens found cached at that first admission.
+    pub cached_tokens: usize,
+    /// Time to first token, from arrival.
+    pub ttft_s: Option<f64>,
+    /// Time per output token after the first, for more than one output token.
+    pub tpot_s: Option<f64>,
+    /// Arrival to last token.
+    pub e2e_s: Option<f64>,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// Dropped: it can never fit its worker's KV cache.
+    pub rejected: bool,
 }
 
-/// The `p` quantile (nearest rank) of sorted `values`; 0 for none.
-fn quantile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-/// `part / whole`, 0 when `whole` is 0.
-fn ratio(part: f64, whole: f64) -> f64 {
-    if whole > 0.0 { part / whole } else { 0.0 }
-}
-
-impl Tally {
-    /// Counts a finished request of `output` tokens: `ttft` and `e2e` seconds after its
-    /// arrival, against `targets` (TTFT, TPOT).
-    pub(super) fn finished(&mut self, ttft: f64, e2e: f64, output: u32, targets: (f64, f64)) {
-        self.e2e.push(e2e);
-        let tpot = (output > 1).then(|| (e2e - ttft) / f64::from(output - 1));
-        if let Some(tpot) = tpot {
-            self.tpot.push(tpot);
-        }
-        if ttft <= targets.0 && tpot.is_none_or(|t| t <= targets.1) {
-            self.good += 1;
-        }
-    }
-
-    /// The report of a run of `requests` requests by `policy`, the first arriving at `first`,
-    /// each worker having computed `worker_prefill_tokens`.
-    pub(super) fn report(
-        mut self,
-        policy: &str,
-        requests: usize,
-        first: f64,
-        worker_prefill_tokens: Vec<u64>,
-        worker_busy_s: &[f64],
-        references: &References,
-    ) -> SimReport {
-        let makespan = (self.last_completion - first).max(0.0);
-        for v in [&mut self.ttft, &mut self.tpot, &mut self.e2e] {
-            v.sort_by(f64::total_cmp);
-        }
-        let computed: u64 = worker_prefill_tokens.iter().sum();
-        let mean = computed as f64 / worker_prefill_tokens.len().max(1) as f64;
-        let max = worker_prefill_tokens.iter().copied().max().unwrap_or(0) as f64;
-        let hit_ratio = ratio(self.cached_tokens as f64, self.prompt_tokens as f64);
-        SimReport {
-            policy: policy.to_owned(),
-            requests,
-            prompt_tokens: self.prompt_tokens,
-            prefill_tokens: computed,
-            cached_tokens: self.cached_tokens,
-            hit_ratio,
-            ideal_hit_ratio: references.ideal,
-            pooled_ideal_hit_ratio: references.pooled,
-            ratio_to_ideal: ratio(hit_ratio, references.ideal),
-            worker_prefill_tokens,
-            imbalance: if mean > 0.0 { max / mean } else { 1.0 },
-            ttft_p50_s: quantile(&self.ttft, 0.50),
-            ttft_p90_s: quantile(&self.ttft, 0.90),
-            ttft_p99_s: quantile(&self.ttft, 0.99),
-            tpot_p50_s: quantile(&self.tpot, 0.50),
-            tpot_p90_s: quantile(&self.tpot, 0.90),
-            tpot_p99_s: quantile(&self.tpot, 0.99),
-            e2e_p50_s: quantile(&self.e2e, 0.50),
-            e2e_p90_s: quantile(&self.e2e, 0.90),
-            e2e_p99_s: quantile(&self.e2e, 0.99),
-            goodput: ratio(self.good as f64, requests as f64),
-            preemptions: self.preemptions,
-            rejected: self.rejected,
-            worker_utilisation: worker_busy_s.iter().map(|&b| ratio(b, makespan)).collect(),
-            makespan_s: makespan,
-            throughput_rps: ratio(requests as f64, makespan),
-            decision_ns: ratio(self.decision_ns as f64, requests as f64),
-        }
+impl RequestRecord {
+    /// The record as one JSON object (`null` for what did not happen).
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        let opt = |v: Option<f64>| v.map_or_else(|| "null".to_owned(), |v| format!("{v:.6}"));
+        format!(
+            concat!(
+                "{{\"index\":{},\"prompt_tokens\":{},\"worker\":{},\"replica\":{},",
+                "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"ttft_s\":{},",
+                "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"rejected\":{}}}"
+            ),
+            self.index,
+            self.prompt_tokens,
+            self.worker,
+            self.replica,
+            self.arrival_s,
+            opt(self.admitted_s),
+            self.cached_tokens,
+            opt(self.ttft_s),
+            opt(self.tpot_s),
+            opt(self.e2e_s),
+            self.preemptions,
+            self.rejected
+        )
     }
 }

@@ -7,8 +7,9 @@ use std::collections::VecDeque;
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
 use super::references::unbounded;
-use super::report::{SimReport, Tally};
+use super::report::SimReport;
 use super::simulation::{Routed, Simulation};
+use super::tally::{Tally, Workers};
 use crate::{CacheSync, Error, RadixTree, Router, WorkerId};
 
 const W0: WorkerId = WorkerId::new(0);
@@ -51,8 +52,6 @@ struct WorkerSim {
 /// A routed request until it completes.
 struct InFlight {
     routed: Routed,
-    cached: usize,
-    first_token_s: f64,
 }
 
 /// The state of one replay.
@@ -93,22 +92,15 @@ impl<'s> Run<'s> {
             fleet,
             flights: (0..n).map(|_| None).collect(),
             clock: Clock::default(),
-            tally: Tally {
-                ttft: Vec::with_capacity(n),
-                ..Tally::default()
-            },
+            tally: sim.tally(),
         })
     }
 
     /// Routes request `i` and queues it on its worker.
     fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let routed = self.sim.route(self.router, i, &mut self.tally)?;
+        let routed = self.sim.route(self.router, i, now, &mut self.tally)?;
         let w = routed.worker;
-        self.flights[i] = Some(InFlight {
-            routed,
-            cached: 0,
-            first_token_s: 0.0,
-        });
+        self.flights[i] = Some(InFlight { routed });
         self.fleet[w].queue.push_back(i);
         if !self.fleet[w].busy {
             self.start(w, now)?;
@@ -119,16 +111,12 @@ impl<'s> Run<'s> {
     /// Request `i`'s first token: its blocks are cached, decoding starts, the worker takes
     /// the next prefill.
     fn prefill_done(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let Some(flight) = self.flights[i].as_mut() else {
+        let Some(flight) = self.flights[i].as_ref() else {
             return Ok(());
         };
         let w = flight.routed.worker;
-        let ttft = now - self.sim.arrival(i);
-        flight.first_token_s = ttft;
-        self.tally.ttft.push(ttft);
+        self.tally.first_token(i, now);
         self.router.first_token(&flight.routed.decision);
-        self.tally.cached_tokens += flight.cached as u64;
-        self.tally.prompt_tokens += flight.routed.tokens.len() as u64;
         self.fleet[w].cache.insert(W0, &flight.routed.blocks);
         let output = f64::from(self.sim.requests()[i].output_tokens);
         self.clock.schedule(
@@ -146,14 +134,8 @@ impl<'s> Run<'s> {
     fn complete(&mut self, i: usize, now: f64) {
         if let Some(flight) = self.flights[i].take() {
             self.router.complete(&flight.routed.decision);
-            self.tally.last_completion = self.tally.last_completion.max(now);
-            let cfg = self.sim.config();
-            self.tally.finished(
-                flight.first_token_s,
-                now - self.sim.arrival(i),
-                self.sim.requests()[i].output_tokens,
-                (cfg.ttft_target_s, cfg.tpot_target_s),
-            );
+            self.tally
+                .finished(i, now, self.sim.requests()[i].output_tokens);
         }
     }
 
@@ -163,14 +145,14 @@ impl<'s> Run<'s> {
         let Some(i) = worker.queue.pop_front() else {
             return Ok(());
         };
-        let Some(flight) = self.flights[i].as_mut() else {
+        let Some(flight) = self.flights[i].as_ref() else {
             return Ok(());
         };
         let cfg = self.sim.config();
         let prompt = flight.routed.tokens.len();
         let cached =
             (worker.cache.held_prefix(W0, &flight.routed.blocks) * cfg.block_size).min(prompt);
-        flight.cached = cached;
+        self.tally.admitted(i, now, cached);
         let uncached = prompt - cached;
         worker.prefill_tokens += uncached as u64;
         worker.busy = true;
@@ -184,8 +166,10 @@ impl<'s> Run<'s> {
     }
 
     fn report(self) -> SimReport {
-        let prefill = self.fleet.iter().map(|w| w.prefill_tokens).collect();
-        let busy: Vec<f64> = self.fleet.iter().map(|w| w.busy_s).collect();
-        self.sim.report(self.router, self.tally, prefill, &busy)
+        let workers = Workers {
+            prefill_tokens: self.fleet.iter().map(|w| w.prefill_tokens).collect(),
+            busy_s: self.fleet.iter().map(|w| w.busy_s).collect(),
+        };
+        self.sim.report(self.router, self.tally, workers)
     }
 }

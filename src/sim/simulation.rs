@@ -2,7 +2,8 @@
 
 use super::config::{ClusterConfig, Engine};
 use super::references::References;
-use super::report::{SimReport, Tally};
+use super::report::SimReport;
+use super::tally::{Tally, Workers};
 use super::workload::Request;
 use crate::{BlockHash, Error, PrefixHasher, RouteDecision, RouteRequest, Router, TokenId};
 
@@ -130,7 +131,16 @@ impl Simulation {
         &self.hasher
     }
 
-    /// Routes request `i`, timing the decision into `tally` when configured.
+    /// A tally for a run of this workload.
+    pub(super) fn tally(&self) -> Tally {
+        Tally::new(
+            self.requests.len(),
+            (self.config.ttft_target_s, self.config.tpot_target_s),
+        )
+    }
+
+    /// Routes request `i` arriving at `now`, recording it and timing the decision into
+    /// `tally` (when configured).
     ///
     /// # Errors
     ///
@@ -140,6 +150,7 @@ impl Simulation {
         &self,
         router: &dyn Router,
         i: usize,
+        now: f64,
         tally: &mut Tally,
     ) -> Result<Routed, Error> {
         let r = &self.requests[i];
@@ -163,6 +174,7 @@ impl Simulation {
             return Err(Error::UnknownWorker(decision.worker()));
         }
         let blocks = self.hasher.hash(&tokens);
+        tally.arrived(i, now, tokens.len(), decision.worker().get());
         Ok(Routed {
             decision,
             worker,
@@ -172,22 +184,9 @@ impl Simulation {
     }
 
     /// The report of a finished run.
-    pub(super) fn report(
-        &self,
-        router: &dyn Router,
-        tally: Tally,
-        worker_prefill_tokens: Vec<u64>,
-        worker_busy_s: &[f64],
-    ) -> SimReport {
+    pub(super) fn report(&self, router: &dyn Router, tally: Tally, workers: Workers) -> SimReport {
         let first = self.requests.first().map_or(0.0, |_| self.arrival(0));
-        tally.report(
-            router.name(),
-            self.requests.len(),
-            first,
-            worker_prefill_tokens,
-            worker_busy_s,
-            &self.references,
-        )
+        tally.report(router.name(), first, workers, &self.references)
     }
 }
 

@@ -1,0 +1,161 @@
+//! What a run counts as it goes: a [`RequestRecord`] per request and a few totals, turned
+//! into a [`SimReport`] at the end.
+
+use super::references::References;
+use super::report::{RequestRecord, SimReport};
+
+/// A run's records and totals.
+#[derive(Debug)]
+pub(super) struct Tally {
+    records: Vec<RequestRecord>,
+    /// Goodput's targets: time to first token, time per output token.
+    targets: (f64, f64),
+    /// Wall-clock time spent in `route()`.
+    pub(super) decision_ns: u128,
+    /// The last completion's time.
+    last_completion: f64,
+}
+
+/// The `p` quantile (nearest rank) of sorted `values`; 0 for none.
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// `part / whole`, 0 when `whole` is 0.
+fn ratio(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 { part / whole } else { 0.0 }
+}
+
+/// The median, 90th and 99th percentiles of `values`.
+fn percentiles(mut values: Vec<f64>) -> [f64; 3] {
+    values.sort_by(f64::total_cmp);
+    [0.50, 0.90, 0.99].map(|p| quantile(&values, p))
+}
+
+/// What a run measured beside the records: per worker, tokens computed and busy time.
+pub(super) struct Workers {
+    pub(super) prefill_tokens: Vec<u64>,
+    pub(super) busy_s: Vec<f64>,
+}
+
+impl Tally {
+    /// A tally of `requests` requests against goodput's `targets` (TTFT, TPOT).
+    pub(super) fn new(requests: usize, targets: (f64, f64)) -> Self {
+        Self {
+            records: (0..requests)
+                .map(|index| RequestRecord {
+                    index,
+                    ..RequestRecord::default()
+                })
+                .collect(),
+            targets,
+            decision_ns: 0,
+            last_completion: 0.0,
+        }
+    }
+
+    /// Request `i` of `prompt_tokens` tokens arrived at `at` and was routed to `worker`.
+    pub(super) fn arrived(&mut self, i: usize, at: f64, prompt_tokens: usize, worker: u32) {
+        let r = &mut self.records[i];
+        (r.arrival_s, r.prompt_tokens, r.worker) = (at, prompt_tokens, worker);
+    }
+
+    /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached (its first
+    /// admission only counts).
+    pub(super) fn admitted(&mut self, i: usize, at: f64, cached: usize) {
+        let r = &mut self.records[i];
+        if r.admitted_s.is_none() {
+            (r.admitted_s, r.cached_tokens) = (Some(at), cached);
+        }
+    }
+
+    /// Request `i`'s first token came at `at`.
+    pub(super) fn first_token(&mut self, i: usize, at: f64) {
+        let r = &mut self.records[i];
+        r.ttft_s = Some(at - r.arrival_s);
+    }
+
+    /// Request `i` finished its `output` tokens at `at`.
+    pub(super) fn finished(&mut self, i: usize, at: f64, output: u32) {
+        let r = &mut self.records[i];
+        let e2e = at - r.arrival_s;
+        r.e2e_s = Some(e2e);
+        let ttft = *r.ttft_s.get_or_insert(e2e);
+        r.tpot_s = (output > 1).then(|| (e2e - ttft) / f64::from(output - 1));
+        self.last_completion = self.last_completion.max(at);
+    }
+
+    /// Request `i` was preempted.
+    pub(super) fn preempted(&mut self, i: usize) {
+        self.records[i].preemptions += 1;
+    }
+
+    /// Request `i` was dropped.
+    pub(super) fn rejected(&mut self, i: usize) {
+        self.records[i].rejected = true;
+    }
+
+    /// Whether request `i` met both goodput targets.
+    fn good(&self, r: &RequestRecord) -> bool {
+        r.e2e_s.is_some()
+            && r.ttft_s.is_some_and(|t| t <= self.targets.0)
+            && r.tpot_s.is_none_or(|t| t <= self.targets.1)
+    }
+
+    /// The report of a run by `policy`, the first request arriving at `first`.
+    pub(super) fn report(
+        self,
+        policy: &str,
+        first: f64,
+        workers: Workers,
+        references: &References,
+    ) -> SimReport {
+        let requests = self.records.len();
+        let makespan = (self.last_completion - first).max(0.0);
+        let served = || self.records.iter().filter(|r| !r.rejected);
+        let prompt_tokens: u64 = served().map(|r| r.prompt_tokens as u64).sum();
+        let cached_tokens: u64 = served().map(|r| r.cached_tokens as u64).sum();
+        let ttft = percentiles(self.records.iter().filter_map(|r| r.ttft_s).collect());
+        let tpot = percentiles(self.records.iter().filter_map(|r| r.tpot_s).collect());
+        let e2e = percentiles(self.records.iter().filter_map(|r| r.e2e_s).collect());
+        let good = self.records.iter().filter(|r| self.good(r)).count();
+        let computed: u64 = workers.prefill_tokens.iter().sum();
+        let mean = computed as f64 / workers.prefill_tokens.len().max(1) as f64;
+        let max = workers.prefill_tokens.iter().copied().max().unwrap_or(0) as f64;
+        let hit_ratio = ratio(cached_tokens as f64, prompt_tokens as f64);
+        SimReport {
+            policy: policy.to_owned(),
+            requests,
+            prompt_tokens,
+            prefill_tokens: computed,
+            cached_tokens,
+            hit_ratio,
+            ideal_hit_ratio: references.ideal,
+            pooled_ideal_hit_ratio: references.pooled,
+            ratio_to_ideal: ratio(hit_ratio, references.ideal),
+            imbalance: if mean > 0.0 { max / mean } else { 1.0 },
+            worker_prefill_tokens: workers.prefill_tokens,
+            ttft_p50_s: ttft[0],
+            ttft_p90_s: ttft[1],
+            ttft_p99_s: ttft[2],
+            tpot_p50_s: tpot[0],
+            tpot_p90_s: tpot[1],
+            tpot_p99_s: tpot[2],
+            e2e_p50_s: e2e[0],
+            e2e_p90_s: e2e[1],
+            e2e_p99_s: e2e[2],
+            goodput: ratio(good as f64, requests as f64),
+            preemptions: self.records.iter().map(|r| u64::from(r.preemptions)).sum(),
+            rejected: self.records.iter().filter(|r| r.rejected).count(),
+            worker_utilisation: workers.busy_s.iter().map(|&b| ratio(b, makespan)).collect(),
+            makespan_s: makespan,
+            throughput_rps: ratio(requests as f64, makespan),
+            decision_ns: ratio(self.decision_ns as f64, requests as f64),
+            request_records: self.records,
+        }
+    }
+}
