@@ -10,6 +10,8 @@
 //! `--policy NAME|all`, `--alpha X`, `--block-size N`, `--seed N`,
 //! `--format table|json|csv`, `--sync none|feedback|events`, `--miss-weight X`,
 //! `--engine batched|simple`, `--max-num-batched-tokens N`, `--max-num-seqs N`,
+//! `--fleet SPEC` (a mixed fleet: `4x1.0,4x0.5@2000000` is four workers at the configured
+//! speed and four at half of it with 2,000,000 tokens of KV each; it replaces `--workers`),
 //! `--ttft-target S`, `--tpot-target S` (goodput's targets), `--requests-out FILE` (one
 //! JSON line per request of every run: workload, policy and the request's record),
 //! `--plot FILE.svg` (each policy as a point of hit ratio against TTFT p99, plus a sweep of
@@ -24,7 +26,7 @@ mod policy;
 use policy::{POLICIES, PolicyOptions};
 use prefix_router::Error;
 use prefix_router::sim::{
-    ClusterConfig, Engine, SimReport, Simulation, SyncMode, Workload, load_mooncake,
+    ClusterConfig, Engine, SimReport, Simulation, SyncMode, WorkerSpec, Workload, load_mooncake,
 };
 
 #[derive(Clone)]
@@ -38,6 +40,7 @@ struct Args {
     format: String,
     plot: Option<String>,
     requests_out: Option<String>,
+    fleet: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -51,6 +54,7 @@ fn parse() -> Result<Args, String> {
         format: "table".into(),
         plot: None,
         requests_out: None,
+        fleet: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,6 +76,7 @@ fn parse() -> Result<Args, String> {
             "--format" => args.format = value()?,
             "--plot" => args.plot = Some(value()?),
             "--requests-out" => args.requests_out = Some(value()?),
+            "--fleet" => args.fleet = Some(value()?),
             "--ttft-target" => args.cluster.ttft_target_s = num(&flag, value()?)?,
             "--tpot-target" => args.cluster.tpot_target_s = num(&flag, value()?)?,
             "--max-num-batched-tokens" => {
@@ -105,7 +110,7 @@ fn parse() -> Result<Args, String> {
                      [--speedup X] [--policy NAME|all] [--alpha X] [--block-size N] [--seed N] \
                      [--format table|json|csv] [--sync none|feedback|events] [--miss-weight X] \
                      [--engine batched|simple] [--max-num-batched-tokens N] [--max-num-seqs N] \
-                     [--ttft-target S] [--tpot-target S] [--requests-out FILE] [--plot FILE.svg]"
+                     [--ttft-target S] [--tpot-target S] [--requests-out FILE] [--fleet SPEC] [--plot FILE.svg]"
                         .into(),
                 );
             }
@@ -124,6 +129,11 @@ fn parse() -> Result<Args, String> {
             args.policy,
             POLICIES.join(", ")
         ));
+    }
+    if let Some(spec) = &args.fleet {
+        let fleet = WorkerSpec::parse_fleet(spec, args.cluster.capacity_tokens)
+            .map_err(|e| format!("--fleet: {e}"))?;
+        args.cluster.workers = u32::try_from(fleet.len()).unwrap_or(u32::MAX);
     }
     Ok(args)
 }
@@ -158,7 +168,16 @@ fn main() -> ExitCode {
     let mut sweeps: Vec<(String, Vec<(f64, SimReport)>)> = Vec::new();
     let total = workloads.len() * policies.len();
     for (name, requests) in workloads {
-        let sim = match Simulation::new(requests, args.cluster) {
+        let fleet = args.fleet.as_deref().map_or_else(
+            || {
+                Ok(vec![
+                    WorkerSpec::new(1.0, args.cluster.capacity_tokens);
+                    args.cluster.workers as usize
+                ])
+            },
+            |spec| WorkerSpec::parse_fleet(spec, args.cluster.capacity_tokens),
+        );
+        let sim = match fleet.and_then(|f| Simulation::with_fleet(requests, args.cluster, f)) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e}");

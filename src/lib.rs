@@ -128,7 +128,8 @@
 //! | `CacheSync::apply_event` | unknown parent; removal of an unknown block | skipped and counted in [`SyncOutcome`] |
 //! | `sync::vllm::decode_batch` | truncated, wrong types, huge lengths, unknown tags, trailing bytes | [`Error::Decode`] |
 //! | `sim::load_mooncake`, `parse_mooncake` | a malformed line; an unreadable file | [`Error::Trace`] with the line number (0 for the file) |
-//! | `sim::Simulation::new`, `run` | 0 workers, NaN rates, capacity below one block; a router whose mirror hashes another block size; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
+//! | `sim::Simulation::new`, `with_fleet`, `run` | 0 workers, NaN rates, capacity below one block, a batch budget of 0, event sync with the simple engine, a worker speed that is not positive; a router whose mirror hashes another block size; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
+//! | `sim::WorkerSpec::parse_fleet` | a group that is not `COUNTxSPEED[@CAPACITY]`, a count of 0, a speed that is not positive | [`Error::InvalidConfig`] naming the group |
 //!
 //! ## Hash flooding
 //!

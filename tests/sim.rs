@@ -358,3 +358,76 @@ fn request_records_add_up_to_the_report() {
         }
     }
 }
+
+#[test]
+fn fleets_parse_and_bad_groups_are_named() {
+    let fleet = WorkerSpec::parse_fleet("2x1.0, 1x0.5@2000", 64).unwrap();
+    assert_eq!(
+        fleet,
+        [
+            WorkerSpec::new(1.0, 64),
+            WorkerSpec::new(1.0, 64),
+            WorkerSpec::new(0.5, 2_000)
+        ]
+    );
+    for bad in [
+        "",
+        "4",
+        "0x1.0",
+        "2x0",
+        "2x-1",
+        "2xNaN",
+        "2x1.0@lots",
+        "x1.0",
+    ] {
+        let err = WorkerSpec::parse_fleet(bad, 64).unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig { .. }), "{bad:?}");
+    }
+    let empty = Simulation::with_fleet(Vec::new(), config(1, 16), Vec::new());
+    assert!(matches!(empty, Err(Error::InvalidConfig { .. })));
+    let tiny = vec![WorkerSpec::new(1.0, 8)];
+    assert!(Simulation::with_fleet(Vec::new(), config(1, 16), tiny).is_err());
+}
+
+/// A worker at half speed takes twice as long, in both engines, and a mixed fleet's
+/// pooled reference holds every worker's capacity.
+#[test]
+fn a_half_speed_worker_takes_twice_as_long() {
+    let request = Request::new(0.0, (0..4_000).collect(), 1);
+    let batch = BatchConfig::default()
+        .with_step_base_s(0.0)
+        .with_step_s_per_decode(0.0)
+        .with_step_s_per_context_token(0.0);
+    for engine in ENGINES {
+        let ttft = |speed: f64| {
+            let c = config(1, 16).with_engine(engine).with_batch(batch);
+            let fleet = vec![WorkerSpec::new(speed, 1 << 20)];
+            let sim = Simulation::with_fleet(vec![request.clone()], c, fleet).unwrap();
+            sim.run(&RoundRobinRouter::new(1).unwrap())
+                .unwrap()
+                .ttft_p99_s
+        };
+        let (full, half) = (ttft(1.0), ttft(0.5));
+        assert!(
+            (full - 4_000.0 / 33_000.0).abs() < 1e-9,
+            "{engine:?}: {full}"
+        );
+        assert!(
+            (half - 2.0 * full).abs() < 1e-9,
+            "{engine:?}: {half} vs {full}"
+        );
+    }
+    // One prompt seen twice: a 16-token pool holds one block, a larger one both.
+    let twice = vec![
+        Request::new(0.0, (0..32).collect(), 1),
+        Request::new(1.0, (0..32).collect(), 1),
+    ];
+    let pooled = |fleet: Vec<WorkerSpec>| {
+        Simulation::with_fleet(twice.clone(), config(1, 16), fleet)
+            .unwrap()
+            .pooled_ideal_hit_ratio()
+    };
+    let small = pooled(vec![WorkerSpec::new(1.0, 16)]);
+    let mixed = pooled(vec![WorkerSpec::new(1.0, 16), WorkerSpec::new(0.5, 16)]);
+    assert!(mixed > small, "{mixed} vs {small}");
+}

@@ -45,6 +45,8 @@ pub(super) fn run(
 
 /// One modelled worker.
 struct Worker {
+    /// Relative speed: step times are divided by it.
+    speed: f64,
     scheduler: Scheduler,
     /// The step running, if any.
     step: Option<Step>,
@@ -77,7 +79,6 @@ impl<'s> Run<'s> {
     /// A replay through `router`, publishing the workers' pool changes to `events`.
     fn new(sim: &'s Simulation, router: &'s dyn Router, events: Option<&'s dyn CacheSync>) -> Self {
         let cfg = sim.config();
-        let blocks = cfg.capacity_tokens / cfg.block_size;
         let record = events.is_some();
         let n = sim.requests().len();
         Self {
@@ -87,9 +88,17 @@ impl<'s> Run<'s> {
                 .cache_sync()
                 .filter(|_| cfg.sync == SyncMode::Feedback),
             events,
-            workers: (0..cfg.workers)
-                .map(|_| Worker {
-                    scheduler: Scheduler::new(blocks, cfg.block_size, cfg.batch, record),
+            workers: sim
+                .fleet()
+                .iter()
+                .map(|spec| Worker {
+                    speed: spec.speed,
+                    scheduler: Scheduler::new(
+                        spec.capacity_tokens / cfg.block_size,
+                        cfg.block_size,
+                        cfg.batch,
+                        record,
+                    ),
                     step: None,
                     steps: 0,
                     prefill_tokens: 0,
@@ -136,8 +145,8 @@ impl<'s> Run<'s> {
             return Ok(());
         }
         let cfg = self.sim.config();
-        let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s);
         let worker = &mut self.workers[w];
+        let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s) / worker.speed;
         worker.prefill_tokens += step.prefill as u64;
         worker.busy_s += duration;
         worker.step = Some(step);

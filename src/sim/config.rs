@@ -25,6 +25,66 @@ pub enum SyncMode {
     Events,
 }
 
+/// One modelled worker of a mixed fleet: its speed relative to the configured rates and its
+/// KV capacity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WorkerSpec {
+    /// Relative speed: 0.5 computes at half the configured prefill rate and takes twice the
+    /// configured step and decode times.
+    pub speed: f64,
+    /// KV capacity in tokens.
+    pub capacity_tokens: usize,
+}
+
+impl WorkerSpec {
+    /// A worker of relative `speed` holding `capacity_tokens` tokens of KV.
+    #[must_use]
+    pub fn new(speed: f64, capacity_tokens: usize) -> Self {
+        Self {
+            speed,
+            capacity_tokens,
+        }
+    }
+
+    /// Parses a fleet as `simulate --fleet` writes it: comma-separated groups
+    /// `COUNTxSPEED` with an optional `@CAPACITY_TOKENS` (else `default_capacity_tokens`);
+    /// `4x1.0,4x0.5@2000000` is four workers at the configured speed and four at half of it
+    /// with 2,000,000 tokens of KV each.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the group that does not parse, or whose count is 0,
+    /// speed not positive and finite, or capacity not a number.
+    pub fn parse_fleet(
+        spec: &str,
+        default_capacity_tokens: usize,
+    ) -> Result<Vec<WorkerSpec>, Error> {
+        let bad = |group: &str| {
+            crate::config::invalid(
+                "fleet",
+                group.to_owned(),
+                "groups COUNTxSPEED or COUNTxSPEED@CAPACITY_TOKENS, count at least 1, speed positive",
+            )
+        };
+        let mut fleet = Vec::new();
+        for group in spec.split(',') {
+            let (head, capacity) = match group.split_once('@') {
+                Some((head, c)) => (head, c.trim().parse().map_err(|_| bad(group))?),
+                None => (group, default_capacity_tokens),
+            };
+            let (count, speed) = head.split_once('x').ok_or_else(|| bad(group))?;
+            let count: u32 = count.trim().parse().map_err(|_| bad(group))?;
+            let speed: f64 = speed.trim().parse().map_err(|_| bad(group))?;
+            if count == 0 || !(speed.is_finite() && speed > 0.0) {
+                return Err(bad(group));
+            }
+            fleet.extend((0..count).map(|_| WorkerSpec::new(speed, capacity)));
+        }
+        Ok(fleet)
+    }
+}
+
 /// How a modelled worker runs its requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]

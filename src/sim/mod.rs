@@ -29,7 +29,7 @@ mod tally;
 mod trace;
 mod workload;
 
-pub use self::config::{BatchConfig, ClusterConfig, Engine, SyncMode};
+pub use self::config::{BatchConfig, ClusterConfig, Engine, SyncMode, WorkerSpec};
 pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};

@@ -41,6 +41,8 @@ pub(super) fn run(
 
 /// One modelled worker.
 struct WorkerSim {
+    /// Relative speed.
+    speed: f64,
     /// The worker's true KV cache: an LRU over blocks with prefix matching.
     cache: RadixTree,
     queue: VecDeque<usize>,
@@ -68,11 +70,14 @@ struct Run<'s> {
 impl<'s> Run<'s> {
     fn new(sim: &'s Simulation, router: &'s dyn Router) -> Result<Self, Error> {
         let cfg = sim.config();
-        let fleet = (0..cfg.workers)
-            .map(|_| {
+        let fleet = sim
+            .fleet()
+            .iter()
+            .map(|spec| {
                 let mut cache = unbounded()?;
-                cache.set_capacity(W0, cfg.capacity_tokens / cfg.block_size);
+                cache.set_capacity(W0, spec.capacity_tokens / cfg.block_size);
                 Ok(WorkerSim {
+                    speed: spec.speed,
                     cache,
                     queue: VecDeque::new(),
                     busy: false,
@@ -119,11 +124,8 @@ impl<'s> Run<'s> {
         self.router.first_token(&flight.routed.decision);
         self.fleet[w].cache.insert(W0, &flight.routed.blocks);
         let output = f64::from(self.sim.requests()[i].output_tokens);
-        self.clock.schedule(
-            now + output * self.sim.config().decode_s_per_token,
-            COMPLETE,
-            i,
-        );
+        let decode = output * self.sim.config().decode_s_per_token / self.fleet[w].speed;
+        self.clock.schedule(now + decode, COMPLETE, i);
         self.fleet[w].busy = false;
         if !self.fleet[w].queue.is_empty() {
             self.start(w, now)?;
@@ -159,7 +161,7 @@ impl<'s> Run<'s> {
         if let Some(sync) = self.sync {
             sync.report_cached(WorkerId::new(w as u32), &flight.routed.tokens, cached)?;
         }
-        let duration = uncached as f64 / cfg.prefill_tokens_per_s;
+        let duration = uncached as f64 / (cfg.prefill_tokens_per_s * worker.speed);
         worker.busy_s += duration;
         self.clock.schedule(now + duration, PREFILL_DONE, i);
         Ok(())

@@ -1,6 +1,6 @@
 //! The replay of a workload through a router against the modelled fleet.
 
-use super::config::{ClusterConfig, Engine};
+use super::config::{ClusterConfig, Engine, WorkerSpec};
 use super::references::References;
 use super::report::SimReport;
 use super::tally::{Tally, Workers};
@@ -27,6 +27,8 @@ use crate::{BlockHash, Error, PrefixHasher, RouteDecision, RouteRequest, Router,
 pub struct Simulation {
     requests: Vec<Request>,
     config: ClusterConfig,
+    /// Worker `w` is `fleet[w]`.
+    fleet: Vec<WorkerSpec>,
     hasher: PrefixHasher,
     references: References,
 }
@@ -38,16 +40,64 @@ impl Simulation {
     ///
     /// As [`ClusterConfig::validate`].
     pub fn new(requests: Vec<Request>, config: ClusterConfig) -> Result<Self, Error> {
+        let fleet = vec![WorkerSpec::new(1.0, config.capacity_tokens); config.workers as usize];
+        Self::with_fleet(requests, config, fleet)
+    }
+
+    /// Prepares `requests` for replay on a mixed fleet: worker `w` is `fleet[w]`, and
+    /// `config.workers` and `config.capacity_tokens` are ignored (the pooled reference holds
+    /// the fleet's capacities together).
+    ///
+    /// ```
+    /// use prefix_router::sim::{ClusterConfig, Simulation, Workload, WorkerSpec};
+    ///
+    /// let fleet = WorkerSpec::parse_fleet("2x1.0,2x0.5@500000", 1_000_000)?;
+    /// let requests = Workload::builtin()[0].1.generate(7);
+    /// let sim = Simulation::with_fleet(requests, ClusterConfig::default(), fleet)?;
+    /// assert_eq!(sim.config().workers, 4);
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`ClusterConfig::validate`], for the configuration and for each worker (its
+    /// capacity as `capacity_tokens`); [`Error::InvalidConfig`] for an empty fleet or a
+    /// speed that is not positive and finite.
+    pub fn with_fleet(
+        requests: Vec<Request>,
+        mut config: ClusterConfig,
+        fleet: Vec<WorkerSpec>,
+    ) -> Result<Self, Error> {
+        config.workers = u32::try_from(fleet.len()).unwrap_or(u32::MAX);
         config.validate()?;
+        for w in &fleet {
+            config.with_capacity_tokens(w.capacity_tokens).validate()?;
+            crate::config::float(
+                "speed",
+                w.speed,
+                f64::MIN_POSITIVE..=f64::MAX,
+                "a positive factor",
+            )?;
+        }
         let hasher = PrefixHasher::new(config.block_size)?;
-        let pooled_blocks = config.capacity_tokens * config.workers as usize / config.block_size;
+        let pooled_blocks = fleet
+            .iter()
+            .map(|w| w.capacity_tokens / config.block_size)
+            .sum();
         let references = References::compute(&requests, &hasher, pooled_blocks)?;
         Ok(Self {
             requests,
             config,
+            fleet,
             hasher,
             references,
         })
+    }
+
+    /// The workers: worker `w` is `fleet()[w]`.
+    #[must_use]
+    pub fn fleet(&self) -> &[WorkerSpec] {
+        &self.fleet
     }
 
     /// For traces of content blocks (Mooncake's hash ids): the infinite-cache hit ratio
