@@ -378,3 +378,54 @@ fn row_traces_with_bad_lines() {
         Err(Error::Trace { line: 2, .. })
     ));
 }
+
+#[cfg(feature = "sim")]
+#[test]
+fn row_simulated_fleet_settings() {
+    use prefix_router::sim::{ClusterConfig, Engine, Fault, Request, Simulation};
+    let config = ClusterConfig::default()
+        .with_workers(2)
+        .with_engine(Engine::Batched);
+    for bad in [
+        config.with_event_loss(2.0),
+        config.with_event_delay_s(f64::NAN),
+        config.with_scrape_interval_s(-1.0),
+    ] {
+        assert!(matches!(
+            Simulation::new(Vec::new(), bad),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+    let sim = || Simulation::new(vec![Request::new(0.0, vec![1; 64], 1)], config).unwrap();
+    assert!(matches!(
+        sim().run_replicas(&[]),
+        Err(Error::InvalidConfig {
+            field: "replicas",
+            ..
+        })
+    ));
+    assert!(matches!(
+        Fault::parse_schedule("3@60"),
+        Err(Error::InvalidConfig {
+            field: "faults",
+            ..
+        })
+    ));
+    for bad in [Fault::new(2, 1.0, 5.0), Fault::new(0, 5.0, 1.0)] {
+        assert!(matches!(
+            sim().with_faults(vec![bad]),
+            Err(Error::InvalidConfig {
+                field: "faults",
+                ..
+            })
+        ));
+    }
+    // Every worker gone: the request cannot be routed.
+    let all_down = sim()
+        .with_faults(vec![Fault::new(0, 0.0, 9.0), Fault::new(1, 0.0, 9.0)])
+        .unwrap();
+    assert!(matches!(
+        all_down.run(&BalancedRouter::new(2).unwrap()),
+        Err(Error::NoWorkers)
+    ));
+}

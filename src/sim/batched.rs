@@ -1,44 +1,56 @@
 //! [`Engine::Batched`](super::Engine::Batched): the replay loop over iteration-level
-//! workers ([`Scheduler`]), and what the router hears from them.
+//! workers ([`Scheduler`]), and what the router replicas hear from them.
 //!
 //! A worker with work runs steps back to back; a step's outcomes (admissions, first
 //! tokens, finished and preempted requests) take effect at its end, as an engine returns
-//! them. The router hears: `first_token` at a request's first token, `complete` when it
-//! finishes; with [`SyncMode::Feedback`] the cached tokens a request found at its first
-//! admission; with [`SyncMode::Events`] every block the worker's pool cached or evicted,
-//! one batch per step with the step's number as its sequence number.
+//! them. The replica that routed a request hears `first_token` at its first token,
+//! `complete` when it finishes, and with [`SyncMode::Feedback`] the cached tokens it found
+//! at its first admission. Every replica hears each worker's load
+//! ([`Router::report_load`](crate::Router::report_load)) every
+//! [`ClusterConfig::scrape_interval_s`](super::ClusterConfig::scrape_interval_s) and, with
+//! [`SyncMode::Events`], every block its pool caches or evicts, through the [`EventBus`].
+//! A [`Fault`](super::Fault) takes a worker out: its requests are routed again and it
+//! returns empty.
 
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
+use super::events::{DELIVER, EventBus, REPLAY};
 use super::pool::PoolChange;
+use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::scheduler::{Outcome, Scheduler, Seq, Step};
 use super::simulation::Simulation;
 use super::tally::{Tally, Workers};
-use crate::{CacheEvent, CacheSync, Error, RouteDecision, Router, WorkerId};
+use crate::{CacheEvent, CacheSync, Error, RouteDecision, WorkerId};
 
-/// Timed event: worker `w`'s step ends.
+/// Timed events, in the order they go at equal times (with [`DELIVER`] = 1 and
+/// [`REPLAY`] = 2 of the event bus). A step's end: subject `worker + workers × generation`.
 const STEP_DONE: u8 = 0;
+/// Every worker reports its load (subject 0).
+const SCRAPE: u8 = 3;
+/// Fault `k` takes its worker out (subject `k`).
+const DOWN: u8 = 4;
+/// Fault `k`'s worker returns (subject `k`).
+const UP: u8 = 5;
 
-/// Replays `sim` through `router` on batched workers.
+/// Replays `sim` through `replicas` on batched workers.
 pub(super) fn run(
     sim: &Simulation,
-    router: &dyn Router,
+    replicas: Replicas<'_>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
-    let events = router
-        .cache_sync()
-        .filter(|_| sim.config().sync == SyncMode::Events);
-    let mut run = Run::new(sim, router, events);
+    let sinks = replicas
+        .iter()
+        .map(|(r, _)| sim.sync_of(&replicas, r, SyncMode::Events))
+        .collect();
+    let mut run = Run::new(sim, replicas, sinks);
+    run.schedule_faults_and_scrapes();
     let n = sim.requests().len();
     while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
-        match tick {
-            Tick::Arrival(i) => {
-                progress(i + 1, n);
-                run.arrive(i, now)?;
-            }
-            Tick::Timed(_, w) => run.step_done(w, now)?,
+        if let Tick::Arrival(i) = tick {
+            progress(i + 1, n);
         }
+        run.tick(now, tick)?;
     }
     Ok(run.report())
 }
@@ -48,25 +60,29 @@ struct Worker {
     /// Relative speed: step times are divided by it.
     speed: f64,
     scheduler: Scheduler,
-    /// The step running, if any.
-    step: Option<Step>,
-    /// Steps finished: the sequence number of its event batches.
-    steps: u64,
+    /// The step running and when it ends, if any.
+    step: Option<(Step, f64)>,
+    /// Restarts so far: a step-end tick of an earlier generation is void.
+    generation: usize,
+    /// Whether the worker is out of the fleet (a fault).
+    down: bool,
+    /// The sequence number of its next event batch.
+    batches: u64,
     prefill_tokens: u64,
     busy_s: f64,
 }
 
 /// A routed request until it finishes.
 struct Flight {
+    replica: Replica,
     decision: RouteDecision,
 }
 
 /// The state of one replay.
 struct Run<'s> {
     sim: &'s Simulation,
-    router: &'s dyn Router,
-    feedback: Option<&'s dyn CacheSync>,
-    events: Option<&'s dyn CacheSync>,
+    replicas: Replicas<'s>,
+    bus: EventBus<'s>,
     workers: Vec<Worker>,
     seqs: Vec<Option<Seq>>,
     flights: Vec<Option<Flight>>,
@@ -76,35 +92,23 @@ struct Run<'s> {
 }
 
 impl<'s> Run<'s> {
-    /// A replay through `router`, publishing the workers' pool changes to `events`.
-    fn new(sim: &'s Simulation, router: &'s dyn Router, events: Option<&'s dyn CacheSync>) -> Self {
+    /// A replay through `replicas`, publishing the workers' pool changes to `sinks` (one
+    /// per replica).
+    fn new(
+        sim: &'s Simulation,
+        replicas: Replicas<'s>,
+        sinks: Vec<Option<&'s dyn CacheSync>>,
+    ) -> Self {
         let cfg = sim.config();
-        let record = events.is_some();
+        let bus = EventBus::new(sinks, sim.fleet().len(), cfg);
         let n = sim.requests().len();
         Self {
             sim,
-            router,
-            feedback: router
-                .cache_sync()
-                .filter(|_| cfg.sync == SyncMode::Feedback),
-            events,
-            workers: sim
-                .fleet()
-                .iter()
-                .map(|spec| Worker {
-                    speed: spec.speed,
-                    scheduler: Scheduler::new(
-                        spec.capacity_tokens / cfg.block_size,
-                        cfg.block_size,
-                        cfg.batch,
-                        record,
-                    ),
-                    step: None,
-                    steps: 0,
-                    prefill_tokens: 0,
-                    busy_s: 0.0,
-                })
+            replicas,
+            workers: (0..sim.fleet().len())
+                .map(|w| Self::fresh_worker(sim, w, bus.is_listened()))
                 .collect(),
+            bus,
             seqs: (0..n).map(|_| None).collect(),
             flights: (0..n).map(|_| None).collect(),
             clock: Clock::default(),
@@ -113,13 +117,72 @@ impl<'s> Run<'s> {
         }
     }
 
-    /// Routes request `i` and queues it on its worker, which starts a step if idle.
-    fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let routed = self.sim.route(self.router, i, now, &mut self.tally)?;
+    /// Worker `w` as it starts: an empty pool, recording its changes when `record`.
+    fn fresh_worker(sim: &Simulation, w: usize, record: bool) -> Worker {
+        let cfg = sim.config();
+        let spec = sim.fleet()[w];
+        Worker {
+            speed: spec.speed,
+            scheduler: Scheduler::new(
+                spec.capacity_tokens / cfg.block_size,
+                cfg.block_size,
+                cfg.batch,
+                record,
+            ),
+            step: None,
+            generation: 0,
+            down: false,
+            batches: 0,
+            prefill_tokens: 0,
+            busy_s: 0.0,
+        }
+    }
+
+    /// Puts the faults and the first load report on the clock.
+    fn schedule_faults_and_scrapes(&mut self) {
+        for (k, f) in self.sim.faults().iter().enumerate() {
+            self.clock.schedule(f.down_s, DOWN, k);
+            if f.up_s.is_finite() {
+                self.clock.schedule(f.up_s, UP, k);
+            }
+        }
+        let interval = self.sim.config().scrape_interval_s;
+        if interval > 0.0 && !self.sim.requests().is_empty() {
+            self.clock
+                .schedule(self.sim.arrival(0) + interval, SCRAPE, 0);
+        }
+    }
+
+    /// Handles one tick of the clock at `now`.
+    fn tick(&mut self, now: f64, tick: Tick) -> Result<(), Error> {
+        match tick {
+            Tick::Arrival(i) => self.dispatch(i, now),
+            Tick::Timed(STEP_DONE, subject) => self.step_done(subject, now),
+            Tick::Timed(DELIVER, _) => self.bus.deliver(now, &mut self.clock),
+            Tick::Timed(REPLAY, channel) => self.bus.replayed(channel),
+            Tick::Timed(SCRAPE, _) => self.scrape(now),
+            Tick::Timed(DOWN, k) => self.down(k, now),
+            Tick::Timed(_, k) => self.up(k),
+        }
+    }
+
+    /// Routes request `i` (arriving, or again after its worker left) and queues it on its
+    /// worker, which starts a step if idle.
+    fn dispatch(&mut self, i: usize, now: f64) -> Result<(), Error> {
+        let routed = self
+            .sim
+            .route(&mut self.replicas, i, now, &mut self.tally)?;
         let w = routed.worker;
+        if self.workers[w].down {
+            self.replicas
+                .router(routed.replica)
+                .complete(&routed.decision);
+            return Err(Error::UnknownWorker(routed.decision.worker()));
+        }
         let output = self.sim.requests()[i].output_tokens;
         self.seqs[i] = Some(Seq::new(routed.tokens, routed.blocks, output));
         self.flights[i] = Some(Flight {
+            replica: routed.replica,
             decision: routed.decision,
         });
         self.workers[w].scheduler.enqueue(i);
@@ -136,7 +199,7 @@ impl<'s> Run<'s> {
         let step = self.workers[w]
             .scheduler
             .schedule(&mut self.seqs, &mut outcomes);
-        self.publish(w)?;
+        self.publish(w, now)?;
         for &o in &outcomes {
             self.handle(o, w, now)?;
         }
@@ -145,18 +208,25 @@ impl<'s> Run<'s> {
             return Ok(());
         }
         let cfg = self.sim.config();
+        let workers = self.workers.len();
         let worker = &mut self.workers[w];
         let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s) / worker.speed;
         worker.prefill_tokens += step.prefill as u64;
         worker.busy_s += duration;
-        worker.step = Some(step);
-        self.clock.schedule(now + duration, STEP_DONE, w);
+        worker.step = Some((step, now + duration));
+        let subject = w + workers * worker.generation;
+        self.clock.schedule(now + duration, STEP_DONE, subject);
         Ok(())
     }
 
-    /// Worker `w`'s step ends at `now`: its outcomes take effect, and the next step starts.
-    fn step_done(&mut self, w: usize, now: f64) -> Result<(), Error> {
-        let Some(step) = self.workers[w].step.take() else {
+    /// A step ends at `now` (`subject` names its worker and generation): its outcomes take
+    /// effect, and the next step starts.
+    fn step_done(&mut self, subject: usize, now: f64) -> Result<(), Error> {
+        let w = subject % self.workers.len();
+        if subject / self.workers.len() != self.workers[w].generation {
+            return Ok(()); // the step of an engine that has since restarted
+        }
+        let Some((step, _)) = self.workers[w].step.take() else {
             return Ok(());
         };
         let mut outcomes = std::mem::take(&mut self.outcomes);
@@ -167,8 +237,7 @@ impl<'s> Run<'s> {
             self.sim.hasher(),
             &mut outcomes,
         );
-        self.workers[w].steps += 1;
-        self.publish(w)?;
+        self.publish(w, now)?;
         for &o in &outcomes {
             self.handle(o, w, now)?;
         }
@@ -179,72 +248,130 @@ impl<'s> Run<'s> {
         Ok(())
     }
 
-    /// What outcome `o` of worker `w` at `now` means to the router and the tally.
+    /// What outcome `o` of worker `w` at `now` means to the replicas and the tally.
     fn handle(&mut self, o: Outcome, w: usize, now: f64) -> Result<(), Error> {
         match o {
             Outcome::Admitted { seq, hit } => {
                 self.tally.admitted(seq, now, hit);
-                if let (Some(sync), Some(s)) = (self.feedback, self.seqs[seq].as_ref()) {
+                let replica = self.flights[seq].as_ref().map(|f| f.replica);
+                let feedback =
+                    replica.and_then(|r| self.sim.sync_of(&self.replicas, r, SyncMode::Feedback));
+                if let (Some(sync), Some(s)) = (feedback, self.seqs[seq].as_ref()) {
                     sync.report_cached(WorkerId::new(w as u32), &s.prompt, hit)?;
                 }
             }
             Outcome::FirstToken(i) => {
                 self.tally.first_token(i, now);
                 if let Some(f) = self.flights[i].as_ref() {
-                    self.router.first_token(&f.decision);
+                    self.replicas.router(f.replica).first_token(&f.decision);
                 }
             }
-            Outcome::Finished(i) => self.finish(i, now),
+            Outcome::Finished(i) => {
+                let output = self.sim.requests()[i].output_tokens.max(1);
+                self.tally.finished(i, now, output);
+                self.release(i);
+            }
             Outcome::Preempted(i) => self.tally.preempted(i),
             Outcome::Rejected(i) => {
                 self.tally.rejected(i);
-                self.seqs[i] = None;
-                if let Some(f) = self.flights[i].take() {
-                    self.router.complete(&f.decision);
-                }
+                self.release(i);
             }
         }
         Ok(())
     }
 
-    /// Request `i` has all its tokens.
-    fn finish(&mut self, i: usize, now: f64) {
-        let Some(flight) = self.flights[i].take() else {
-            return;
-        };
-        self.router.complete(&flight.decision);
+    /// Request `i` leaves its worker: its replica completes its decision.
+    fn release(&mut self, i: usize) {
         self.seqs[i] = None;
-        self.tally
-            .finished(i, now, self.sim.requests()[i].output_tokens.max(1));
+        if let Some(f) = self.flights[i].take() {
+            self.replicas.router(f.replica).complete(&f.decision);
+        }
     }
 
-    /// With event sync, applies worker `w`'s pool changes since the last call as one batch.
-    fn publish(&mut self, w: usize) -> Result<(), Error> {
-        let Some(sync) = self.events else {
-            return Ok(());
-        };
+    /// Publishes worker `w`'s pool changes since its last batch as its next batch.
+    fn publish(&mut self, w: usize, now: f64) -> Result<(), Error> {
         let worker = &mut self.workers[w];
-        let seq = worker.steps;
-        for change in worker.scheduler.drain_changes() {
-            let event = match change {
+        let changes = worker.scheduler.drain_changes();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let events = changes
+            .into_iter()
+            .map(|change| match change {
                 PoolChange::Cached {
                     hash,
                     parent,
                     tokens,
                 } => CacheEvent::stored(parent.map(|p| p.get()), vec![hash.get()], tokens),
                 PoolChange::Evicted(hash) => CacheEvent::removed(vec![hash.get()]),
-            };
-            sync.apply_event(WorkerId::new(w as u32), seq, &event)?;
+            })
+            .collect();
+        let seq = worker.batches;
+        worker.batches += 1;
+        let id = WorkerId::new(w as u32);
+        self.bus.publish(now, id, seq, events, &mut self.clock)
+    }
+
+    /// Every worker in the fleet reports its load to every replica; the next report is
+    /// scheduled while requests remain.
+    fn scrape(&mut self, now: f64) -> Result<(), Error> {
+        for (w, worker) in self.workers.iter().enumerate() {
+            if !worker.down {
+                let load = worker.scheduler.load();
+                self.replicas.report_load(WorkerId::new(w as u32), load)?;
+            }
+        }
+        let n = self.sim.requests().len();
+        let busy = self.workers.iter().any(|w| w.step.is_some());
+        if busy || !self.clock.arrivals_done(n) {
+            let interval = self.sim.config().scrape_interval_s;
+            self.clock.schedule(now + interval, SCRAPE, 0);
         }
         Ok(())
     }
 
-    fn report(self) -> SimReport {
+    /// Fault `k`'s worker leaves at `now`: every replica removes it, its engine stops and
+    /// loses its pool, and its requests are routed again.
+    fn down(&mut self, k: usize, now: f64) -> Result<(), Error> {
+        let w = self.sim.faults()[k].worker as usize;
+        if self.workers[w].down {
+            return Ok(());
+        }
+        self.replicas.remove_worker(WorkerId::new(w as u32))?;
+        let old = &self.workers[w];
+        let lost: Vec<usize> = old.scheduler.seqs().collect();
+        let unspent = old.step.as_ref().map_or(0.0, |&(_, end)| end - now);
+        let fresh = Self::fresh_worker(self.sim, w, self.bus.is_listened());
+        let old = std::mem::replace(&mut self.workers[w], fresh);
+        let worker = &mut self.workers[w];
+        worker.generation = old.generation + 1;
+        worker.down = true;
+        worker.prefill_tokens = old.prefill_tokens;
+        worker.busy_s = old.busy_s - unspent;
+        for i in lost {
+            self.release(i);
+            self.dispatch(i, now)?;
+        }
+        Ok(())
+    }
+
+    /// Fault `k`'s worker returns, empty: every replica adds it.
+    fn up(&mut self, k: usize) -> Result<(), Error> {
+        let w = self.sim.faults()[k].worker as usize;
+        if !self.workers[w].down {
+            return Ok(());
+        }
+        self.workers[w].down = false;
+        self.replicas.add_worker(WorkerId::new(w as u32))
+    }
+
+    fn report(mut self) -> SimReport {
         let workers = Workers {
             prefill_tokens: self.workers.iter().map(|w| w.prefill_tokens).collect(),
             busy_s: self.workers.iter().map(|w| w.busy_s).collect(),
         };
-        self.sim.report(self.router, self.tally, workers)
+        self.tally.lost_event_batches = self.bus.lost();
+        self.sim.report(&self.replicas, self.tally, workers)
     }
 }
 
@@ -303,18 +430,17 @@ mod tests {
                 .with_batch(crate::sim::BatchConfig::default().with_max_num_batched_tokens(budget));
             let sim = Simulation::new(requests, config).unwrap();
             let router = RoundRobinRouter::new(workers).unwrap();
+            let routers: [&dyn crate::Router; 1] = [&router];
             let mirror = CacheIndex::new(IndexConfig::default().with_block_size(4)).unwrap();
-            let mut run = Run::new(&sim, &router, Some(&mirror));
+            let replicas = Replicas::new(&routers, sim.config()).unwrap();
+            let mut run = Run::new(&sim, replicas, vec![Some(&mirror)]);
             let n = sim.requests().len();
             let mut arrived = 0;
             while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
-                match tick {
-                    Tick::Arrival(i) => {
-                        run.arrive(i, now).unwrap();
-                        arrived = i + 1;
-                    }
-                    Tick::Timed(_, w) => run.step_done(w, now).unwrap(),
+                if let Tick::Arrival(i) = tick {
+                    arrived = i + 1;
                 }
+                run.tick(now, tick).unwrap();
                 for w in 0..workers as usize {
                     for r in &sim.requests()[..arrived] {
                         let mut tokens = Vec::new();

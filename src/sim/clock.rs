@@ -29,6 +29,11 @@ impl Clock {
             .push(Reverse((at.max(0.0).to_bits(), kind, subject)));
     }
 
+    /// Whether all of `arrivals` arrivals have been handed out.
+    pub(super) fn arrivals_done(&self, arrivals: usize) -> bool {
+        self.next_arrival >= arrivals
+    }
+
     /// The next tick and its time, `arrival(i)` giving request `i`'s arrival time for `i`
     /// below `arrivals`.
     pub(super) fn next(

@@ -85,6 +85,107 @@ impl WorkerSpec {
     }
 }
 
+/// A worker's outage ([`Simulation::with_faults`](super::Simulation::with_faults)): at
+/// `down_s` the worker leaves (every router replica removes it; its running and waiting
+/// requests fail and are routed again); at `up_s` it returns with an empty cache, its
+/// engine's event sequence starting again at 0, and every replica adds it back. Times are
+/// simulated seconds, after [`ClusterConfig::speedup`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Fault {
+    /// The worker.
+    pub worker: u32,
+    /// When it leaves.
+    pub down_s: f64,
+    /// When it returns (`f64::INFINITY`: never).
+    pub up_s: f64,
+}
+
+impl Fault {
+    /// `worker` leaves at `down_s` and returns at `up_s`.
+    #[must_use]
+    pub fn new(worker: u32, down_s: f64, up_s: f64) -> Self {
+        Self {
+            worker,
+            down_s,
+            up_s,
+        }
+    }
+
+    /// Parses `W@DOWN-UP` (worker `W` down from `DOWN` to `UP` seconds; `UP` may be `inf`),
+    /// several separated by commas.
+    ///
+    /// ```
+    /// use prefix_router::sim::Fault;
+    ///
+    /// let faults = Fault::parse_schedule("3@60-120,5@90-inf")?;
+    /// assert_eq!(faults[0], Fault::new(3, 60.0, 120.0));
+    /// assert!(faults[1].up_s.is_infinite());
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a malformed entry.
+    pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, crate::Error> {
+        spec.split(',')
+            .map(|entry| {
+                let bad =
+                    || crate::config::invalid("faults", entry, "W@DOWN-UP, for example 3@60-120");
+                let (worker, times) = entry.trim().split_once('@').ok_or_else(bad)?;
+                let (down, up) = times.split_once('-').ok_or_else(bad)?;
+                let up = if up == "inf" {
+                    Ok(f64::INFINITY)
+                } else {
+                    up.parse()
+                };
+                Ok(Fault::new(
+                    worker.parse().map_err(|_| bad())?,
+                    down.parse().map_err(|_| bad())?,
+                    up.map_err(|_| bad())?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Checks the fault against a fleet of `workers` workers.
+    pub(super) fn validate(&self, workers: usize) -> Result<(), crate::Error> {
+        if self.worker as usize >= workers {
+            return Err(crate::config::invalid(
+                "faults",
+                self.worker,
+                "a worker of the fleet",
+            ));
+        }
+        crate::config::float(
+            "faults",
+            self.down_s,
+            0.0..=f64::MAX,
+            "a finite time, 0 or later",
+        )?;
+        if self.up_s.is_nan() || self.up_s <= self.down_s {
+            return Err(crate::config::invalid(
+                "faults",
+                self.up_s,
+                "a return after the worker leaves",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How requests are spread over router replicas
+/// ([`Simulation::run_replicas`](super::Simulation::run_replicas)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Front {
+    /// Each request to the next replica in turn. The default.
+    #[default]
+    RoundRobin,
+    /// Each request to a replica drawn at random (seeded by [`ClusterConfig::seed`]).
+    Random,
+}
+
 /// How a modelled worker runs its requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -212,6 +313,27 @@ pub struct ClusterConfig {
     /// Whether to time the router's decisions with the wall clock (the only
     /// non-deterministic figure of a report). Default true.
     pub measure_decision_time: bool,
+    /// How requests are spread over router replicas. Default [`Front::RoundRobin`].
+    pub front: Front,
+    /// Every this many seconds each worker reports its load (requests waiting and running,
+    /// KV in use) to every router replica
+    /// ([`Router::report_load`](crate::Router::report_load)), so routers see load as stale
+    /// as a metrics scrape leaves it; 0: never. Default 1.0.
+    pub scrape_interval_s: f64,
+    /// Time from a batch of engine events leaving a worker to its arrival at each router
+    /// replica ([`SyncMode::Events`]). Default 0.
+    pub event_delay_s: f64,
+    /// Probability that a router replica never receives a batch of engine events: a gap in
+    /// its sequence. Default 0.
+    pub event_loss: f64,
+    /// Whether a gap is repaired by a replay from the engine ([`event_delay_s`] after the
+    /// next batch reveals it, the replica holding later batches until then) or left for the
+    /// mirror to carry. Default true.
+    ///
+    /// [`event_delay_s`]: Self::event_delay_s
+    pub event_replay: bool,
+    /// Seed of the simulator's own randomness (a random front, event loss). Default 0.
+    pub seed: u64,
 }
 
 impl ClusterConfig {
@@ -240,6 +362,18 @@ impl ClusterConfig {
         with_sync: sync: SyncMode;
         /// Sets [`measure_decision_time`](Self::measure_decision_time).
         with_measure_decision_time: measure_decision_time: bool;
+        /// Sets [`front`](Self::front).
+        with_front: front: Front;
+        /// Sets [`scrape_interval_s`](Self::scrape_interval_s).
+        with_scrape_interval_s: scrape_interval_s: f64;
+        /// Sets [`event_delay_s`](Self::event_delay_s).
+        with_event_delay_s: event_delay_s: f64;
+        /// Sets [`event_loss`](Self::event_loss).
+        with_event_loss: event_loss: f64;
+        /// Sets [`event_replay`](Self::event_replay).
+        with_event_replay: event_replay: bool;
+        /// Sets [`seed`](Self::seed).
+        with_seed: seed: u64;
     }
 
     /// Checks every field.
@@ -293,6 +427,18 @@ impl ClusterConfig {
             0.0..=f64::MAX,
             "zero or more seconds",
         )?;
+        for (field, value) in [
+            ("scrape_interval_s", self.scrape_interval_s),
+            ("event_delay_s", self.event_delay_s),
+        ] {
+            float(field, value, 0.0..=f64::MAX, "zero or more seconds")?;
+        }
+        float(
+            "event_loss",
+            self.event_loss,
+            0.0..=1.0,
+            "a probability between 0 and 1",
+        )?;
         if self.sync == SyncMode::Events && self.engine == Engine::Simple {
             return Err(crate::config::invalid(
                 "sync",
@@ -319,6 +465,12 @@ impl Default for ClusterConfig {
             speedup: 1.0,
             sync: SyncMode::None,
             measure_decision_time: true,
+            front: Front::RoundRobin,
+            scrape_interval_s: 1.0,
+            event_delay_s: 0.0,
+            event_loss: 0.0,
+            event_replay: true,
+            seed: 0,
         }
     }
 }

@@ -13,13 +13,30 @@
 //! ratio against the infinite and the pooled references, prefill imbalance, TTFT, TPOT and
 //! end-to-end latency, goodput, preemptions, throughput.
 //!
+//! The fleet around the engines: [`Simulation::run_replicas`] routes through several router
+//! replicas behind a front ([`Front`]); batched workers report their load every
+//! [`ClusterConfig::scrape_interval_s`], so routers see it as stale as a metrics scrape
+//! leaves it; engine events can arrive late ([`ClusterConfig::event_delay_s`]) or not at
+//! all ([`ClusterConfig::event_loss`], repaired by replay or not,
+//! [`ClusterConfig::event_replay`]); [`WorkerSpec`] mixes GPUs; [`Fault`]s take workers out
+//! and bring them back empty ([`Simulation::with_faults`]).
+//!
+//! What is modelled and what is left out, against the engines it imitates (vLLM's v1
+//! scheduler and block pool, llm-d's `inference-sim`, Dynamo's mocker): see the
+//! `scheduler` and `pool` module docs for the engine; the fleet leaves out network time
+//! between the gateway and workers, a replay's size (it takes one event delay whatever it
+//! carries), health-check lag (a worker is removed the moment it fails), and the host
+//! (CPU offload) tier.
+//!
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 
 mod batched;
 mod clock;
 mod config;
+mod events;
 mod pool;
 mod references;
+mod replicas;
 mod report;
 mod rng;
 mod scheduler;
@@ -29,7 +46,7 @@ mod tally;
 mod trace;
 mod workload;
 
-pub use self::config::{BatchConfig, ClusterConfig, Engine, SyncMode, WorkerSpec};
+pub use self::config::{BatchConfig, ClusterConfig, Engine, Fault, Front, SyncMode, WorkerSpec};
 pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};

@@ -54,6 +54,12 @@ pub struct SimReport {
     pub preemptions: u64,
     /// Requests dropped because they can never fit a worker's KV cache.
     pub rejected: usize,
+    /// Requests routed again because their worker left
+    /// ([`Simulation::with_faults`](super::Simulation::with_faults)).
+    pub retried: usize,
+    /// Batches of engine events lost, counted once per router replica that missed one
+    /// ([`ClusterConfig::event_loss`](super::ClusterConfig::event_loss)).
+    pub lost_event_batches: u64,
     /// Each worker's busy time over the makespan.
     pub worker_utilisation: Vec<f64>,
     /// What happened to each request, in trace order.
@@ -67,6 +73,17 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// `hit_ratio / pooled_ideal_hit_ratio`: how much of what one cache of the whole fleet's
+    /// capacity would hit the policy hits (0 when the reference is 0).
+    #[must_use]
+    pub fn ratio_to_pooled(&self) -> f64 {
+        if self.pooled_ideal_hit_ratio > 0.0 {
+            self.hit_ratio / self.pooled_ideal_hit_ratio
+        } else {
+            0.0
+        }
+    }
+
     /// The report as one JSON object.
     #[must_use]
     pub fn to_json(&self) -> String {
@@ -78,7 +95,8 @@ impl SimReport {
                 "\"ttft_p50_s\":{:.6},\"ttft_p90_s\":{:.6},\"ttft_p99_s\":{:.6},",
                 "\"tpot_p50_s\":{:.6},\"tpot_p90_s\":{:.6},\"tpot_p99_s\":{:.6},",
                 "\"e2e_p50_s\":{:.6},\"e2e_p90_s\":{:.6},\"e2e_p99_s\":{:.6},",
-                "\"goodput\":{:.6},\"preemptions\":{},\"rejected\":{},",
+                "\"goodput\":{:.6},\"preemptions\":{},\"rejected\":{},\"retried\":{},",
+                "\"lost_event_batches\":{},",
                 "\"makespan_s\":{:.6},\"throughput_rps\":{:.6},\"decision_ns\":{:.1},",
                 "\"worker_prefill_tokens\":[{}]}}"
             ),
@@ -104,6 +122,8 @@ impl SimReport {
             self.goodput,
             self.preemptions,
             self.rejected,
+            self.retried,
+            self.lost_event_batches,
             self.makespan_s,
             self.throughput_rps,
             self.decision_ns,
@@ -144,6 +164,8 @@ pub struct RequestRecord {
     pub e2e_s: Option<f64>,
     /// Times preempted.
     pub preemptions: u32,
+    /// Times routed again because its worker left.
+    pub retries: u32,
     /// Dropped: it can never fit its worker's KV cache.
     pub rejected: bool,
 }
@@ -157,7 +179,7 @@ impl RequestRecord {
             concat!(
                 "{{\"index\":{},\"prompt_tokens\":{},\"worker\":{},\"replica\":{},",
                 "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"ttft_s\":{},",
-                "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"rejected\":{}}}"
+                "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{}}}"
             ),
             self.index,
             self.prompt_tokens,
@@ -170,6 +192,7 @@ impl RequestRecord {
             opt(self.tpot_s),
             opt(self.e2e_s),
             self.preemptions,
+            self.retries,
             self.rejected
         )
     }

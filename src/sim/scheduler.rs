@@ -176,6 +176,23 @@ impl Scheduler {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
+    /// The sequences on the worker, waiting then running.
+    pub(super) fn seqs(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.waiting.iter().chain(&self.running).copied()
+    }
+
+    /// The load an engine's metrics would show: sequences waiting and running, and the
+    /// fraction of the pool's blocks not free (vLLM's KV-cache usage: cached free blocks
+    /// count as free).
+    pub(super) fn load(&self) -> crate::ReportedLoad {
+        let capacity = self.pool.capacity().max(1);
+        let used = capacity.saturating_sub(self.pool.free_blocks());
+        crate::ReportedLoad::new(
+            (self.waiting.len() + self.running.len()) as u64,
+            (used as f64 / capacity as f64) as f32,
+        )
+    }
+
     /// How many leading `hashes` the pool would give a request.
     #[cfg(test)]
     pub(super) fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {

@@ -1,16 +1,18 @@
 //! [`Engine::Simple`](super::Engine::Simple): each worker prefills one request at a time
 //! from a FIFO queue; decoding takes a fixed time per token beside it and holds nothing;
 //! the cache is an LRU over blocks that a request's blocks join when its prefill ends.
+//! It reports no load and publishes no events (it keeps no pool).
 
 use std::collections::VecDeque;
 
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
 use super::references::unbounded;
+use super::replicas::Replicas;
 use super::report::SimReport;
 use super::simulation::{Routed, Simulation};
 use super::tally::{Tally, Workers};
-use crate::{CacheSync, Error, RadixTree, Router, WorkerId};
+use crate::{Error, RadixTree, WorkerId};
 
 const W0: WorkerId = WorkerId::new(0);
 
@@ -18,13 +20,13 @@ const W0: WorkerId = WorkerId::new(0);
 const PREFILL_DONE: u8 = 0;
 const COMPLETE: u8 = 1;
 
-/// Replays `sim` through `router` on simple workers.
+/// Replays `sim` through `replicas` on simple workers.
 pub(super) fn run(
     sim: &Simulation,
-    router: &dyn Router,
+    replicas: Replicas<'_>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
-    let mut run = Run::new(sim, router)?;
+    let mut run = Run::new(sim, replicas)?;
     let n = sim.requests().len();
     while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
         match tick {
@@ -59,8 +61,7 @@ struct InFlight {
 /// The state of one replay.
 struct Run<'s> {
     sim: &'s Simulation,
-    router: &'s dyn Router,
-    sync: Option<&'s dyn CacheSync>,
+    replicas: Replicas<'s>,
     fleet: Vec<WorkerSim>,
     flights: Vec<Option<InFlight>>,
     clock: Clock,
@@ -68,7 +69,7 @@ struct Run<'s> {
 }
 
 impl<'s> Run<'s> {
-    fn new(sim: &'s Simulation, router: &'s dyn Router) -> Result<Self, Error> {
+    fn new(sim: &'s Simulation, replicas: Replicas<'s>) -> Result<Self, Error> {
         let cfg = sim.config();
         let fleet = sim
             .fleet()
@@ -89,11 +90,7 @@ impl<'s> Run<'s> {
         let n = sim.requests().len();
         Ok(Self {
             sim,
-            router,
-            sync: match cfg.sync {
-                SyncMode::Feedback => router.cache_sync(),
-                _ => None,
-            },
+            replicas,
             fleet,
             flights: (0..n).map(|_| None).collect(),
             clock: Clock::default(),
@@ -103,7 +100,9 @@ impl<'s> Run<'s> {
 
     /// Routes request `i` and queues it on its worker.
     fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let routed = self.sim.route(self.router, i, now, &mut self.tally)?;
+        let routed = self
+            .sim
+            .route(&mut self.replicas, i, now, &mut self.tally)?;
         let w = routed.worker;
         self.flights[i] = Some(InFlight { routed });
         self.fleet[w].queue.push_back(i);
@@ -121,7 +120,9 @@ impl<'s> Run<'s> {
         };
         let w = flight.routed.worker;
         self.tally.first_token(i, now);
-        self.router.first_token(&flight.routed.decision);
+        self.replicas
+            .router(flight.routed.replica)
+            .first_token(&flight.routed.decision);
         self.fleet[w].cache.insert(W0, &flight.routed.blocks);
         let output = f64::from(self.sim.requests()[i].output_tokens);
         let decode = output * self.sim.config().decode_s_per_token / self.fleet[w].speed;
@@ -135,7 +136,9 @@ impl<'s> Run<'s> {
 
     fn complete(&mut self, i: usize, now: f64) {
         if let Some(flight) = self.flights[i].take() {
-            self.router.complete(&flight.routed.decision);
+            self.replicas
+                .router(flight.routed.replica)
+                .complete(&flight.routed.decision);
             self.tally
                 .finished(i, now, self.sim.requests()[i].output_tokens);
         }
@@ -158,7 +161,10 @@ impl<'s> Run<'s> {
         let uncached = prompt - cached;
         worker.prefill_tokens += uncached as u64;
         worker.busy = true;
-        if let Some(sync) = self.sync {
+        let feedback = self
+            .sim
+            .sync_of(&self.replicas, flight.routed.replica, SyncMode::Feedback);
+        if let Some(sync) = feedback {
             sync.report_cached(WorkerId::new(w as u32), &flight.routed.tokens, cached)?;
         }
         let duration = uncached as f64 / (cfg.prefill_tokens_per_s * worker.speed);
@@ -172,6 +178,6 @@ impl<'s> Run<'s> {
             prefill_tokens: self.fleet.iter().map(|w| w.prefill_tokens).collect(),
             busy_s: self.fleet.iter().map(|w| w.busy_s).collect(),
         };
-        self.sim.report(self.router, self.tally, workers)
+        self.sim.report(&self.replicas, self.tally, workers)
     }
 }

@@ -1,7 +1,8 @@
 //! The replay of a workload through a router against the modelled fleet.
 
-use super::config::{ClusterConfig, Engine, WorkerSpec};
+use super::config::{ClusterConfig, Engine, Fault, SyncMode, WorkerSpec};
 use super::references::References;
+use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::tally::{Tally, Workers};
 use super::workload::Request;
@@ -29,6 +30,8 @@ pub struct Simulation {
     config: ClusterConfig,
     /// Worker `w` is `fleet[w]`.
     fleet: Vec<WorkerSpec>,
+    /// Outages, in the order given.
+    faults: Vec<Fault>,
     hasher: PrefixHasher,
     references: References,
 }
@@ -89,9 +92,51 @@ impl Simulation {
             requests,
             config,
             fleet,
+            faults: Vec::new(),
             hasher,
             references,
         })
+    }
+
+    /// The same simulation with worker outages (see [`Fault`]); only the batched engine
+    /// models them.
+    ///
+    /// ```
+    /// use prefix_router::sim::{ClusterConfig, Engine, Fault, Simulation, Workload};
+    /// use prefix_router::BalancedRouter;
+    ///
+    /// let requests = Workload::builtin()[0].1.generate(7);
+    /// let config = ClusterConfig::default().with_workers(4).with_engine(Engine::Batched);
+    /// let sim = Simulation::new(requests, config)?.with_faults(vec![Fault::new(1, 5.0, 20.0)])?;
+    /// let report = sim.run(&BalancedRouter::new(4)?)?;
+    /// assert!(report.retried > 0);
+    /// assert_eq!(report.request_records.iter().filter(|r| r.e2e_s.is_some()).count(), report.requests);
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a worker outside the fleet, a time that is negative or
+    /// not a number, a return not after the leave, or faults with [`Engine::Simple`].
+    pub fn with_faults(mut self, faults: Vec<Fault>) -> Result<Self, Error> {
+        if !faults.is_empty() && self.config.engine == Engine::Simple {
+            return Err(crate::config::invalid(
+                "faults",
+                "simple engine",
+                "faults need the batched engine",
+            ));
+        }
+        for f in &faults {
+            f.validate(self.fleet.len())?;
+        }
+        self.faults = faults;
+        Ok(self)
+    }
+
+    /// The outages.
+    #[must_use]
+    pub fn faults(&self) -> &[Fault] {
+        &self.faults
     }
 
     /// The workers: worker `w` is `fleet()[w]`.
@@ -145,6 +190,33 @@ impl Simulation {
         self.run_with_progress(router, &mut |_, _| {})
     }
 
+    /// Replays the workload through several router replicas of one policy, the front
+    /// ([`ClusterConfig::front`]) giving each request to one of them. Each replica keeps its
+    /// own mirror and load: engine events and load reports reach every replica, a request's
+    /// first token, completion and miss feedback only the replica that routed it. The
+    /// report names the first replica's policy.
+    ///
+    /// ```
+    /// use prefix_router::sim::{ClusterConfig, Engine, Simulation, Workload};
+    /// use prefix_router::{BalancedRouter, Router};
+    ///
+    /// let requests = Workload::builtin()[0].1.generate(7);
+    /// let config = ClusterConfig::default().with_workers(4).with_engine(Engine::Batched);
+    /// let sim = Simulation::new(requests, config)?;
+    /// let replicas = [BalancedRouter::new(4)?, BalancedRouter::new(4)?];
+    /// let routers: Vec<&dyn Router> = replicas.iter().map(|r| r as &dyn Router).collect();
+    /// let report = sim.run_replicas(&routers)?;
+    /// assert!(report.request_records.iter().any(|r| r.replica == 1));
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run); [`Error::InvalidConfig`] for no router.
+    pub fn run_replicas(&self, routers: &[&dyn Router]) -> Result<SimReport, Error> {
+        self.run_replicas_with_progress(routers, &mut |_, _| {})
+    }
+
     /// Like [`run`](Self::run), calling `progress(routed, total)` after every routed
     /// request (for a progress bar on long traces).
     ///
@@ -156,19 +228,49 @@ impl Simulation {
         router: &dyn Router,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<SimReport, Error> {
-        if let Some(block_size) = router.block_size() {
-            if block_size != self.config.block_size {
-                return Err(crate::config::invalid(
-                    "block_size",
-                    block_size,
-                    "the router's block size must equal the simulated fleet's",
-                ));
+        self.run_replicas_with_progress(&[router], progress)
+    }
+
+    /// Like [`run_replicas`](Self::run_replicas), calling `progress(routed, total)` after
+    /// every routed request.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_replicas`](Self::run_replicas).
+    pub fn run_replicas_with_progress(
+        &self,
+        routers: &[&dyn Router],
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<SimReport, Error> {
+        let replicas = Replicas::new(routers, &self.config)?;
+        for (_, router) in replicas.iter() {
+            if let Some(block_size) = router.block_size() {
+                if block_size != self.config.block_size {
+                    return Err(crate::config::invalid(
+                        "block_size",
+                        block_size,
+                        "the router's block size must equal the simulated fleet's",
+                    ));
+                }
             }
         }
         match self.config.engine {
-            Engine::Simple => super::simple::run(self, router, progress),
-            Engine::Batched => super::batched::run(self, router, progress),
+            Engine::Simple => super::simple::run(self, replicas, progress),
+            Engine::Batched => super::batched::run(self, replicas, progress),
         }
+    }
+
+    /// Replica `r`'s mirror, when `config.sync` is `mode` and it keeps one.
+    pub(super) fn sync_of<'r>(
+        &self,
+        replicas: &Replicas<'r>,
+        r: Replica,
+        mode: SyncMode,
+    ) -> Option<&'r dyn crate::CacheSync> {
+        replicas
+            .router(r)
+            .cache_sync()
+            .filter(|_| self.config.sync == mode)
     }
 
     /// Arrival time of request `i` at the configured speedup.
@@ -198,11 +300,13 @@ impl Simulation {
     /// the fleet (the decision is completed first).
     pub(super) fn route(
         &self,
-        router: &dyn Router,
+        replicas: &mut Replicas<'_>,
         i: usize,
         now: f64,
         tally: &mut Tally,
     ) -> Result<Routed, Error> {
+        let replica = replicas.pick();
+        let router = replicas.router(replica);
         let r = &self.requests[i];
         let mut tokens = Vec::new();
         r.prompt.tokens_into(&mut tokens);
@@ -224,8 +328,15 @@ impl Simulation {
             return Err(Error::UnknownWorker(decision.worker()));
         }
         let blocks = self.hasher.hash(&tokens);
-        tally.arrived(i, now, tokens.len(), decision.worker().get());
+        tally.routed(
+            i,
+            now,
+            tokens.len(),
+            decision.worker().get(),
+            replica.index(),
+        );
         Ok(Routed {
+            replica,
             decision,
             worker,
             tokens,
@@ -234,14 +345,21 @@ impl Simulation {
     }
 
     /// The report of a finished run.
-    pub(super) fn report(&self, router: &dyn Router, tally: Tally, workers: Workers) -> SimReport {
+    pub(super) fn report(
+        &self,
+        replicas: &Replicas<'_>,
+        tally: Tally,
+        workers: Workers,
+    ) -> SimReport {
         let first = self.requests.first().map_or(0.0, |_| self.arrival(0));
-        tally.report(router.name(), first, workers, &self.references)
+        tally.report(replicas.name(), first, workers, &self.references)
     }
 }
 
 /// A routed request.
 pub(super) struct Routed {
+    /// The replica that routed it.
+    pub(super) replica: Replica,
     pub(super) decision: RouteDecision,
     /// The chosen worker's index in the fleet.
     pub(super) worker: usize,

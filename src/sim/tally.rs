@@ -10,6 +10,10 @@ pub(super) struct Tally {
     records: Vec<RequestRecord>,
     /// Goodput's targets: time to first token, time per output token.
     targets: (f64, f64),
+    /// Whether each request was routed once already.
+    routed: Vec<bool>,
+    /// Batches of engine events lost on their way to a replica.
+    pub(super) lost_event_batches: u64,
     /// Wall-clock time spent in `route()`.
     pub(super) decision_ns: u128,
     /// The last completion's time.
@@ -53,15 +57,30 @@ impl Tally {
                 })
                 .collect(),
             targets,
+            routed: vec![false; requests],
+            lost_event_batches: 0,
             decision_ns: 0,
             last_completion: 0.0,
         }
     }
 
-    /// Request `i` of `prompt_tokens` tokens arrived at `at` and was routed to `worker`.
-    pub(super) fn arrived(&mut self, i: usize, at: f64, prompt_tokens: usize, worker: u32) {
+    /// Request `i` of `prompt_tokens` tokens was routed at `at` to `worker` by `replica`:
+    /// its arrival, or a retry after its worker left.
+    pub(super) fn routed(
+        &mut self,
+        i: usize,
+        at: f64,
+        prompt_tokens: usize,
+        worker: u32,
+        replica: usize,
+    ) {
         let r = &mut self.records[i];
-        (r.arrival_s, r.prompt_tokens, r.worker) = (at, prompt_tokens, worker);
+        (r.worker, r.replica) = (worker, u32::try_from(replica).unwrap_or(u32::MAX));
+        if std::mem::replace(&mut self.routed[i], true) {
+            r.retries += 1;
+        } else {
+            (r.arrival_s, r.prompt_tokens) = (at, prompt_tokens);
+        }
     }
 
     /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached (its first
@@ -73,10 +92,11 @@ impl Tally {
         }
     }
 
-    /// Request `i`'s first token came at `at`.
+    /// Request `i`'s first token came at `at` (a request routed again after a fault keeps
+    /// the first it had).
     pub(super) fn first_token(&mut self, i: usize, at: f64) {
         let r = &mut self.records[i];
-        r.ttft_s = Some(at - r.arrival_s);
+        r.ttft_s.get_or_insert(at - r.arrival_s);
     }
 
     /// Request `i` finished its `output` tokens at `at`.
@@ -151,6 +171,8 @@ impl Tally {
             goodput: ratio(good as f64, requests as f64),
             preemptions: self.records.iter().map(|r| u64::from(r.preemptions)).sum(),
             rejected: self.records.iter().filter(|r| r.rejected).count(),
+            retried: self.records.iter().filter(|r| r.retries > 0).count(),
+            lost_event_batches: self.lost_event_batches,
             worker_utilisation: workers.busy_s.iter().map(|&b| ratio(b, makespan)).collect(),
             makespan_s: makespan,
             throughput_rps: ratio(requests as f64, makespan),

@@ -173,11 +173,38 @@ pub enum Workload {
     },
     /// All of the above at once, arrivals interleaved.
     Mix(Vec<Workload>),
+    /// Agent sessions: each runs one of `agents` agents (its system prompt with tool
+    /// definitions, `system_tokens` tokens, shared by its sessions) on a task of
+    /// `task_tokens` tokens, then `steps` steps: every step's prompt is the previous one plus
+    /// the model's action (`action_tokens`, also the output length) and the tool's result
+    /// (`tool_tokens`), arriving `step_time_s` after the previous step (plus exponential
+    /// jitter). Sessions start as a Poisson process. Arrivals are open-loop: a step does not
+    /// wait for the previous answer.
+    Agentic {
+        /// Agent sessions.
+        sessions: usize,
+        /// Requests per session.
+        steps: usize,
+        /// Distinct agents (system prompts), chosen uniformly.
+        agents: usize,
+        /// Tokens of each agent's system prompt.
+        system_tokens: usize,
+        /// Tokens of each session's task.
+        task_tokens: usize,
+        /// Tokens of each tool result.
+        tool_tokens: usize,
+        /// Tokens of each action (the output of every step).
+        action_tokens: u32,
+        /// Mean seconds between a session's steps.
+        step_time_s: f64,
+        /// Mean new sessions per second.
+        rate_per_s: f64,
+    },
 }
 
 impl Workload {
     /// The built-in workloads the simulator runs with no flags: shared system prompts,
-    /// conversations, few-shot templates, document QA, and their mix.
+    /// conversations, few-shot templates, document QA, their mix, and agent sessions.
     #[must_use]
     pub fn builtin() -> Vec<(&'static str, Workload)> {
         let shared = Workload::SharedPrompts {
@@ -225,6 +252,20 @@ impl Workload {
             ("few_shot", few_shot),
             ("document_qa", documents),
             ("mix", mix),
+            (
+                "agentic",
+                Workload::Agentic {
+                    sessions: 150,
+                    steps: 15,
+                    agents: 4,
+                    system_tokens: 6_000,
+                    task_tokens: 300,
+                    tool_tokens: 800,
+                    action_tokens: 120,
+                    step_time_s: 4.0,
+                    rate_per_s: 1.0,
+                },
+            ),
         ]
     }
 
@@ -262,6 +303,7 @@ impl Workload {
                 });
             }
             Workload::Conversations { .. } => self.conversations(rng, tag, out),
+            Workload::Agentic { .. } => self.agentic(rng, tag, out),
             Workload::FewShot {
                 requests,
                 templates,
@@ -325,20 +367,94 @@ impl Workload {
         else {
             return;
         };
+        let shape = Sessions {
+            sessions,
+            turns,
+            growth: (answer_tokens as usize, message_tokens),
+            output: answer_tokens,
+            gap_s: think_time_s,
+            rate_per_s,
+            label: "w",
+        };
+        shape.generate(rng, tag, out, |rng| tokens(rng, first_tokens));
+    }
+
+    /// [`Workload::Agentic`]: each session's steps, the prompt growing by an action and a
+    /// tool result.
+    fn agentic(&self, rng: &mut Rng, tag: u64, out: &mut Vec<Request>) {
+        let Workload::Agentic {
+            sessions,
+            steps,
+            agents,
+            system_tokens,
+            task_tokens,
+            tool_tokens,
+            action_tokens,
+            step_time_s,
+            rate_per_s,
+        } = *self
+        else {
+            return;
+        };
+        let systems: Vec<_> = (0..agents.max(1))
+            .map(|_| tokens(rng, system_tokens))
+            .collect();
+        let shape = Sessions {
+            sessions,
+            turns: steps,
+            growth: (action_tokens as usize, tool_tokens),
+            output: action_tokens,
+            gap_s: step_time_s,
+            rate_per_s,
+            label: "a",
+        };
+        shape.generate(rng, tag, out, |rng| {
+            let system = &systems[rng.below(systems.len() as u64) as usize];
+            prefixed(rng, system, task_tokens)
+        });
+    }
+}
+
+/// Sessions of requests whose prompts grow turn by turn.
+struct Sessions {
+    sessions: usize,
+    /// Requests per session.
+    turns: usize,
+    /// Tokens each turn adds: the model's output, then the next input.
+    growth: (usize, usize),
+    /// Output tokens of every request.
+    output: u32,
+    /// Mean seconds between a session's requests.
+    gap_s: f64,
+    /// Mean new sessions per second.
+    rate_per_s: f64,
+    /// The sessions' name prefix.
+    label: &'static str,
+}
+
+impl Sessions {
+    /// Pushes every session's requests, its first prompt made by `first`.
+    fn generate(
+        &self,
+        rng: &mut Rng,
+        tag: u64,
+        out: &mut Vec<Request>,
+        mut first: impl FnMut(&mut Rng) -> Vec<TokenId>,
+    ) {
         let mut start = 0.0;
-        for s in 0..sessions {
-            start += rng.exponential(rate_per_s);
+        for s in 0..self.sessions {
+            start += rng.exponential(self.rate_per_s);
             let mut t = start;
-            let mut prompt = tokens(rng, first_tokens);
-            for turn in 0..turns {
+            let mut prompt = first(rng);
+            for turn in 0..self.turns {
                 if turn > 0 {
-                    prompt.extend(tokens(rng, answer_tokens as usize));
-                    prompt.extend(tokens(rng, message_tokens));
-                    t += think_time_s * 0.5 + rng.exponential(2.0 / think_time_s.max(1e-9));
+                    prompt.extend(tokens(rng, self.growth.0));
+                    prompt.extend(tokens(rng, self.growth.1));
+                    t += self.gap_s * 0.5 + rng.exponential(2.0 / self.gap_s.max(1e-9));
                 }
                 out.push(
-                    Request::new(t, prompt.clone(), answer_tokens)
-                        .with_session(format!("w{tag}-s{s}")),
+                    Request::new(t, prompt.clone(), self.output)
+                        .with_session(format!("{}{tag}-s{s}", self.label)),
                 );
             }
         }

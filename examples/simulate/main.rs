@@ -1,0 +1,133 @@
+//! The crate's main job: compare routing policies on workloads and traces.
+//!
+//! ```sh
+//! cargo run --release --example simulate                      # every policy, built-in workloads
+//! cargo run --release --example simulate -- --trace data/mooncake_conversation_trace.jsonl \
+//!     --workers 8 --capacity-tokens 1000000 --speedup 8 --format json
+//! cargo run --release --example simulate -- --matrix > matrix.md   # the README's results
+//! ```
+//!
+//! Workers run the batched engine (`--engine simple` for the old FIFO model). Flags:
+//! - what to run: `--trace PATH` (a Mooncake trace; default the built-in workloads),
+//!   `--policy NAME|all`, `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
+//!   policy in every cell of the results matrix, as Markdown);
+//! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
+//!   `--speedup X`, `--engine batched|simple`, `--max-num-batched-tokens N`,
+//!   `--max-num-seqs N`, `--fleet SPEC` (`4x1.0,4x0.5@2000000` is four workers at the
+//!   configured speed and four at half of it with 2,000,000 tokens of KV each; it replaces
+//!   `--workers`), `--faults SPEC` (`3@60-120`: worker 3 leaves at 60 s and returns empty at
+//!   120 s; `inf` never);
+//! - the routers: `--replicas N` behind `--front rr|random`, `--router-capacity-tokens
+//!   N|unknown` (what the mirrors are told; default unknown), `--sync
+//!   none|feedback|events`, `--scrape-interval S` (load reports), `--event-delay S`,
+//!   `--event-loss P`, `--event-replay on|off`;
+//! - output: `--format table|json|csv`, `--ttft-target S`, `--tpot-target S` (goodput's
+//!   targets), `--requests-out FILE` (one JSON line per request of every run: workload,
+//!   policy and the request's record), `--plot FILE.svg` (each policy as a point of hit
+//!   ratio against TTFT p99, plus a sweep of `BalancedRouter`'s weighted score over alpha).
+//!
+//! A progress bar goes to stderr; bad flags and unreadable traces give a one-line error
+//! and exit code 2.
+
+use std::process::ExitCode;
+
+mod args;
+mod matrix;
+mod output;
+#[path = "../common/policy.rs"]
+mod policy;
+mod runner;
+
+use args::Args;
+use policy::POLICIES;
+use prefix_router::sim::{Request, SimReport, Workload, load_mooncake};
+
+/// A failure: the message and the exit code.
+type Failure = (String, u8);
+
+fn main() -> ExitCode {
+    let result = args::parse().map_err(|e| (e, 2)).and_then(|args| {
+        if args.matrix {
+            matrix::run(&args)
+        } else {
+            compare(&args)
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((message, code)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Runs the chosen policies on the chosen workloads and prints and writes what `args` ask.
+fn compare(args: &Args) -> Result<(), Failure> {
+    let policies: Vec<&str> = if args.policy == "all" {
+        POLICIES.to_vec()
+    } else {
+        vec![args.policy.as_str()]
+    };
+    let mut rows: Vec<(String, SimReport)> = Vec::new();
+    let mut sweeps: Vec<(String, Vec<(f64, SimReport)>)> = Vec::new();
+    let workloads = workloads(args)?;
+    let total = workloads.len() * policies.len();
+    for (name, requests) in workloads {
+        let sim = runner::simulation(requests, args).map_err(|e| (e.to_string(), 2))?;
+        let done = rows.len();
+        let label = |k: usize| format!("[{:>2}/{total}] {name}: {}", done + k + 1, policies[k]);
+        let reports = runner::run_all(&sim, &policies, args, &label);
+        for (policy, report) in policies.iter().zip(reports) {
+            let report = report.map_err(|e| (format!("{policy}: {e}"), 2))?;
+            rows.push((name.clone(), report));
+        }
+        if args.plot.is_some() {
+            sweeps.push((name.clone(), sweep(&sim, args, &name)?));
+        }
+    }
+    output::print(&rows, &args.format);
+    if let Some(path) = &args.requests_out {
+        output::write_requests(path, &rows)
+            .map_err(|e| (format!("cannot write {path}: {e}"), 1))?;
+        eprintln!("wrote {path}");
+    }
+    if let Some(path) = &args.plot {
+        output::plot(path, &rows, &sweeps).map_err(|e| (format!("cannot draw {path}: {e}"), 1))?;
+        eprintln!("wrote {path}");
+    }
+    Ok(())
+}
+
+/// The workloads `args` name: the trace, or the built-in ones.
+fn workloads(args: &Args) -> Result<Vec<(String, Vec<Request>)>, Failure> {
+    Ok(match &args.trace {
+        Some(path) => {
+            let requests = load_mooncake(path).map_err(|e| (format!("{path}: {e}"), 2))?;
+            vec![(path.rsplit('/').next().unwrap_or(path).to_owned(), requests)]
+        }
+        None => Workload::builtin()
+            .into_iter()
+            .map(|(name, w)| (name.to_owned(), w.generate(args.seed)))
+            .collect(),
+    })
+}
+
+/// The weighted score's reports over alpha 0.0 to 1.0.
+fn sweep(
+    sim: &prefix_router::sim::Simulation,
+    args: &Args,
+    name: &str,
+) -> Result<Vec<(f64, SimReport)>, Failure> {
+    (0..=10u32)
+        .map(|step| {
+            let alpha = f64::from(step) / 10.0;
+            let mut a = args.clone();
+            a.alpha = Some(alpha);
+            let label = format!("alpha sweep {name}: {alpha:.1}");
+            runner::run(sim, "balanced_weighted", &a, &label)
+                .map(|report| (alpha, report))
+                .map_err(|e| (format!("alpha sweep: {e}"), 2))
+        })
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! `--matrix`: every policy in every cell of the results matrix, with the recommended
+//! policy's bar checked in each, as Markdown on stdout.
+//!
+//! Cells: the two Mooncake traces and the built-in agentic workload, each at loads 1×, 4×
+//! and 8× (arrival rates multiplied) under each sync mode (engine events, miss feedback,
+//! optimistic: no correction, the mirror told no capacity), then the conversation trace at
+//! 4× with events with 4 router replicas, with half the fleet at half speed, and with a
+//! worker out for a quarter of the trace. Everything else is as the other flags say.
+
+use super::Failure;
+use super::args::Args;
+use super::policy::POLICIES;
+use super::runner;
+use prefix_router::sim::{Request, SimReport, SyncMode, Workload, load_mooncake};
+
+/// The recommended policy, whose bar each cell checks.
+const RECOMMENDED: &str = "balanced";
+
+/// One cell: a workload under one setting.
+struct Cell {
+    workload: usize,
+    label: String,
+    args: Args,
+}
+
+/// The bar of the recommended policy in a cell.
+struct Bar {
+    /// Hit ratio over the pooled reference's, at least 0.95.
+    pooled: f64,
+    /// TTFT p99 over the best policy's, at most 1.10.
+    ttft: f64,
+    /// TPOT p99 over round robin's, at most 1.10.
+    tpot: f64,
+    /// Goodput over the best policy's, at least 0.95.
+    goodput: f64,
+}
+
+impl Bar {
+    fn of(reports: &[SimReport]) -> Option<Bar> {
+        let rec = reports.iter().find(|r| r.policy == RECOMMENDED)?;
+        let rr = reports.iter().find(|r| r.policy == "round_robin")?;
+        let best_ttft = reports
+            .iter()
+            .map(|r| r.ttft_p99_s)
+            .fold(f64::MAX, f64::min);
+        let best_goodput = reports.iter().map(|r| r.goodput).fold(0.0, f64::max);
+        let over = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 };
+        Some(Bar {
+            pooled: rec.ratio_to_pooled(),
+            ttft: over(rec.ttft_p99_s, best_ttft),
+            tpot: over(rec.tpot_p99_s, rr.tpot_p99_s),
+            goodput: over(rec.goodput, best_goodput),
+        })
+    }
+
+    /// Each figure with a mark: met or missed.
+    fn cells(&self) -> [String; 4] {
+        let mark = |ok: bool| if ok { "✓" } else { "✗" };
+        [
+            format!("{:.1} % {}", self.pooled * 100.0, mark(self.pooled >= 0.95)),
+            format!("{:.2}× {}", self.ttft, mark(self.ttft <= 1.10)),
+            format!("{:.2}× {}", self.tpot, mark(self.tpot <= 1.10)),
+            format!("{:.2}× {}", self.goodput, mark(self.goodput >= 0.95)),
+        ]
+    }
+}
+
+/// Runs the matrix and prints it.
+pub(crate) fn run(args: &Args) -> Result<(), Failure> {
+    let workloads = workloads(args)?;
+    let cells = cells(args, &workloads);
+    let mut results = Vec::new();
+    for (c, cell) in cells.iter().enumerate() {
+        let (name, requests) = &workloads[cell.workload];
+        let sim =
+            runner::simulation(requests.clone(), &cell.args).map_err(|e| (e.to_string(), 2))?;
+        let label = |k: usize| {
+            format!(
+                "[cell {}/{}] {name} {}: {}",
+                c + 1,
+                cells.len(),
+                cell.label,
+                POLICIES[k]
+            )
+        };
+        let reports = runner::run_all(&sim, &POLICIES, &cell.args, &label)
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| (e.to_string(), 2))?;
+        results.push(reports);
+    }
+    print(&workloads, &cells, &results);
+    Ok(())
+}
+
+/// The matrix's workloads: both Mooncake traces (from `data/`) and the agentic one.
+fn workloads(args: &Args) -> Result<Vec<(String, Vec<Request>)>, Failure> {
+    let mut out = Vec::new();
+    for trace in ["conversation", "synthetic"] {
+        let path = format!("data/mooncake_{trace}_trace.jsonl");
+        let requests = load_mooncake(&path).map_err(|e| (format!("{path}: {e}"), 2))?;
+        out.push((format!("mooncake {trace}"), requests));
+    }
+    let agentic = Workload::builtin()
+        .into_iter()
+        .find(|(name, _)| *name == "agentic")
+        .map(|(_, w)| w.generate(args.seed))
+        .ok_or_else(|| ("no built-in agentic workload".to_owned(), 2))?;
+    out.push(("agentic".to_owned(), agentic));
+    Ok(out)
+}
+
+/// Every cell, in print order.
+fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
+    let syncs = [
+        ("events", SyncMode::Events),
+        ("feedback", SyncMode::Feedback),
+        ("optimistic", SyncMode::None),
+    ];
+    let mut cells = Vec::new();
+    for workload in 0..workloads.len() {
+        for load in [1.0, 4.0, 8.0] {
+            for (sync_name, sync) in syncs {
+                let mut a = args.clone();
+                a.cluster.speedup = load;
+                a.cluster.sync = sync;
+                let label = format!("{load}× {sync_name}");
+                cells.push(Cell {
+                    workload,
+                    label,
+                    args: a,
+                });
+            }
+        }
+    }
+    let mut base = args.clone();
+    base.cluster.speedup = 4.0;
+    base.cluster.sync = SyncMode::Events;
+    let workers = base.cluster.workers;
+    let mut replicas = base.clone();
+    replicas.replicas = 4;
+    let mut mixed = base.clone();
+    mixed.fleet = Some(format!("{}x1.0,{}x0.5", workers - workers / 2, workers / 2));
+    let mut fault = base.clone();
+    let end = workloads[0].1.last().map_or(0.0, |r| r.arrival_s) / base.cluster.speedup;
+    fault.faults = Some(format!(
+        "{}@{:.0}-{:.0}",
+        workers.saturating_sub(1),
+        end * 0.25,
+        end * 0.5
+    ));
+    for (label, a) in [
+        ("4× events, 4 replicas".to_owned(), replicas),
+        (
+            format!(
+                "4× events, fleet {}",
+                mixed.fleet.clone().unwrap_or_default()
+            ),
+            mixed,
+        ),
+        (
+            format!(
+                "4× events, fault {}",
+                fault.faults.clone().unwrap_or_default()
+            ),
+            fault,
+        ),
+    ] {
+        cells.push(Cell {
+            workload: 0,
+            label,
+            args: a,
+        });
+    }
+    cells
+}
+
+/// The summary (the recommended policy's bar per cell), then every cell's policies.
+fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<SimReport>]) {
+    println!(
+        "| workload | cell | hit / pooled (≥ 95 %) | TTFT p99 / best (≤ 1.10) | TPOT p99 / round robin (≤ 1.10) | goodput / best (≥ 0.95) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (cell, reports) in cells.iter().zip(results) {
+        if let Some(bar) = Bar::of(reports) {
+            let [p, t, d, g] = bar.cells();
+            println!(
+                "| {} | {} | {p} | {t} | {d} | {g} |",
+                workloads[cell.workload].0, cell.label
+            );
+        }
+    }
+    for (cell, reports) in cells.iter().zip(results) {
+        println!("\n**{}, {}**\n", workloads[cell.workload].0, cell.label);
+        println!(
+            "| policy | hit | / pooled | TTFT p50 | TTFT p99 | TPOT p99 | e2e p99 | goodput | preempted |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for r in reports {
+            let name = if r.policy == RECOMMENDED {
+                format!("**{}** ◀", r.policy)
+            } else {
+                r.policy.clone()
+            };
+            println!(
+                "| {name} | {:.3} | {:.1} % | {:.3} s | {:.3} s | {:.4} s | {:.2} s | {:.3} | {} |",
+                r.hit_ratio,
+                r.ratio_to_pooled() * 100.0,
+                r.ttft_p50_s,
+                r.ttft_p99_s,
+                r.tpot_p99_s,
+                r.e2e_p99_s,
+                r.goodput,
+                r.preemptions
+            );
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! What a run prints and writes: the table, JSON or CSV of the reports, the per-request
+//! records, the plot.
+
+use prefix_router::sim::SimReport;
+
+/// Prints `rows` (workload, report) in `format` (table, json or csv).
+pub(crate) fn print(rows: &[(String, SimReport)], format: &str) {
+    match format {
+        "json" => {
+            let objects: Vec<String> = rows
+                .iter()
+                .map(|(w, r)| {
+                    let json = r.to_json();
+                    format!("{{\"workload\":\"{w}\",{}", &json[1..])
+                })
+                .collect();
+            println!("[{}]", objects.join(",\n"));
+        }
+        "csv" => print_csv(rows),
+        _ => print_table(rows),
+    }
+}
+
+/// One CSV line per report.
+fn print_csv(rows: &[(String, SimReport)]) {
+    println!(
+        "workload,policy,requests,prompt_tokens,prefill_tokens,hit_ratio,ideal_hit_ratio,\
+         pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,tpot_p50_s,\
+         tpot_p99_s,e2e_p99_s,goodput,preemptions,makespan_s,decision_ns"
+    );
+    for (w, r) in rows {
+        println!(
+            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.1},{:.0}",
+            r.policy,
+            r.requests,
+            r.prompt_tokens,
+            r.prefill_tokens,
+            r.hit_ratio,
+            r.ideal_hit_ratio,
+            r.pooled_ideal_hit_ratio,
+            r.imbalance,
+            r.ttft_p50_s,
+            r.ttft_p90_s,
+            r.ttft_p99_s,
+            r.tpot_p50_s,
+            r.tpot_p99_s,
+            r.e2e_p99_s,
+            r.goodput,
+            r.preemptions,
+            r.makespan_s,
+            r.decision_ns
+        );
+    }
+}
+
+/// A table per workload, a line per policy.
+fn print_table(rows: &[(String, SimReport)]) {
+    let mut last = "";
+    for (w, r) in rows {
+        if w != last {
+            println!(
+                "\n{w}: {} requests, {} prompt tokens; ideal hit ratio {:.3}, pooled {:.3}",
+                r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
+            );
+            println!(
+                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
+                "policy",
+                "prefill tokens",
+                "hit",
+                "/pooled",
+                "imbalance",
+                "ttft p50",
+                "ttft p99",
+                "tpot p99",
+                "goodput",
+                "preempt",
+                "route µs"
+            );
+            last = w;
+        }
+        let pooled = r.ratio_to_pooled();
+        println!(
+            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>8} {:>9.2}",
+            r.policy,
+            r.prefill_tokens,
+            r.hit_ratio,
+            pooled * 100.0,
+            r.imbalance,
+            r.ttft_p50_s,
+            r.ttft_p99_s,
+            r.tpot_p99_s,
+            r.goodput,
+            r.preemptions,
+            r.decision_ns / 1000.0
+        );
+    }
+}
+
+/// Writes one JSON line per request of every run: its workload, policy and record.
+pub(crate) fn write_requests(path: &str, rows: &[(String, SimReport)]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (workload, report) in rows {
+        let policy = report.policy.replace(['"', '\\'], "");
+        let workload = workload.replace(['"', '\\'], "");
+        for record in &report.request_records {
+            let json = record.to_json();
+            writeln!(
+                out,
+                "{{\"workload\":\"{workload}\",\"policy\":\"{policy}\",{}",
+                &json[1..]
+            )?;
+        }
+    }
+    out.flush()
+}
+
+/// Draws each workload's policies as points of hit ratio against TTFT p99, with the alpha
+/// sweep of the weighted score as a line.
+pub(crate) fn plot(
+    path: &str,
+    rows: &[(String, SimReport)],
+    sweeps: &[(String, Vec<(f64, SimReport)>)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let height = 420 * sweeps.len().max(1) as u32;
+    let root = SVGBackend::new(path, (760, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((sweeps.len().max(1), 1));
+    for (area, (name, sweep)) in areas.iter().zip(sweeps) {
+        let points: Vec<&SimReport> = rows
+            .iter()
+            .filter(|(w, _)| w == name)
+            .map(|(_, r)| r)
+            .collect();
+        let max_p99 = points
+            .iter()
+            .copied()
+            .chain(sweep.iter().map(|(_, r)| r))
+            .map(|r| r.ttft_p99_s)
+            .fold(0.0, f64::max)
+            * 1.15
+            + 1e-3;
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("{name}: hit ratio vs TTFT p99"), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..1f64, 0f64..max_p99)?;
+        chart
+            .configure_mesh()
+            .x_desc("hit ratio")
+            .y_desc("TTFT p99 (s)")
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                sweep.iter().map(|(_, r)| (r.hit_ratio, r.ttft_p99_s)),
+                &BLUE,
+            ))?
+            .label("balanced_weighted, alpha 0.0 to 1.0")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE));
+        chart.draw_series(sweep.iter().map(|(alpha, r)| {
+            EmptyElement::at((r.hit_ratio, r.ttft_p99_s))
+                + Circle::new((0, 0), 2, BLUE.filled())
+                + Text::new(format!("{alpha:.1}"), (4, 4), ("sans-serif", 9))
+        }))?;
+        chart.draw_series(points.iter().map(|r| {
+            EmptyElement::at((r.hit_ratio, r.ttft_p99_s))
+                + Circle::new((0, 0), 4, RED.filled())
+                + Text::new(r.policy.clone(), (6, -12), ("sans-serif", 11))
+        }))?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! The simulated fleet as it runs: router replicas behind a front, load reports, late and
+//! lost engine events, workers that leave and return.
+
+#![cfg(feature = "sim")]
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Mutex;
+
+use prefix_router::sim::*;
+use prefix_router::*;
+
+fn batched(workers: u32) -> ClusterConfig {
+    ClusterConfig::default()
+        .with_workers(workers)
+        .with_engine(Engine::Batched)
+        .with_capacity_tokens(60_000)
+        .with_speedup(4.0)
+        .with_measure_decision_time(false)
+}
+
+fn conversations() -> Vec<Request> {
+    Workload::builtin()[1].1.generate(3)
+}
+
+/// A balanced router that keeps every load report it is given.
+struct Recording {
+    inner: BalancedRouter,
+    reports: Mutex<Vec<(WorkerId, ReportedLoad)>>,
+}
+
+impl Recording {
+    fn new(workers: u32) -> Self {
+        Self {
+            inner: BalancedRouter::new(workers).unwrap(),
+            reports: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Router for Recording {
+    fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
+        self.inner.route(request)
+    }
+    fn complete(&self, decision: &RouteDecision) {
+        self.inner.complete(decision);
+    }
+    fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.inner.add_worker(worker)
+    }
+    fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
+        self.inner.remove_worker(worker)
+    }
+    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+        self.reports.lock().unwrap().push((worker, load));
+        self.inner.report_load(worker, load)
+    }
+}
+
+fn as_dyn<R: Router>(replicas: &[R]) -> Vec<&dyn Router> {
+    replicas.iter().map(|r| r as &dyn Router).collect()
+}
+
+#[test]
+fn the_front_spreads_requests_over_replicas() {
+    let sim = Simulation::new(conversations(), batched(4)).unwrap();
+    let replicas = [
+        BalancedRouter::new(4).unwrap(),
+        BalancedRouter::new(4).unwrap(),
+    ];
+    let r = sim.run_replicas(&as_dyn(&replicas)).unwrap();
+    assert!(
+        r.request_records
+            .iter()
+            .all(|x| x.replica as usize == x.index % 2)
+    );
+    let random = |seed| {
+        let c = batched(4).with_front(Front::Random).with_seed(seed);
+        let sim = Simulation::new(conversations(), c).unwrap();
+        let replicas = [
+            BalancedRouter::new(4).unwrap(),
+            BalancedRouter::new(4).unwrap(),
+            BalancedRouter::new(4).unwrap(),
+        ];
+        let r = sim.run_replicas(&as_dyn(&replicas)).unwrap();
+        r.request_records
+            .iter()
+            .map(|x| x.replica)
+            .collect::<Vec<_>>()
+    };
+    let picks = random(1);
+    assert_eq!(picks, random(1), "the same seed, the same picks");
+    assert_ne!(picks, random(2));
+    for replica in 0..3 {
+        let share = picks.iter().filter(|&&p| p == replica).count() as f64;
+        let share = share / picks.len() as f64;
+        assert!((0.25..0.42).contains(&share), "replica {replica}: {share}");
+    }
+    assert!(sim.run_replicas(&[]).is_err());
+}
+
+/// Engine events reach every replica, so both mirrors agree; without them each replica
+/// only knows what it routed itself.
+#[test]
+fn events_reach_every_replica() {
+    let prompts: Vec<Vec<u32>> = conversations()
+        .iter()
+        .map(|r| {
+            let mut t = Vec::new();
+            r.prompt.tokens_into(&mut t);
+            t
+        })
+        .collect();
+    for (sync, agree) in [(SyncMode::Events, true), (SyncMode::None, false)] {
+        let sim = Simulation::new(conversations(), batched(4).with_sync(sync)).unwrap();
+        let replicas = [
+            BalancedRouter::new(4).unwrap(),
+            BalancedRouter::new(4).unwrap(),
+        ];
+        sim.run_replicas(&as_dyn(&replicas)).unwrap();
+        let differ = prompts.iter().any(|p| {
+            (0..4).any(|w| {
+                let w = WorkerId::new(w);
+                replicas[0].index().cached_tokens(w, &[], p)
+                    != replicas[1].index().cached_tokens(w, &[], p)
+            })
+        });
+        assert_eq!(!differ, agree, "{sync:?}");
+    }
+}
+
+#[test]
+fn workers_report_their_load_to_every_replica_each_scrape() {
+    for (interval, expect_reports) in [(0.5, true), (0.0, false)] {
+        let c = batched(4).with_scrape_interval_s(interval);
+        let sim = Simulation::new(conversations(), c).unwrap();
+        let replicas = [Recording::new(4), Recording::new(4)];
+        let r = sim.run_replicas(&as_dyn(&replicas)).unwrap();
+        for replica in &replicas {
+            let reports = replica.reports.lock().unwrap();
+            if !expect_reports {
+                assert!(reports.is_empty());
+                continue;
+            }
+            // A report per worker per scrape while requests remain.
+            let scrapes = reports.len() / 4;
+            let expected = r.makespan_s / interval;
+            assert!(
+                (scrapes as f64 - expected).abs() <= 2.0,
+                "{scrapes} scrapes over {} s",
+                r.makespan_s
+            );
+            assert!(reports.iter().any(|(_, l)| l.queue_len > 1));
+            assert!(reports.iter().any(|(_, l)| l.kv_usage > 0.0));
+            assert!(
+                reports
+                    .iter()
+                    .all(|(_, l)| (0.0..=1.0).contains(&l.kv_usage))
+            );
+        }
+    }
+}
+
+#[test]
+fn lost_events_are_counted_and_replayed_or_not() {
+    let run = |loss: f64, replay: bool| {
+        let c = batched(4)
+            .with_sync(SyncMode::Events)
+            .with_event_delay_s(0.05)
+            .with_event_loss(loss)
+            .with_event_replay(replay);
+        let sim = Simulation::new(conversations(), c).unwrap();
+        sim.run(&BalancedRouter::new(4).unwrap()).unwrap()
+    };
+    let clean = run(0.0, true);
+    assert_eq!(clean.lost_event_batches, 0);
+    let replayed = run(0.2, true);
+    let lossy = run(0.2, false);
+    assert!(replayed.lost_event_batches > 0 && lossy.lost_event_batches > 0);
+    assert_eq!(replayed.requests, clean.requests);
+    assert!(lossy.request_records.iter().all(|x| x.e2e_s.is_some()));
+}
+
+#[test]
+fn a_worker_that_leaves_has_its_requests_retried_and_returns_empty() {
+    for sync in [SyncMode::None, SyncMode::Feedback, SyncMode::Events] {
+        let c = batched(4).with_sync(sync);
+        let faults = Fault::parse_schedule("1@5-20").unwrap();
+        let sim = Simulation::new(conversations(), c)
+            .unwrap()
+            .with_faults(faults)
+            .unwrap();
+        let router = BalancedRouter::new(4).unwrap();
+        let r = sim.run(&router).unwrap();
+        assert!(r.retried > 0, "{sync:?}");
+        let records = &r.request_records;
+        assert!(records.iter().all(|x| x.e2e_s.is_some() && !x.rejected));
+        for x in records {
+            let during = (5.0..20.0).contains(&x.arrival_s);
+            assert!(!(during && x.worker == 1), "{sync:?}: request {}", x.index);
+            if x.retries > 0 {
+                assert_ne!(x.worker, 1, "retried elsewhere");
+            }
+        }
+        assert!(records.iter().any(|x| x.arrival_s > 20.0 && x.worker == 1));
+        for w in 0..4 {
+            let load = router.load(WorkerId::new(w)).unwrap();
+            assert_eq!((load.in_flight, load.prefill_tokens), (0, 0), "worker {w}");
+        }
+        let again = sim.run(&BalancedRouter::new(4).unwrap()).unwrap();
+        assert_eq!(again, r, "{sync:?}: deterministic");
+    }
+}
+
+#[test]
+fn bad_fleet_settings_are_errors() {
+    for bad in [
+        batched(2).with_event_loss(1.5),
+        batched(2).with_event_loss(f64::NAN),
+        batched(2).with_event_delay_s(-1.0),
+        batched(2).with_scrape_interval_s(f64::INFINITY),
+    ] {
+        assert!(matches!(
+            Simulation::new(Vec::new(), bad),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+    for bad in ["", "1", "1@5", "x@1-2", "1@a-2", "1@5-b", "1@5-20,"] {
+        let err = Fault::parse_schedule(bad).unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig { .. }), "{bad:?}");
+    }
+    let sim = || Simulation::new(Vec::new(), batched(2)).unwrap();
+    for bad in [
+        Fault::new(2, 1.0, 2.0),
+        Fault::new(0, 2.0, 2.0),
+        Fault::new(0, -1.0, 2.0),
+        Fault::new(0, f64::NAN, 2.0),
+        Fault::new(0, 1.0, f64::NAN),
+    ] {
+        let err = sim().with_faults(vec![bad]).unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig { .. }), "{bad:?}");
+    }
+    let simple = Simulation::new(Vec::new(), batched(2).with_engine(Engine::Simple)).unwrap();
+    assert!(simple.with_faults(vec![Fault::new(0, 1.0, 2.0)]).is_err());
+    assert!(
+        sim()
+            .with_faults(vec![Fault::new(1, 1.0, f64::INFINITY)])
+            .is_ok()
+    );
+}
