@@ -182,8 +182,13 @@ fn lost_events_are_counted_and_replayed_or_not() {
 
 #[test]
 fn a_worker_that_leaves_has_its_requests_retried_and_returns_empty() {
-    for sync in [SyncMode::None, SyncMode::Feedback, SyncMode::Events] {
-        let c = batched(4).with_sync(sync);
+    for (sync, delay) in [
+        (SyncMode::None, 0.0),
+        (SyncMode::Feedback, 0.0),
+        (SyncMode::Events, 0.0),
+        (SyncMode::Events, 0.5), // batches still on their way when the worker leaves
+    ] {
+        let c = batched(4).with_sync(sync).with_event_delay_s(delay);
         let faults = Fault::parse_schedule("1@5-20").unwrap();
         let sim = Simulation::new(conversations(), c)
             .unwrap()

@@ -175,11 +175,16 @@ impl<'s> EventBus<'s> {
     }
 }
 
-/// Applies every event of `batch` to `sink`.
+/// Applies every event of `batch` to `sink`. A batch of a worker the sink no longer knows
+/// (it left the fleet while the batch was on its way) is dropped, as a gateway drops the
+/// events of a deregistered worker.
 fn apply(sink: Option<&dyn CacheSync>, batch: &Batch) -> Result<(), Error> {
     let Some(sink) = sink else { return Ok(()) };
     for event in &batch.events {
-        sink.apply_event(batch.worker, batch.seq, event)?;
+        match sink.apply_event(batch.worker, batch.seq, event) {
+            Err(Error::UnknownWorker(_)) => return Ok(()),
+            other => other?,
+        };
     }
     Ok(())
 }
