@@ -377,12 +377,21 @@ fn miss_feedback_and_snapshots_set_the_mirror_to_what_is_true() {
     router.complete(&d);
     let w = d.worker();
     assert_eq!(cached(&router, w, &t), 128);
-    // The worker says it had only 40 tokens cached: 2 whole blocks.
-    router.report_cached(w, &t, 40).unwrap();
-    assert_eq!(cached(&router, w, &t), 32);
-    // ... or more than predicted: the mirror grows to match.
-    router.report_cached(w, &t, 96).unwrap();
-    assert_eq!(cached(&router, w, &t), 96);
+    // A prompt sharing t's first 4 blocks was answered with only 40 tokens cached (2 whole
+    // blocks): the mirror drops t from its third block on and holds the other prompt,
+    // which the worker computed.
+    let mut u = t[..64].to_vec();
+    u.extend(tokens(9, 2));
+    router.report_cached(w, &u, 40).unwrap();
+    assert_eq!(cached(&router, w, &t), 64, "t's first 4 blocks, as u's");
+    assert_eq!(cached(&router, w, &u), 96);
+    // t answered with 1 block cached: u's blocks below it go, but for the 4 it shares.
+    router.report_cached(w, &t, 16).unwrap();
+    assert_eq!((cached(&router, w, &t), cached(&router, w, &u)), (128, 64));
+    // More than predicted: the mirror grows to match.
+    let fresh = tokens(10, 3);
+    router.report_cached(w, &fresh, 48).unwrap();
+    assert_eq!(cached(&router, w, &fresh), 48);
     let a = tokens(6, 3);
     let b = tokens(7, 2);
     router.replace_worker_cache(w, &[&a, &b]).unwrap();

@@ -337,6 +337,7 @@ fn reports_are_counted_against_predictions() {
     let load = router.load(W0).unwrap();
     assert_eq!(load.reports, 2);
     assert_eq!(load.reported_cached_tokens, 80);
+    // Each report finds the whole prompt predicted: the worker computed it.
     assert_eq!(load.predicted_for_reports_tokens, 128);
     assert_eq!(load.mispredicted_reports, 1);
 }

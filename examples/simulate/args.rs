@@ -7,7 +7,7 @@ pub(crate) const USAGE: &str = "usage: simulate [--trace PATH] [--workers N] \
     [--capacity-tokens N] [--router-capacity-tokens N|unknown] [--speedup X] \
     [--policy NAME|all] [--alpha X] [--miss-weight X] [--block-size N] [--seed N] \
     [--format table|json|csv] [--engine batched|simple] [--max-num-batched-tokens N] \
-    [--max-num-seqs N] [--sync none|feedback|events] [--replicas N] [--front rr|random] \
+    [--max-num-seqs N] [--sync optimistic|feedback|events] [--replicas N] [--front rr|random] \
     [--scrape-interval S] [--event-delay S] [--event-loss P] [--event-replay on|off] \
     [--fleet SPEC] [--faults SPEC] [--ttft-target S] [--tpot-target S] \
     [--requests-out FILE] [--plot FILE.svg] [--matrix]";
@@ -118,6 +118,7 @@ fn cluster_flag(c: &mut ClusterConfig, flag: &str, v: &str) -> Result<bool, Stri
         }
         "--sync" => {
             let modes = [
+                ("optimistic", SyncMode::None),
                 ("none", SyncMode::None),
                 ("feedback", SyncMode::Feedback),
                 ("events", SyncMode::Events),

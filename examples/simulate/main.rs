@@ -19,7 +19,7 @@
 //!   120 s; `inf` never);
 //! - the routers: `--replicas N` behind `--front rr|random`, `--router-capacity-tokens
 //!   N|unknown` (what the mirrors are told; default unknown), `--sync
-//!   none|feedback|events`, `--scrape-interval S` (load reports), `--event-delay S`,
+//!   optimistic|feedback|events` (`none` is `optimistic`: no correction), `--scrape-interval S` (load reports), `--event-delay S`,
 //!   `--event-loss P`, `--event-replay on|off`;
 //! - output: `--format table|json|csv`, `--ttft-target S`, `--tpot-target S` (goodput's
 //!   targets), `--requests-out FILE` (one JSON line per request of every run: workload,

@@ -12,11 +12,9 @@ pub enum SyncMode {
     /// default.
     #[default]
     None,
-    /// Miss feedback: when a request's prefill starts, the worker reports how many prompt
-    /// tokens it found cached ([`CacheSync::report_cached`](crate::CacheSync::report_cached)), which trims the mirror to
-    /// that, including the optimistic insert of the request itself (the worker only caches
-    /// the rest once it has computed it). On multi-turn traffic that costs the cache-aware
-    /// policies hits: compare the two modes with `--sync`.
+    /// Miss feedback: when a request is admitted, its worker reports how many prompt tokens
+    /// it found cached ([`CacheSync::report_cached`](crate::CacheSync::report_cached)),
+    /// which trims what the mirror predicted beyond that.
     Feedback,
     /// Engine events: each worker publishes the blocks its pool caches and evicts, per
     /// step, and the router applies them ([`CacheSync::apply_event`](crate::CacheSync::apply_event)).

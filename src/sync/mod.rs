@@ -185,9 +185,11 @@ pub trait CacheSync {
     /// [`Error::UnknownWorker`] (routers) or [`Error::WorkerOutOfRange`] for a bad worker.
     fn replace_worker_cache(&self, worker: WorkerId, prefixes: &[&[TokenId]]) -> Result<(), Error>;
 
-    /// `worker` reported that it had `cached_tokens` of the prompt `tokens` cached (for
-    /// example in its response's usage): the mirror is set to exactly that many whole
-    /// blocks of the prompt, trimming what was predicted beyond it.
+    /// `worker` reported that it had `cached_tokens` of the prompt `tokens` cached when the
+    /// request came (for example in its response's usage), and computed the rest. The
+    /// mirror trims what it predicted wrongly: the prompt's blocks from the first one the
+    /// worker did not have, and every other prompt's blocks below them; then it holds the
+    /// whole prompt, as the worker now does.
     ///
     /// # Errors
     ///

@@ -315,8 +315,10 @@ impl SyncState {
         Ok(())
     }
 
-    /// Sets the worker's mirror of `tokens` (salted with `salt`) to `cached_tokens`; returns
-    /// the tokens the mirror predicted before.
+    /// The worker had `cached_tokens` of `tokens` (salted with `salt`) cached when the
+    /// request came and has computed the rest: the mirror drops, for the worker, the
+    /// prompt's blocks from the first one it did not have and everything below them, then
+    /// holds the whole prompt. Returns the tokens the mirror predicted before.
     pub(crate) fn report(
         &mut self,
         hasher: &PrefixHasher,
@@ -333,9 +335,8 @@ impl SyncState {
         let reported = (cached_tokens / hasher.block_size()).min(path.len());
         if reported < held {
             tree.truncate(worker, path, reported);
-        } else if reported > held {
-            tree.insert(worker, &path[..reported]);
         }
+        tree.insert(worker, path);
         Ok(held * hasher.block_size())
     }
 }
