@@ -223,6 +223,11 @@ fn bad_fleet_settings_are_errors() {
         batched(2).with_event_loss(f64::NAN),
         batched(2).with_event_delay_s(-1.0),
         batched(2).with_scrape_interval_s(f64::INFINITY),
+        batched(2).with_batch(BatchConfig::default().with_host_chunk_blocks(0)),
+        batched(2).with_batch(BatchConfig::default().with_host_capacity_tokens(8)),
+        batched(2).with_batch(
+            BatchConfig::default().with_reload(ReloadConfig::default().with_host_bytes_per_s(0.0)),
+        ),
     ] {
         assert!(matches!(
             Simulation::new(Vec::new(), bad),
@@ -250,5 +255,46 @@ fn bad_fleet_settings_are_errors() {
         sim()
             .with_faults(vec![Fault::new(1, 1.0, f64::INFINITY)])
             .is_ok()
+    );
+}
+
+/// A host tier turns the device's misses into hits loaded back at their reload time.
+#[test]
+fn a_host_tier_turns_device_evictions_into_host_hits() {
+    let long: Vec<u32> = (0..2_000).collect();
+    let mut requests = vec![Request::new(0.0, long.clone(), 1)];
+    for i in 0..20u32 {
+        let filler: Vec<u32> = (0..1_000).map(|t| 100_000 + i * 1_000 + t).collect();
+        requests.push(Request::new(1.0 + f64::from(i), filler, 1));
+    }
+    requests.push(Request::new(30.0, long, 1));
+    let run = |host_tokens: usize| {
+        let batch = BatchConfig::default().with_host_capacity_tokens(host_tokens);
+        let c = batched(1)
+            .with_speedup(1.0)
+            .with_capacity_tokens(4_096)
+            .with_batch(batch);
+        let sim = Simulation::new(requests.clone(), c).unwrap();
+        sim.run(&RoundRobinRouter::new(1).unwrap()).unwrap()
+    };
+    let without = run(0);
+    let with = run(100_000);
+    let last = |r: &SimReport| r.request_records.last().unwrap().clone();
+    assert_eq!(
+        (last(&without).cached_tokens, without.host_hit_ratio),
+        (0, 0.0)
+    );
+    // Every full block but the last (vLLM computes the prompt's last token) comes back.
+    assert_eq!(last(&with).host_cached_tokens, 1_984);
+    assert_eq!(last(&with).cached_tokens, 1_984);
+    assert!(with.host_hit_ratio > 0.0);
+    assert_eq!(without.prefill_tokens - with.prefill_tokens, 1_984);
+    let reload = ReloadConfig::default().seconds(Tier::Host, 1_984);
+    let recompute = 1_984.0 / 33_000.0;
+    let saved = last(&without).ttft_s.unwrap() - last(&with).ttft_s.unwrap();
+    assert!(
+        (saved - (recompute - reload)).abs() < 1e-9,
+        "saved {saved}, expected {}",
+        recompute - reload
     );
 }

@@ -324,6 +324,74 @@ fn namespaces_and_extra_keys_keep_equal_tokens_apart() {
     );
 }
 
+/// A lower tier's removal of a block the worker holds on the device alone leaves it held,
+/// and the device's later removal drops it: whether or not the mirror has seen a lower tier
+/// yet (found by the simulator's host tier, chunks of 2 blocks).
+#[test]
+fn a_lower_tier_removal_of_a_device_block_keeps_it_until_the_device_drops_it() {
+    for seen_host_before in [false, true] {
+        let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(2)).unwrap();
+        let t = tokens(3, 4);
+        let mut seq = 0;
+        let mut apply = |e: CacheEvent| {
+            index.apply_event(W0, seq, &e).unwrap();
+            seq += 1;
+        };
+        if seen_host_before {
+            let other = tokens(4, 2);
+            apply(CacheEvent::stored(None, vec![90, 91], other));
+            apply(CacheEvent::placeholder(vec![91], Tier::Host));
+        }
+        apply(CacheEvent::stored(None, vec![1, 2, 3, 4], t.clone()));
+        apply(CacheEvent::removed(vec![4]).with_tier(Tier::Host));
+        assert_eq!(index.cached_tokens(W0, &[], &t), 64, "{seen_host_before}");
+        apply(CacheEvent::removed(vec![4]));
+        assert_eq!(index.cached_tokens(W0, &[], &t), 48, "{seen_host_before}");
+    }
+}
+
+/// Host chunks of 2 blocks: a hit below the device tier counts whole chunks only, and two
+/// chunks sharing their first block are dropped one at a time.
+#[test]
+fn host_chunks_are_hit_whole_and_dropped_one_at_a_time() {
+    let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(2)).unwrap();
+    let a = tokens(5, 1);
+    let ab: Vec<u32> = a.iter().copied().chain(tokens(6, 1)).collect();
+    let ac: Vec<u32> = a.iter().copied().chain(tokens(7, 1)).collect();
+    let mut seq = 0;
+    let mut apply = |e: CacheEvent| {
+        index.apply_event(W0, seq, &e).unwrap();
+        seq += 1;
+    };
+    apply(CacheEvent::stored(None, vec![1, 2], ab.clone()));
+    apply(CacheEvent::stored(Some(1), vec![3], tokens(7, 1)));
+    apply(CacheEvent::placeholder(vec![2, 3], Tier::Host));
+    apply(CacheEvent::removed(vec![1]));
+    assert_eq!(
+        index.cached_tokens(W0, &[], &ab),
+        32,
+        "chunk (a, b) from the host"
+    );
+    assert_eq!(
+        index.cached_tokens(W0, &[], &ac),
+        32,
+        "chunk (a, c) from the host"
+    );
+    let ad: Vec<u32> = a.iter().copied().chain(tokens(8, 1)).collect();
+    assert_eq!(
+        index.cached_tokens(W0, &[], &ad),
+        0,
+        "a alone is half a chunk"
+    );
+    apply(CacheEvent::removed(vec![2]).with_tier(Tier::Host));
+    assert_eq!(index.cached_tokens(W0, &[], &ab), 0);
+    assert_eq!(
+        index.cached_tokens(W0, &[], &ac),
+        32,
+        "the other chunk stays"
+    );
+}
+
 /// A worker's cached-token reports are counted against what the mirror predicted, so that
 /// a mismatch (block size, LoRA, group, hash) shows instead of staying silent.
 #[test]

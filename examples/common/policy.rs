@@ -29,6 +29,8 @@ pub(crate) struct PolicyOptions {
     pub(crate) prefill_tokens_per_s: f64,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
+    /// Blocks per chunk of the workers' host tier (vLLM's CPU offloading).
+    pub(crate) host_chunk_blocks: usize,
 }
 
 impl Default for PolicyOptions {
@@ -39,6 +41,7 @@ impl Default for PolicyOptions {
             prefill_tokens_per_s: 33_000.0,
             alpha: None,
             miss_weight: None,
+            host_chunk_blocks: 1,
         }
     }
 }
@@ -57,6 +60,7 @@ pub(crate) fn build(
     let mut index = IndexConfig::default();
     index.block_size = o.block_size;
     index.worker_capacity_blocks = o.capacity_tokens.map(|c| c / o.block_size.max(1));
+    index.host_chunk_blocks = o.host_chunk_blocks;
     let mut balanced = BalancedConfig::default();
     balanced.index = index;
     balanced.prefill_tokens_per_s = o.prefill_tokens_per_s;

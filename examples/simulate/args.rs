@@ -7,7 +7,8 @@ pub(crate) const USAGE: &str = "usage: simulate [--trace PATH] [--workers N] \
     [--capacity-tokens N] [--router-capacity-tokens N|unknown] [--speedup X] \
     [--policy NAME|all] [--alpha X] [--miss-weight X] [--block-size N] [--seed N] \
     [--format table|json|csv] [--engine batched|simple] [--max-num-batched-tokens N] \
-    [--max-num-seqs N] [--sync optimistic|feedback|events] [--replicas N] [--front rr|random] \
+    [--max-num-seqs N] [--host-capacity-tokens N] [--host-chunk-blocks N] \
+    [--sync optimistic|feedback|events] [--replicas N] [--front rr|random] \
     [--scrape-interval S] [--event-delay S] [--event-loss P] [--event-replay on|off] \
     [--fleet SPEC] [--faults SPEC] [--ttft-target S] [--tpot-target S] \
     [--requests-out FILE] [--plot FILE.svg] [--matrix]";
@@ -105,6 +106,8 @@ fn cluster_flag(c: &mut ClusterConfig, flag: &str, v: &str) -> Result<bool, Stri
         "--tpot-target" => c.tpot_target_s = num(flag, v)?,
         "--max-num-batched-tokens" => c.batch.max_num_batched_tokens = num(flag, v)?,
         "--max-num-seqs" => c.batch.max_num_seqs = num(flag, v)?,
+        "--host-capacity-tokens" => c.batch.host_capacity_tokens = num(flag, v)?,
+        "--host-chunk-blocks" => c.batch.host_chunk_blocks = num(flag, v)?,
         "--scrape-interval" => c.scrape_interval_s = num(flag, v)?,
         "--event-delay" => c.event_delay_s = num(flag, v)?,
         "--event-loss" => c.event_loss = num(flag, v)?,

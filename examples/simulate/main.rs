@@ -13,7 +13,8 @@
 //!   policy in every cell of the results matrix, as Markdown);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X`, `--engine batched|simple`, `--max-num-batched-tokens N`,
-//!   `--max-num-seqs N`, `--fleet SPEC` (`4x1.0,4x0.5@2000000` is four workers at the
+//!   `--max-num-seqs N`, `--host-capacity-tokens N` and `--host-chunk-blocks N` (a host
+//!   tier of CPU offloading per worker), `--fleet SPEC` (`4x1.0,4x0.5@2000000` is four workers at the
 //!   configured speed and four at half of it with 2,000,000 tokens of KV each; it replaces
 //!   `--workers`), `--faults SPEC` (`3@60-120`: worker 3 leaves at 60 s and returns empty at
 //!   120 s; `inf` never);

@@ -79,6 +79,7 @@ fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
         prefill_tokens_per_s: c.prefill_tokens_per_s,
         alpha: args.alpha,
         miss_weight: args.miss_weight,
+        host_chunk_blocks: c.batch.host_chunk_blocks,
     };
     let Some(router) = policy::build(policy, c.workers, &options) else {
         unreachable!("policy names are checked when parsing");

@@ -121,6 +121,8 @@ pub struct CacheIndex {
     mirror: Mutex<Mirror>,
     capacity: Option<usize>,
     ttl: Option<u64>,
+    /// Blocks per chunk of a lower tier ([`IndexConfig::host_chunk_blocks`]).
+    chunk: usize,
 }
 
 /// What the index's lock guards: the tree and the event-sync state that feeds it.
@@ -146,11 +148,11 @@ impl CacheIndex {
                 tree: RadixTree::with_config(config.tree)?,
                 sync: SyncState::new(SyncConfig {
                     max_groups: config.max_groups,
-                    chunk_blocks: config.host_chunk_blocks,
                 }),
             }),
             capacity: config.worker_capacity_blocks,
             ttl: config.ttl,
+            chunk: config.host_chunk_blocks,
         })
     }
 
@@ -183,9 +185,7 @@ impl CacheIndex {
     pub fn cached_tokens(&self, worker: WorkerId, salt: &[u8], tokens: &[crate::TokenId]) -> usize {
         let mut blocks = Blocks::new();
         self.hasher.hash_salted_small(salt, tokens, &mut blocks);
-        let mirror = self.lock();
-        let held = mirror.tree.held_prefix(worker, &blocks);
-        mirror.sync.groups().allows(worker, &blocks, held) * self.hasher.block_size()
+        self.held(worker, &blocks).blocks as usize * self.hasher.block_size()
     }
 
     /// How many leading tokens of the request's prompt `worker` is believed to hold at each
@@ -198,9 +198,16 @@ impl CacheIndex {
     ) -> [usize; 4] {
         let mut blocks = Blocks::new();
         self.hash_request(request, &mut blocks);
+        let found = self.held(worker, &blocks);
+        found.by_tier.map(|b| b as usize * self.hasher.block_size())
+    }
+
+    /// What `worker` holds of `blocks`, cut where a KV-cache group stops it and to whole
+    /// chunks below the device tier.
+    fn held(&self, worker: WorkerId, blocks: &[BlockHash]) -> Held {
         let mut found = Held::default();
         let mirror = self.lock();
-        mirror.tree.for_each_held(&blocks, |w, held| {
+        mirror.tree.for_each_held(blocks, |w, held| {
             if w == worker {
                 found = held;
             }
@@ -208,9 +215,10 @@ impl CacheIndex {
         let allowed = mirror
             .sync
             .groups()
-            .allows(worker, &blocks, found.blocks as usize);
+            .allows(worker, blocks, found.blocks as usize);
         clip(&mut found, allowed);
-        found.by_tier.map(|b| b as usize * self.hasher.block_size())
+        whole_chunks(&mut found, self.chunk);
+        found
     }
 
     /// Hashes the request's full blocks into `out` (no lock held).
@@ -244,11 +252,13 @@ impl CacheIndex {
         let Mirror { tree, sync } = &mut *mirror;
         let groups = sync.groups();
         let mut holders: Holders = SmallVec::new();
+        let chunk = self.chunk;
         tree.for_each_held(blocks, |worker, mut held| {
             if groups.any() {
                 let allowed = groups.allows(worker, blocks, held.blocks as usize);
                 clip(&mut held, allowed);
             }
+            whole_chunks(&mut held, chunk);
             holders.push((worker, held));
         });
         let (chosen, worker) = choose(&holders)?;
@@ -335,6 +345,18 @@ impl CacheSync for CacheIndex {
         cached_tokens: usize,
     ) -> Result<(), Error> {
         self.report(worker, salt, tokens, cached_tokens).map(|_| ())
+    }
+}
+
+/// Cuts a hit that goes on below the device tier to whole chunks of `chunk` blocks, counted
+/// from the prompt's start: a lower tier loads back whole chunks only, and the chunk a
+/// lower-tier run ends in may belong to another prompt that shares only its first blocks.
+/// The device tier's blocks are a prefix of the hit and stay.
+fn whole_chunks(held: &mut Held, chunk: usize) {
+    let device = held.by_tier[0] as usize;
+    let total = held.blocks as usize;
+    if chunk > 1 && total > device {
+        clip(held, device.max(total / chunk * chunk));
     }
 }
 

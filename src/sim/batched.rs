@@ -15,13 +15,14 @@
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
 use super::events::{DELIVER, EventBus, REPLAY};
+use super::host::HostChange;
 use super::pool::PoolChange;
 use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::scheduler::{Outcome, Scheduler, Seq, Step};
 use super::simulation::Simulation;
 use super::tally::{Tally, Workers};
-use crate::{CacheEvent, CacheSync, Error, RouteDecision, WorkerId};
+use crate::{CacheEvent, CacheSync, Error, RouteDecision, Tier, WorkerId};
 
 /// Timed events, in the order they go at equal times (with [`DELIVER`] = 1 and
 /// [`REPLAY`] = 2 of the event bus). A step's end: subject `worker + workers × generation`.
@@ -251,8 +252,8 @@ impl<'s> Run<'s> {
     /// What outcome `o` of worker `w` at `now` means to the replicas and the tally.
     fn handle(&mut self, o: Outcome, w: usize, now: f64) -> Result<(), Error> {
         match o {
-            Outcome::Admitted { seq, hit } => {
-                self.tally.admitted(seq, now, hit);
+            Outcome::Admitted { seq, hit, host } => {
+                self.tally.admitted(seq, now, hit, host);
                 let replica = self.flights[seq].as_ref().map(|f| f.replica);
                 let feedback =
                     replica.and_then(|r| self.sim.sync_of(&self.replicas, r, SyncMode::Feedback));
@@ -291,21 +292,25 @@ impl<'s> Run<'s> {
     /// Publishes worker `w`'s pool changes since its last batch as its next batch.
     fn publish(&mut self, w: usize, now: f64) -> Result<(), Error> {
         let worker = &mut self.workers[w];
-        let changes = worker.scheduler.drain_changes();
-        if changes.is_empty() {
+        let (pool, host) = worker.scheduler.drain_changes();
+        if pool.is_empty() && host.is_empty() {
             return Ok(());
         }
-        let events = changes
-            .into_iter()
-            .map(|change| match change {
-                PoolChange::Cached {
-                    hash,
-                    parent,
-                    tokens,
-                } => CacheEvent::stored(parent.map(|p| p.get()), vec![hash.get()], tokens),
-                PoolChange::Evicted(hash) => CacheEvent::removed(vec![hash.get()]),
-            })
-            .collect();
+        let pool = pool.into_iter().map(|change| match change {
+            PoolChange::Cached {
+                hash,
+                parent,
+                tokens,
+            } => CacheEvent::stored(parent.map(|p| p.get()), vec![hash.get()], tokens),
+            PoolChange::Evicted(hash) => CacheEvent::removed(vec![hash.get()]),
+        });
+        let host = host.into_iter().map(|change| match change {
+            HostChange::Stored(last) => CacheEvent::placeholder(vec![last.get()], Tier::Host),
+            HostChange::Dropped(last) => {
+                CacheEvent::removed(vec![last.get()]).with_tier(Tier::Host)
+            }
+        });
+        let events = pool.chain(host).collect();
         let seq = worker.batches;
         worker.batches += 1;
         let id = WorkerId::new(w as u32);
@@ -412,26 +417,35 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// Fed every worker's pool changes with no delay and no loss, a mirror predicts
-        /// exactly the prefix each worker's pool would give every prompt of the run, after
-        /// every step: the events tell the whole truth.
+        /// Fed every worker's pool and host-tier changes with no delay and no loss, a mirror
+        /// predicts exactly the prefix each worker's pool and host tier would give every
+        /// prompt of the run, after every step: the events tell the whole truth.
         #[test]
         fn events_keep_a_mirror_equal_to_every_pool(
             requests in requests(),
             workers in 1u32..4,
             blocks in 2usize..12,
             budget in 4usize..24,
+            host_chunks in 0usize..8,
+            chunk in 1usize..4,
         ) {
+            let batch = crate::sim::BatchConfig::default()
+                .with_max_num_batched_tokens(budget)
+                .with_host_capacity_tokens(host_chunks * chunk * 4)
+                .with_host_chunk_blocks(chunk);
             let config = ClusterConfig::default()
                 .with_workers(workers)
                 .with_block_size(4)
                 .with_capacity_tokens(blocks * 4)
                 .with_measure_decision_time(false)
-                .with_batch(crate::sim::BatchConfig::default().with_max_num_batched_tokens(budget));
+                .with_batch(batch);
             let sim = Simulation::new(requests, config).unwrap();
             let router = RoundRobinRouter::new(workers).unwrap();
             let routers: [&dyn crate::Router; 1] = [&router];
-            let mirror = CacheIndex::new(IndexConfig::default().with_block_size(4)).unwrap();
+            let mirror = CacheIndex::new(
+                IndexConfig::default().with_block_size(4).with_host_chunk_blocks(chunk),
+            )
+            .unwrap();
             let replicas = Replicas::new(&routers, sim.config()).unwrap();
             let mut run = Run::new(&sim, replicas, vec![Some(&mirror)]);
             let n = sim.requests().len();

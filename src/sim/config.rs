@@ -227,6 +227,17 @@ pub struct BatchConfig {
     pub step_s_per_decode: f64,
     /// Time per token of context the step's decodes attend to. Default 0.000 000 006.
     pub step_s_per_context_token: f64,
+    /// KV each worker's host tier (CPU offloading) holds, in tokens; 0: no host tier.
+    /// Default 0.
+    pub host_capacity_tokens: usize,
+    /// Blocks per chunk of the host tier (vLLM's offloaded block size over its GPU block
+    /// size): copied and loaded whole. At least 1; default 1. Give the routers' mirrors the
+    /// same ([`IndexConfig::host_chunk_blocks`](crate::IndexConfig::host_chunk_blocks)).
+    pub host_chunk_blocks: usize,
+    /// What loading from the host tier costs: a step that loads `n` tokens back takes
+    /// [`ReloadConfig::seconds`](crate::ReloadConfig::seconds)`(Tier::Host, n)` longer.
+    /// Default: the router's default figures.
+    pub reload: crate::ReloadConfig,
 }
 
 impl BatchConfig {
@@ -241,14 +252,28 @@ impl BatchConfig {
         with_step_s_per_decode: step_s_per_decode: f64;
         /// Sets [`step_s_per_context_token`](Self::step_s_per_context_token).
         with_step_s_per_context_token: step_s_per_context_token: f64;
+        /// Sets [`host_capacity_tokens`](Self::host_capacity_tokens).
+        with_host_capacity_tokens: host_capacity_tokens: usize;
+        /// Sets [`host_chunk_blocks`](Self::host_chunk_blocks).
+        with_host_chunk_blocks: host_chunk_blocks: usize;
+        /// Sets [`reload`](Self::reload).
+        with_reload: reload: crate::ReloadConfig;
     }
 
     /// Checks every field.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a budget or sequence cap of 0, or a negative or NaN time.
+    /// [`Error::InvalidConfig`] for a budget, sequence cap or host chunk of 0, a negative or
+    /// NaN time, or a reload figure that is not positive.
     pub fn validate(&self) -> Result<(), Error> {
+        int(
+            "host_chunk_blocks",
+            self.host_chunk_blocks,
+            1..,
+            "at least 1",
+        )?;
+        self.reload.validate()?;
         int(
             "max_num_batched_tokens",
             self.max_num_batched_tokens,
@@ -275,6 +300,9 @@ impl Default for BatchConfig {
             step_base_s: 0.008,
             step_s_per_decode: 0.000_05,
             step_s_per_context_token: 0.000_000_006,
+            host_capacity_tokens: 0,
+            host_chunk_blocks: 1,
+            reload: crate::ReloadConfig::default(),
         }
     }
 }
@@ -442,6 +470,14 @@ impl ClusterConfig {
                 "sync",
                 "events",
                 "event sync needs the batched engine, whose workers keep a block pool",
+            ));
+        }
+        let chunk_tokens = self.batch.host_chunk_blocks.saturating_mul(self.block_size);
+        if self.batch.host_capacity_tokens != 0 && self.batch.host_capacity_tokens < chunk_tokens {
+            return Err(crate::config::invalid(
+                "host_capacity_tokens",
+                self.batch.host_capacity_tokens,
+                "0 (no host tier) or at least one chunk of blocks",
             ));
         }
         self.batch.validate()

@@ -16,7 +16,9 @@
 //! The fleet around the engines: [`Simulation::run_replicas`] routes through several router
 //! replicas behind a front ([`Front`]); batched workers report their load every
 //! [`ClusterConfig::scrape_interval_s`], so routers see it as stale as a metrics scrape
-//! leaves it; engine events can arrive late ([`ClusterConfig::event_delay_s`]) or not at
+//! leaves it; batched workers can keep a host tier of CPU copies
+//! ([`BatchConfig::host_capacity_tokens`]), reported as host-tier events and loaded back at
+//! their reload time; engine events can arrive late ([`ClusterConfig::event_delay_s`]) or not at
 //! all ([`ClusterConfig::event_loss`], repaired by replay or not,
 //! [`ClusterConfig::event_replay`]); [`WorkerSpec`] mixes GPUs; [`Fault`]s take workers out
 //! and bring them back empty ([`Simulation::with_faults`]).
@@ -25,8 +27,8 @@
 //! scheduler and block pool, llm-d's `inference-sim`, Dynamo's mocker): see the
 //! `scheduler` and `pool` module docs for the engine; the fleet leaves out network time
 //! between the gateway and workers, a replay's size (it takes one event delay whatever it
-//! carries), health-check lag (a worker is removed the moment it fails), and the host
-//! (CPU offload) tier.
+//! carries), health-check lag (a worker is removed the moment it fails), and disk or remote
+//! tiers (the host tier's own limits are in the `host` module docs).
 //!
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 
@@ -34,6 +36,7 @@ mod batched;
 mod clock;
 mod config;
 mod events;
+mod host;
 mod pool;
 mod references;
 mod replicas;

@@ -14,8 +14,12 @@ pub struct SimReport {
     pub prefill_tokens: u64,
     /// Prompt tokens found cached.
     pub cached_tokens: u64,
-    /// `cached_tokens / prompt_tokens`.
+    /// `cached_tokens / prompt_tokens`: hits at every tier.
     pub hit_ratio: f64,
+    /// Prompt tokens loaded back from the host tier over prompt tokens (a part of
+    /// `hit_ratio`; 0 without a host tier,
+    /// [`BatchConfig::host_capacity_tokens`](super::BatchConfig::host_capacity_tokens)).
+    pub host_hit_ratio: f64,
     /// The hit ratio of one infinite cache shared by all workers: the trace's limit.
     pub ideal_hit_ratio: f64,
     /// The hit ratio of one LRU cache of the whole fleet's capacity (workers × capacity).
@@ -90,7 +94,8 @@ impl SimReport {
         format!(
             concat!(
                 "{{\"policy\":\"{}\",\"requests\":{},\"prompt_tokens\":{},\"prefill_tokens\":{},",
-                "\"cached_tokens\":{},\"hit_ratio\":{:.6},\"ideal_hit_ratio\":{:.6},",
+                "\"cached_tokens\":{},\"hit_ratio\":{:.6},\"host_hit_ratio\":{:.6},",
+                "\"ideal_hit_ratio\":{:.6},",
                 "\"pooled_ideal_hit_ratio\":{:.6},\"ratio_to_ideal\":{:.6},\"imbalance\":{:.6},",
                 "\"ttft_p50_s\":{:.6},\"ttft_p90_s\":{:.6},\"ttft_p99_s\":{:.6},",
                 "\"tpot_p50_s\":{:.6},\"tpot_p90_s\":{:.6},\"tpot_p99_s\":{:.6},",
@@ -106,6 +111,7 @@ impl SimReport {
             self.prefill_tokens,
             self.cached_tokens,
             self.hit_ratio,
+            self.host_hit_ratio,
             self.ideal_hit_ratio,
             self.pooled_ideal_hit_ratio,
             self.ratio_to_ideal,
@@ -154,8 +160,10 @@ pub struct RequestRecord {
     /// When its worker first gave it KV blocks (the simple engine: when its prefill
     /// started); `None` if it never was.
     pub admitted_s: Option<f64>,
-    /// Prompt tokens found cached at that first admission.
+    /// Prompt tokens found cached at that first admission, at every tier.
     pub cached_tokens: usize,
+    /// Of those, the tokens loaded back from the host tier.
+    pub host_cached_tokens: usize,
     /// Time to first token, from arrival.
     pub ttft_s: Option<f64>,
     /// Time per output token after the first, for more than one output token.
@@ -178,7 +186,8 @@ impl RequestRecord {
         format!(
             concat!(
                 "{{\"index\":{},\"prompt_tokens\":{},\"worker\":{},\"replica\":{},",
-                "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"ttft_s\":{},",
+                "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"host_cached_tokens\":{},",
+                "\"ttft_s\":{},",
                 "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{}}}"
             ),
             self.index,
@@ -188,6 +197,7 @@ impl RequestRecord {
             self.arrival_s,
             opt(self.admitted_s),
             self.cached_tokens,
+            self.host_cached_tokens,
             opt(self.ttft_s),
             opt(self.tpot_s),
             opt(self.e2e_s),

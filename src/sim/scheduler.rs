@@ -15,9 +15,11 @@
 //! 2. unless a sequence was preempted, waiting sequences in arrival order are admitted
 //!    while budget and the sequence cap allow: each first takes the longest cached prefix
 //!    of its tokens (never its last token: vLLM always computes it, so a fully cached
-//!    prompt computes its last block), then a prefill chunk within the budget, and is
-//!    admitted only when the pool has the blocks;
-//! 3. at the step's end every computed full block is cached under its hash; a sequence
+//!    prompt computes its last block), continued by whole chunks of the host tier if the
+//!    worker has one ([`HostTier`], loaded back into new blocks at their reload time), then
+//!    a prefill chunk within the budget, and is admitted only when the pool has the blocks;
+//! 3. at the step's end every computed full block is cached under its hash (and copied to
+//!    the host tier, chunk by chunk); a sequence
 //!    whose prompt is done samples a token (its first token when the prompt just finished);
 //!    one that has all its output tokens finishes and frees its blocks last first.
 //!
@@ -28,6 +30,7 @@
 use std::collections::VecDeque;
 
 use super::config::BatchConfig;
+use super::host::{HostChange, HostTier};
 use super::pool::{BlockId, BlockPool, PoolChange};
 use crate::{BlockHash, PrefixHasher, TokenId};
 
@@ -112,8 +115,9 @@ pub(super) enum Outcome {
     FirstToken(SeqId),
     /// It generated its last token and left the worker.
     Finished(SeqId),
-    /// It was admitted for the first time, finding `hit` prompt tokens cached.
-    Admitted { seq: SeqId, hit: usize },
+    /// It was admitted for the first time, finding `hit` prompt tokens cached, `host` of
+    /// them loaded back from the host tier.
+    Admitted { seq: SeqId, hit: usize, host: usize },
     /// It was preempted.
     Preempted(SeqId),
     /// It can never fit in the pool and was dropped.
@@ -131,6 +135,8 @@ pub(super) struct Step {
     pub(super) decodes: usize,
     /// Tokens of context the decodes attend to.
     pub(super) context: usize,
+    /// Tokens loaded back from the host tier.
+    pub(super) loaded: usize,
 }
 
 impl Step {
@@ -140,6 +146,7 @@ impl Step {
             + self.prefill as f64 / prefill_tokens_per_s
             + self.decodes as f64 * config.step_s_per_decode
             + self.context as f64 * config.step_s_per_context_token
+            + config.reload.seconds(crate::Tier::Host, self.loaded)
     }
 }
 
@@ -147,6 +154,7 @@ impl Step {
 #[derive(Debug)]
 pub(super) struct Scheduler {
     pool: BlockPool,
+    host: Option<HostTier>,
     block_size: usize,
     config: BatchConfig,
     waiting: VecDeque<SeqId>,
@@ -157,8 +165,12 @@ impl Scheduler {
     /// A worker of `blocks` blocks of `block_size` tokens, recording its pool's changes
     /// when `record` is true.
     pub(super) fn new(blocks: usize, block_size: usize, config: BatchConfig, record: bool) -> Self {
+        let chunk_tokens = config.host_chunk_blocks.max(1) * block_size;
+        let host_chunks = config.host_capacity_tokens / chunk_tokens.max(1);
         Self {
             pool: BlockPool::new(blocks, record),
+            host: (host_chunks > 0)
+                .then(|| HostTier::new(host_chunks, config.host_chunk_blocks, record)),
             block_size,
             config,
             waiting: VecDeque::new(),
@@ -193,15 +205,24 @@ impl Scheduler {
         )
     }
 
-    /// How many leading `hashes` the pool would give a request.
+    /// How many leading `hashes` the pool and the host tier would give a request.
     #[cfg(test)]
     pub(super) fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {
-        self.pool.cached_prefix(hashes)
+        let hit = self.pool.cached_prefix(hashes);
+        self.host
+            .as_ref()
+            .map_or(hit, |h| h.continues(hashes, hit, hashes.len()))
     }
 
-    /// The pool's changes since the last call.
-    pub(super) fn drain_changes(&mut self) -> Vec<PoolChange> {
-        self.pool.drain_changes()
+    /// The pool's changes and the host tier's since the last call (every host change came
+    /// after the pool changes it follows: a chunk is copied once its blocks are cached).
+    pub(super) fn drain_changes(&mut self) -> (Vec<PoolChange>, Vec<HostChange>) {
+        let host = self
+            .host
+            .as_mut()
+            .map(HostTier::drain_changes)
+            .unwrap_or_default();
+        (self.pool.drain_changes(), host)
     }
 
     /// Builds the next step, admitting and preempting as it goes (see the module docs).
@@ -298,24 +319,33 @@ impl Scheduler {
             let hit = self
                 .pool
                 .cached_prefix(&seq.hashes[..max_hit.min(seq.hashes.len())]);
-            let computed = hit * self.block_size;
+            let found = self
+                .host
+                .as_ref()
+                .map_or(hit, |h| h.continues(&seq.hashes, hit, max_hit));
+            let computed = found * self.block_size;
             let tokens = (seq.len() - computed).min(*budget);
             let need = (computed + tokens).div_ceil(self.block_size) - hit;
             if need + self.pool.free_among(&seq.hashes, hit) > self.pool.free_blocks() {
                 return;
             }
             self.waiting.pop_front();
+            if let Some(host) = &mut self.host {
+                host.load(&seq.hashes, found);
+            }
             self.pool.take_cached(&seq.hashes, hit, &mut seq.blocks);
             let fitted = self.pool.allocate(need, &mut seq.blocks);
             debug_assert!(fitted, "checked above");
             seq.computed = computed;
             seq.cached_blocks = hit;
+            step.loaded += (found - hit) * self.block_size;
             if seq.hit_tokens.is_none() {
                 let hit_tokens = computed.min(seq.prompt.len());
                 seq.hit_tokens = Some(hit_tokens);
                 out.push(Outcome::Admitted {
                     seq: id,
                     hit: hit_tokens,
+                    host: hit_tokens.saturating_sub(hit * self.block_size),
                 });
             }
             Self::account(step, id, seq, tokens);
@@ -415,6 +445,9 @@ impl Scheduler {
             let parent = b.checked_sub(1).map(|p| seq.hashes[p]);
             self.pool
                 .cache(seq.blocks[b], seq.hashes[b], parent, tokens);
+        }
+        if let Some(host) = &mut self.host {
+            host.copy(&seq.hashes, seq.cached_blocks, full);
         }
         seq.cached_blocks = seq.cached_blocks.max(full);
     }

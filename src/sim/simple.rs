@@ -157,7 +157,7 @@ impl<'s> Run<'s> {
         let prompt = flight.routed.tokens.len();
         let cached =
             (worker.cache.held_prefix(W0, &flight.routed.blocks) * cfg.block_size).min(prompt);
-        self.tally.admitted(i, now, cached);
+        self.tally.admitted(i, now, cached, 0);
         let uncached = prompt - cached;
         worker.prefill_tokens += uncached as u64;
         worker.busy = true;

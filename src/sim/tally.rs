@@ -83,12 +83,12 @@ impl Tally {
         }
     }
 
-    /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached (its first
-    /// admission only counts).
-    pub(super) fn admitted(&mut self, i: usize, at: f64, cached: usize) {
+    /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached, `host` of
+    /// them on the host tier (its first admission only counts).
+    pub(super) fn admitted(&mut self, i: usize, at: f64, cached: usize, host: usize) {
         let r = &mut self.records[i];
         if r.admitted_s.is_none() {
-            (r.admitted_s, r.cached_tokens) = (Some(at), cached);
+            (r.admitted_s, r.cached_tokens, r.host_cached_tokens) = (Some(at), cached, host);
         }
     }
 
@@ -139,6 +139,7 @@ impl Tally {
         let served = || self.records.iter().filter(|r| !r.rejected);
         let prompt_tokens: u64 = served().map(|r| r.prompt_tokens as u64).sum();
         let cached_tokens: u64 = served().map(|r| r.cached_tokens as u64).sum();
+        let host_tokens: u64 = served().map(|r| r.host_cached_tokens as u64).sum();
         let ttft = percentiles(self.records.iter().filter_map(|r| r.ttft_s).collect());
         let tpot = percentiles(self.records.iter().filter_map(|r| r.tpot_s).collect());
         let e2e = percentiles(self.records.iter().filter_map(|r| r.e2e_s).collect());
@@ -154,6 +155,7 @@ impl Tally {
             prefill_tokens: computed,
             cached_tokens,
             hit_ratio,
+            host_hit_ratio: ratio(host_tokens as f64, prompt_tokens as f64),
             ideal_hit_ratio: references.ideal,
             pooled_ideal_hit_ratio: references.pooled,
             ratio_to_ideal: ratio(hit_ratio, references.ideal),

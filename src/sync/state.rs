@@ -35,16 +35,11 @@ pub(super) struct Stored<'e> {
 pub(crate) struct SyncConfig {
     /// Groups mirrored: events of groups at or beyond it are skipped and counted.
     pub(crate) max_groups: u32,
-    /// Blocks per chunk of a lower tier's copies (vLLM's CPU offloading).
-    pub(crate) chunk_blocks: usize,
 }
 
 impl Default for SyncConfig {
     fn default() -> Self {
-        Self {
-            max_groups: 8,
-            chunk_blocks: 1,
-        }
+        Self { max_groups: 8 }
     }
 }
 
@@ -283,16 +278,7 @@ impl SyncState {
         }
         let ws = &mut self.workers[worker.index()];
         for &engine in blocks {
-            let chunk = self.config.chunk_blocks;
-            ws.remove(
-                tree,
-                worker,
-                engine,
-                tier,
-                chunk,
-                &mut self.scratch.path,
-                outcome,
-            );
+            ws.remove(tree, worker, engine, tier, &mut self.scratch.path, outcome);
         }
     }
 

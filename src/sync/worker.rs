@@ -4,7 +4,11 @@
 //! Glossary: an **engine block** is a block the worker reported, under its engine hash; its
 //! **record** holds the router's hash of the same block and its parent's engine hash. A
 //! **chunk** is a run of blocks a lower tier copies and drops together, named by its last
-//! block (vLLM's CPU offloading).
+//! block (vLLM's CPU offloading). A chunk's placeholder marks the whole path above its last
+//! block at the tier; its removal unmarks the last block and what hangs below, since two
+//! chunks can share their first blocks. A hit is cut to whole chunks below the device tier
+//! when it is matched ([`CacheIndex`](crate::CacheIndex)), so a first block left marked by a
+//! dropped chunk never counts alone.
 
 use super::SyncOutcome;
 use super::blocks::{EngineBlock, EngineBlocks};
@@ -184,9 +188,9 @@ impl WorkerSync {
         }
     }
 
-    /// Applies the removal of one block from `tier`: the block's chunk at that tier (the
-    /// block alone at the device tier) and what hangs below leave the tier; a block left at
-    /// no tier is gone, and so is its record.
+    /// Applies the removal of one block from `tier` (a chunk's last block below the device
+    /// tier): the block and what hangs below leave the tier; a block left at no tier is
+    /// gone, and so is its record.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn remove(
         &mut self,
@@ -194,7 +198,6 @@ impl WorkerSync {
         worker: WorkerId,
         engine: u64,
         tier: Tier,
-        chunk: usize,
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
@@ -206,41 +209,23 @@ impl WorkerSync {
         // Without either, an ancestor already removed took the block out of the tree.
         let found = self.locate_or_walk(tree, engine, worker, path);
         // Whether the block stays held at another tier (read before the tree changes: its
-        // node may merge away).
-        let kept = tree.tiered()
-            && found
-                .and_then(|at| tree.tiers_at(worker, at))
-                .is_some_and(|tiers| !tiers.without(tier).is_empty());
-        let first = if tier == Tier::Device {
-            engine
-        } else {
-            self.chunk_start(engine, chunk)
-        };
-        let from = if first == engine {
-            found
-        } else {
-            self.locate_or_walk(tree, first, worker, path)
-        };
-        if let Some(at) = from {
+        // node may merge away). In a tree without lower tiers a block is held at the device
+        // tier alone, so a lower tier's removal keeps it.
+        let kept = found.is_some_and(|at| {
+            if tree.tiered() {
+                tree.tiers_at(worker, at)
+                    .is_some_and(|tiers| !tiers.without(tier).is_empty())
+            } else {
+                tier != Tier::Device
+            }
+        });
+        if let Some(at) = found {
             tree.remove_tier_at(worker, at, tier);
         }
         if !kept {
             self.blocks.remove(engine);
         }
         outcome.removed_blocks += 1;
-    }
-
-    /// The first block of the chunk of `chunk` blocks that ends at `engine`: its ancestor
-    /// `chunk - 1` links up, or the oldest known one.
-    fn chunk_start(&self, engine: u64, chunk: usize) -> u64 {
-        let mut first = engine;
-        for _ in 1..chunk {
-            match self.blocks.get(first).and_then(EngineBlock::parent) {
-                Some(parent) if self.blocks.get(parent).is_some() => first = parent,
-                _ => break,
-            }
-        }
-        first
     }
 
     /// The worker's device tier was cleared: records of blocks it no longer holds at any
