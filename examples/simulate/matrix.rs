@@ -4,8 +4,9 @@
 //! Cells: the two Mooncake traces and the built-in agentic workload, each at loads 1×, 4×
 //! and 8× (arrival rates multiplied) under each sync mode (engine events, miss feedback,
 //! optimistic: no correction, the mirror told no capacity), then the conversation trace at
-//! 4× with events with 4 router replicas, with half the fleet at half speed, and with a
-//! worker out for a quarter of the trace. Everything else is as the other flags say.
+//! 4× with events with 4 router replicas, with half the fleet at half speed, with a
+//! worker out for a quarter of the trace, and with a host tier four times each worker's KV
+//! (the pooled reference then holds both tiers). Everything else is as the other flags say.
 
 use super::Failure;
 use super::args::Args;
@@ -141,6 +142,8 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
     replicas.replicas = 4;
     let mut mixed = base.clone();
     mixed.fleet = Some(format!("{}x1.0,{}x0.5", workers - workers / 2, workers / 2));
+    let mut host = base.clone();
+    host.cluster.batch.host_capacity_tokens = 4 * base.cluster.capacity_tokens;
     let mut fault = base.clone();
     let end = workloads[0].1.last().map_or(0.0, |r| r.arrival_s) / base.cluster.speedup;
     fault.faults = Some(format!(
@@ -165,6 +168,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
             ),
             fault,
         ),
+        ("4× events, host tier 4× the GPU's".to_owned(), host),
     ] {
         cells.push(Cell {
             workload: 0,

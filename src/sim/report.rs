@@ -22,7 +22,8 @@ pub struct SimReport {
     pub host_hit_ratio: f64,
     /// The hit ratio of one infinite cache shared by all workers: the trace's limit.
     pub ideal_hit_ratio: f64,
-    /// The hit ratio of one LRU cache of the whole fleet's capacity (workers × capacity).
+    /// The hit ratio of one LRU cache of the whole fleet's capacity (every worker's KV and
+    /// host tier).
     pub pooled_ideal_hit_ratio: f64,
     /// `hit_ratio / ideal_hit_ratio`.
     pub ratio_to_ideal: f64,

@@ -83,9 +83,13 @@ impl Simulation {
             )?;
         }
         let hasher = PrefixHasher::new(config.block_size)?;
+        let host_blocks = match config.engine {
+            Engine::Batched => config.batch.host_capacity_tokens / config.block_size,
+            Engine::Simple => 0,
+        };
         let pooled_blocks = fleet
             .iter()
-            .map(|w| w.capacity_tokens / config.block_size)
+            .map(|w| w.capacity_tokens / config.block_size + host_blocks)
             .sum();
         let references = References::compute(&requests, &hasher, pooled_blocks)?;
         Ok(Self {
@@ -171,7 +175,8 @@ impl Simulation {
         self.references.ideal
     }
 
-    /// The hit ratio of one LRU cache of the whole fleet's capacity.
+    /// The hit ratio of one LRU cache of the whole fleet's capacity (each worker's KV and,
+    /// with the batched engine, its host tier).
     #[must_use]
     pub fn pooled_ideal_hit_ratio(&self) -> f64 {
         self.references.pooled
