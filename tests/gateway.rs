@@ -10,6 +10,8 @@ mod app;
 mod mock;
 #[path = "../examples/common/policy.rs"]
 mod policy;
+#[path = "../examples/gateway/stream.rs"]
+mod stream;
 
 use std::time::Duration;
 
@@ -352,4 +354,82 @@ async fn data_parallel_ranks_are_targets_named_by_a_header() {
     let stats = get(&client, format!("{gw}/stats")).await;
     assert_eq!(stats["workers"].as_array().unwrap().len(), 2);
     assert_eq!(stats["workers"][1]["rank"], 1);
+}
+
+/// Polls the gateway's `/stats` until `done` holds for worker 0, for at most 5 s.
+async fn wait_for(client: &reqwest::Client, gw: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..100 {
+        let stats = get(client, format!("{gw}/stats")).await;
+        if done(&stats["workers"][0]) {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gateway's stats never got there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_completions_pass_through_and_fire_first_token_at_the_first_chunk() {
+    let up = Upstream::start(4_096);
+    let gw = gateway("balanced", &[&up]).await;
+    let client = client();
+    let prompt: Vec<u32> = (0..64).collect();
+    for round in 0..2u64 {
+        let body = json!({"model": "m", "prompt": prompt, "stream": true, "mock_pause_ms": 300});
+        let mut resp = client
+            .post(format!("{gw}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let first = resp.chunk().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first).contains(" ok"));
+        // Mid-stream: still in flight, its prefill known done.
+        let mid = get(&client, format!("{gw}/stats")).await;
+        assert_eq!(mid["workers"][0]["in_flight"], 1, "round {round}");
+        assert_eq!(mid["workers"][0]["prefill_tokens"], 0, "round {round}");
+        assert_eq!(mid["workers"][0]["streamed_first_tokens"], round + 1);
+        let mut rest = Vec::new();
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            rest.extend_from_slice(&chunk);
+        }
+        let rest = String::from_utf8(rest).unwrap();
+        assert!(
+            rest.contains(" done") && rest.ends_with("data: [DONE]\n\n"),
+            "{rest}"
+        );
+        assert!(
+            rest.contains("\"usage\""),
+            "the gateway asked for the usage event"
+        );
+        let stats = wait_for(&client, &gw, |w| w["in_flight"] == 0).await;
+        // The second round finds the first's 64 tokens cached, reported by the usage event.
+        assert_eq!(stats["workers"][0]["reported_cached_tokens"], 64 * round);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_stream_completes_its_request() {
+    let up = Upstream::start(4_096);
+    let gw = gateway("balanced", &[&up]).await;
+    let client = client();
+    let body =
+        json!({"prompt": (0..32).collect::<Vec<u32>>(), "stream": true, "mock_pause_ms": 3_000});
+    let mut resp = client
+        .post(format!("{gw}/v1/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    resp.chunk().await.unwrap().unwrap();
+    assert_eq!(
+        get(&client, format!("{gw}/stats")).await["workers"][0]["in_flight"],
+        1
+    );
+    drop(resp);
+    let stats = wait_for(&client, &gw, |w| w["in_flight"] == 0).await;
+    assert_eq!(stats["workers"][0]["routed"], 1);
 }

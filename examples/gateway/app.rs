@@ -1,9 +1,12 @@
 //! The gateway: an OpenAI-compatible reverse proxy that routes with `prefix_router`.
+//! Completions are answered whole or, with `"stream": true`, streamed through as they come
+//! (`stream.rs`).
 //!
 //! Shared by `examples/gateway/main.rs` (the binary) and `tests/gateway.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::body::Bytes;
@@ -14,6 +17,8 @@ use axum::routing::{get, post};
 use prefix_router::{Error, RankLayout, RouteDecision, RouteRequest, Router, TokenId, WorkerId};
 use serde_json::{Value, json};
 
+use super::stream;
+
 /// Per-upstream counters the gateway keeps beside the router's load.
 #[derive(Default)]
 pub(crate) struct UpstreamStats {
@@ -21,6 +26,9 @@ pub(crate) struct UpstreamStats {
     reported_cached_tokens: AtomicU64,
     prompt_tokens: AtomicU64,
     failures: AtomicU64,
+    /// Streamed requests whose first content came, and the microseconds to it, summed.
+    first_tokens: AtomicU64,
+    first_token_us: AtomicU64,
 }
 
 /// The gateway's state: the router, the upstream endpoints, and their data-parallel ranks.
@@ -63,6 +71,40 @@ impl Gateway {
     fn upstream(&self, t: WorkerId) -> &str {
         &self.upstreams[self.layout.endpoint(t) as usize]
     }
+
+    /// The router.
+    pub(crate) fn router(&self) -> &dyn Router {
+        self.router.as_ref()
+    }
+
+    /// A streamed request's first content came `elapsed` after it arrived.
+    pub(crate) fn first_token_after(&self, decision: &RouteDecision, elapsed: Duration) {
+        let s = &self.stats[decision.worker().index()];
+        s.first_tokens.fetch_add(1, Relaxed);
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        s.first_token_us.fetch_add(us, Relaxed);
+    }
+
+    /// The upstream reported `cached` of the request's `tokens` (salted with `salt`) cached:
+    /// counted, and fed back to the router's mirror.
+    pub(crate) fn reported(
+        &self,
+        decision: &RouteDecision,
+        tokens: &[TokenId],
+        salt: &str,
+        cached: u64,
+    ) {
+        let w = decision.worker();
+        let stats = &self.stats[w.index()];
+        stats.reported_cached_tokens.fetch_add(cached, Relaxed);
+        stats
+            .predicted_cached_tokens
+            .fetch_add(decision.cached_tokens() as u64, Relaxed);
+        stats.prompt_tokens.fetch_add(tokens.len() as u64, Relaxed);
+        if let Some(sync) = self.router.cache_sync() {
+            let _ = sync.report_cached_salted(w, salt.as_bytes(), tokens, cached as usize);
+        }
+    }
 }
 
 /// The HTTP routes: `POST /v1/completions`, `GET /stats`, `GET /health`.
@@ -87,16 +129,25 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// What the gateway takes from a request body; the body itself is forwarded unchanged.
+/// What the gateway takes from a request body; the body itself is forwarded unchanged (a
+/// streamed one asks for the usage event too).
 struct Parsed {
     tokens: Vec<TokenId>,
     model: Option<String>,
     user: Option<String>,
+    /// The body, parsed.
+    value: Value,
 }
 
 fn parse(body: &[u8]) -> Result<Parsed, String> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let fields = fields(&value)?;
+    Ok(Parsed { value, ..fields })
+}
+
+/// The prompt's token IDs, the model and the user of a parsed body.
+fn fields(value: &Value) -> Result<Parsed, String> {
     let Some(object) = value.as_object() else {
         return Err("the body must be a JSON object".into());
     };
@@ -131,10 +182,12 @@ fn parse(body: &[u8]) -> Result<Parsed, String> {
         tokens,
         model: text("model"),
         user: text("user"),
+        value: Value::Null,
     })
 }
 
 async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
     let parsed = match parse(&body) {
         Ok(p) => p,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -149,6 +202,12 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
     if let Some(s) = &session {
         request = request.with_session(s);
     }
+    let streamed = stream::is_streamed(&parsed.value);
+    let body = if streamed {
+        stream::with_usage(parsed.value)
+    } else {
+        body
+    };
     // One retry on another worker when an upstream cannot be reached.
     for _ in 0..2 {
         let decision = match gw.router.route(&request) {
@@ -156,22 +215,35 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
             Err(Error::NoWorkers) => break,
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
-        match forward(&gw, &decision, &body).await {
-            Ok((status, upstream_body)) => {
-                gw.router.first_token(&decision);
-                let response =
-                    respond(&gw, &decision, &parsed.tokens, &salt, status, upstream_body);
-                gw.router.complete(&decision);
-                return response;
-            }
-            Err(()) => {
-                gw.stats[decision.worker().index()]
-                    .failures
-                    .fetch_add(1, Relaxed);
-                let _ = gw.router.set_available(decision.worker(), false);
-                gw.router.complete(&decision);
-            }
-        }
+        let Ok(upstream) = send(&gw, &decision, &body).await else {
+            failed(&gw, &decision);
+            continue;
+        };
+        let status =
+            StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let receipt = (decision.worker(), decision.cached_tokens() as u64);
+        let response = if streamed {
+            let tokens = parsed.tokens.clone();
+            let body = stream::pass_through(
+                Arc::clone(&gw),
+                decision,
+                tokens,
+                salt.clone(),
+                started,
+                upstream,
+            );
+            (status, body).into_response()
+        } else {
+            let Ok(bytes) = upstream.bytes().await else {
+                failed(&gw, &decision);
+                continue;
+            };
+            gw.router.first_token(&decision);
+            let response = respond(&gw, &decision, &parsed.tokens, &salt, status, bytes);
+            gw.router.complete(&decision);
+            response
+        };
+        return with_receipt(&gw, receipt, streamed, response);
     }
     error(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -179,10 +251,24 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
     )
 }
 
-/// Sends the body unchanged to the chosen upstream, naming the chosen rank in vLLM's
+/// The upstream of `decision` could not be reached: counted, marked unavailable, and the
+/// decision completed.
+fn failed(gw: &Gateway, decision: &RouteDecision) {
+    gw.stats[decision.worker().index()]
+        .failures
+        .fetch_add(1, Relaxed);
+    let _ = gw.router.set_available(decision.worker(), false);
+    gw.router.complete(decision);
+}
+
+/// Sends `body` to the chosen upstream, naming the chosen rank in vLLM's
 /// `X-data-parallel-rank` header when endpoints have more than one; `Err` when it cannot be
 /// reached.
-async fn forward(gw: &Gateway, decision: &RouteDecision, body: &Bytes) -> Result<(u16, Bytes), ()> {
+async fn send(
+    gw: &Gateway,
+    decision: &RouteDecision,
+    body: &Bytes,
+) -> Result<reqwest::Response, ()> {
     let target = decision.worker();
     let url = format!("{}/v1/completions", gw.upstream(target));
     let mut request = gw
@@ -193,51 +279,46 @@ async fn forward(gw: &Gateway, decision: &RouteDecision, body: &Bytes) -> Result
     if gw.layout.ranks() > 1 {
         request = request.header("x-data-parallel-rank", gw.layout.rank(target));
     }
-    let response = request.send().await.map_err(|_| ())?;
-    let status = response.status().as_u16();
-    let bytes = response.bytes().await.map_err(|_| ())?;
-    Ok((status, bytes))
+    request.send().await.map_err(|_| ())
 }
 
-/// Reads the upstream's reported cached tokens, feeds them back to the router, and returns
-/// the upstream's response with the routing decision in headers.
+/// Reads the upstream's reported cached tokens and feeds them back to the router.
 fn respond(
     gw: &Gateway,
     decision: &RouteDecision,
     tokens: &[TokenId],
     salt: &str,
-    status: u16,
+    status: StatusCode,
     body: Bytes,
 ) -> Response {
-    let w = decision.worker();
-    let stats = &gw.stats[w.index()];
     let reported = serde_json::from_slice::<Value>(&body).ok().and_then(|v| {
         v.pointer("/usage/prompt_tokens_details/cached_tokens")
             .and_then(Value::as_u64)
     });
     if let Some(cached) = reported {
-        stats.reported_cached_tokens.fetch_add(cached, Relaxed);
-        stats
-            .predicted_cached_tokens
-            .fetch_add(decision.cached_tokens() as u64, Relaxed);
-        stats.prompt_tokens.fetch_add(tokens.len() as u64, Relaxed);
-        if let Some(sync) = gw.router.cache_sync() {
-            let _ = sync.report_cached_salted(w, salt.as_bytes(), tokens, cached as usize);
-        }
+        gw.reported(decision, tokens, salt, cached);
     }
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut response = (status, body).into_response();
+    (status, body).into_response()
+}
+
+/// The response with its content type and the routing decision (the target, the cached
+/// tokens it predicted) in headers.
+fn with_receipt(
+    gw: &Gateway,
+    (w, predicted): (WorkerId, u64),
+    streamed: bool,
+    mut response: Response,
+) -> Response {
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let kind = if streamed {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
     h.insert("x-routed-worker", HeaderValue::from(w.get()));
     h.insert("x-routed-rank", HeaderValue::from(gw.layout.rank(w)));
-    h.insert(
-        "x-predicted-cached-tokens",
-        HeaderValue::from(decision.cached_tokens() as u64),
-    );
+    h.insert("x-predicted-cached-tokens", HeaderValue::from(predicted));
     response
 }
 
@@ -258,10 +339,21 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
                 "reported_cached_tokens": s.reported_cached_tokens.load(Relaxed),
                 "prompt_tokens": s.prompt_tokens.load(Relaxed),
                 "failures": s.failures.load(Relaxed),
+                "prefill_tokens": load.map(|l| l.prefill_tokens),
+                "streamed_first_tokens": s.first_tokens.load(Relaxed),
+                "mean_time_to_first_token_ms": mean_ms(
+                    s.first_token_us.load(Relaxed),
+                    s.first_tokens.load(Relaxed),
+                ),
             })
         })
         .collect();
     Json(json!({"policy": gw.router.name(), "workers": workers}))
+}
+
+/// `total_us / count` in milliseconds; `None` for no count.
+fn mean_ms(total_us: u64, count: u64) -> Option<f64> {
+    (count > 0).then(|| total_us as f64 / count as f64 / 1_000.0)
 }
 
 async fn health(State(gw): State<Arc<Gateway>>) -> Json<Value> {

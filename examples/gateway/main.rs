@@ -8,6 +8,7 @@
 //! cargo run --release --example gateway -- --listen 127.0.0.1:8000 --policy balanced \
 //!     --upstream http://127.0.0.1:8001 --upstream http://127.0.0.1:8002 --upstream http://127.0.0.1:8003
 //! curl -s localhost:8000/v1/completions -d '{"model":"m","prompt":[1,2,3]}'
+//! curl -sN localhost:8000/v1/completions -d '{"model":"m","prompt":[1,2,3],"stream":true}'
 //! curl -s localhost:8000/stats
 //! ```
 //!
@@ -25,6 +26,7 @@ mod app;
 mod mock;
 #[path = "../common/policy.rs"]
 mod policy;
+mod stream;
 
 fn usage() -> String {
     format!(

@@ -4,11 +4,16 @@
 //! With several data-parallel ranks, each rank has its own cache, and a request names its
 //! rank in vLLM's `X-data-parallel-rank` header (rank 0 without it); the response says which
 //! rank served it (`served_by_rank`, a field of the mock's only).
+//!
+//! With `"stream": true` it answers with server-sent events as vLLM does: two content events,
+//! the usage event when `stream_options.include_usage` asks for it, then `[DONE]`. A
+//! request's `mock_pause_ms` (the mock's only) holds the stream that long after its first
+//! event, so that tests can look at the gateway mid-stream.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -88,18 +93,59 @@ async fn complete(
         .unwrap_or_default();
     let model = value["model"].as_str().unwrap_or("");
     let cached = worker.serve(rank, model, &tokens);
+    let usage = json!({
+        "prompt_tokens": tokens.len(),
+        "completion_tokens": 2,
+        "total_tokens": tokens.len() + 2,
+        "prompt_tokens_details": {"cached_tokens": cached}
+    });
+    if value["stream"] == true {
+        let pause = value["mock_pause_ms"].as_u64().unwrap_or(0);
+        let with_usage = value.pointer("/stream_options/include_usage") == Some(&json!(true));
+        return stream(model, with_usage.then_some(usage), pause);
+    }
     Json(json!({
         "id": "cmpl-mock",
         "object": "text_completion",
         "model": model,
         "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
-        "usage": {
-            "prompt_tokens": tokens.len(),
-            "completion_tokens": 1,
-            "total_tokens": tokens.len() + 1,
-            "prompt_tokens_details": {"cached_tokens": cached}
-        },
+        "usage": usage,
         "served_by_rank": rank
     }))
     .into_response()
+}
+
+/// A streamed answer: two content events `pause_ms` apart, the usage event if given, and
+/// `[DONE]`.
+fn stream(model: &str, usage: Option<Value>, pause_ms: u64) -> Response {
+    let chunk = |text: &str, finish: Value| {
+        let event = json!({
+            "id": "cmpl-mock",
+            "object": "text_completion",
+            "model": model,
+            "choices": [{"index": 0, "text": text, "finish_reason": finish}]
+        });
+        format!("data: {event}\n\n")
+    };
+    let mut events = vec![chunk(" ok", Value::Null), chunk(" done", json!("length"))];
+    if let Some(usage) = usage {
+        let event = json!({"id": "cmpl-mock", "object": "text_completion", "model": model,
+            "choices": [], "usage": usage});
+        events.push(format!("data: {event}\n\n"));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    let body = futures_util::stream::unfold(0, move |i| {
+        let event = events.get(i).cloned();
+        async move {
+            if i == 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+            }
+            event.map(|e| (Ok::<_, std::io::Error>(Bytes::from(e)), i + 1))
+        }
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
 }

@@ -1,0 +1,192 @@
+//! Streamed completions: the upstream's server-sent events pass through to the client as
+//! they arrive, and the gateway watches them go by.
+//!
+//! Glossary: an **event** is one `data: ...` line of the stream; a **content event** carries
+//! generated text (`choices[0].text`, or `choices[0].delta.content` for chat); the **usage
+//! event** carries `usage`, which vLLM sends last when the request asks for it
+//! (`stream_options.include_usage`, which the gateway adds).
+//!
+//! The router hears `first_token` at the first content event, the cached-token report at
+//! the usage event, and `complete` when the stream ends, fails or the client goes away
+//! (whichever comes first: the watcher is dropped then).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use futures_util::StreamExt;
+use prefix_router::{RouteDecision, TokenId};
+use serde_json::Value;
+
+use super::app::Gateway;
+
+/// Whether the request asks for a stream (`"stream": true`).
+pub(crate) fn is_streamed(body: &Value) -> bool {
+    body.get("stream").and_then(Value::as_bool) == Some(true)
+}
+
+/// The body to send upstream for a streamed request: the client's, asking for the usage
+/// event unless the client said otherwise.
+pub(crate) fn with_usage(mut body: Value) -> Bytes {
+    if let Some(object) = body.as_object_mut() {
+        let options = object
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(options) = options.as_object_mut() {
+            options.entry("include_usage").or_insert(Value::Bool(true));
+        }
+    }
+    Bytes::from(body.to_string())
+}
+
+/// What the events of a stream said so far.
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    /// Bytes of an event line not complete yet.
+    partial: Vec<u8>,
+    /// Whether a content event came.
+    content: bool,
+    /// The usage event's cached prompt tokens.
+    cached_tokens: Option<u64>,
+}
+
+impl Events {
+    /// Reads `chunk`; true when it held the stream's first content event.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> bool {
+        let before = self.content;
+        self.partial.extend_from_slice(chunk);
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            self.line(&line);
+        }
+        !before && self.content
+    }
+
+    /// The cached prompt tokens the usage event reported, if it came.
+    pub(crate) fn cached_tokens(&self) -> Option<u64> {
+        self.cached_tokens
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let Ok(line) = std::str::from_utf8(line) else {
+            return;
+        };
+        let Some(data) = line.trim_end().strip_prefix("data:") else {
+            return;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+            return; // `[DONE]` or a malformed event: nothing to learn
+        };
+        let choice = event.pointer("/choices/0");
+        let text = choice.and_then(|c| {
+            c.get("text")
+                .or_else(|| c.pointer("/delta/content"))
+                .and_then(Value::as_str)
+        });
+        if text.is_some_and(|t| !t.is_empty()) {
+            self.content = true;
+        }
+        if let Some(cached) = event
+            .pointer("/usage/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+        {
+            self.cached_tokens = Some(cached);
+        }
+    }
+}
+
+/// A streamed request in flight: what the router must hear about it, told as its events
+/// pass and, for `complete`, when it is dropped.
+struct Watch {
+    gw: Arc<Gateway>,
+    decision: RouteDecision,
+    tokens: Vec<TokenId>,
+    salt: String,
+    started: Instant,
+    events: Events,
+}
+
+impl Watch {
+    fn chunk(&mut self, chunk: &[u8]) {
+        if self.events.feed(chunk) {
+            self.gw.router().first_token(&self.decision);
+            self.gw
+                .first_token_after(&self.decision, self.started.elapsed());
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(cached) = self.events.cached_tokens() {
+            self.gw
+                .reported(&self.decision, &self.tokens, &self.salt, cached);
+        }
+        self.gw.router().complete(&self.decision);
+    }
+}
+
+/// The client's body: `upstream`'s bytes as they come, watched for the router. `complete`
+/// is called when the stream ends or the client disconnects.
+pub(crate) fn pass_through(
+    gw: Arc<Gateway>,
+    decision: RouteDecision,
+    tokens: Vec<TokenId>,
+    salt: String,
+    started: Instant,
+    upstream: reqwest::Response,
+) -> Body {
+    let mut watch = Watch {
+        gw,
+        decision,
+        tokens,
+        salt,
+        started,
+        events: Events::default(),
+    };
+    Body::from_stream(upstream.bytes_stream().map(move |chunk| {
+        if let Ok(bytes) = &chunk {
+            watch.chunk(bytes);
+        }
+        chunk
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_split_across_chunks_are_read_whole() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"text\":\"\"}]}\n\n",
+            "data: {\"choices\":[{\"text\":\" hi\"}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let mut events = Events::default();
+        let firsts: Vec<bool> = stream
+            .as_bytes()
+            .chunks(7)
+            .map(|c| events.feed(c))
+            .collect();
+        assert_eq!(
+            firsts.iter().filter(|&&f| f).count(),
+            1,
+            "one first content"
+        );
+        assert_eq!(events.cached_tokens(), Some(32));
+    }
+
+    #[test]
+    fn chat_deltas_count_as_content_and_usage_is_added_unless_set() {
+        let mut events = Events::default();
+        assert!(events.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n"));
+        let body = with_usage(serde_json::json!({"stream": true}));
+        let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        let off = serde_json::json!({"stream": true, "stream_options": {"include_usage": false}});
+        let v: Value = serde_json::from_slice(&with_usage(off)).unwrap_or_default();
+        assert_eq!(v["stream_options"]["include_usage"], false);
+    }
+}
