@@ -6,6 +6,8 @@
 
 #[path = "../examples/gateway/app.rs"]
 mod app;
+#[path = "../examples/gateway/metrics.rs"]
+mod metrics;
 #[path = "../examples/gateway/mock.rs"]
 mod mock;
 #[path = "../examples/common/policy.rs"]
@@ -96,6 +98,11 @@ async fn gateway_with_options(
     let router = policy::build(policy, targets, &options).unwrap().unwrap();
     let urls = upstreams.iter().map(|u| u.url.clone()).collect();
     let gw = app::Gateway::new(router, urls, layout);
+    tokio::spawn(metrics::scrape_forever(
+        std::sync::Arc::clone(&gw),
+        "/metrics".to_owned(),
+        Duration::from_millis(100),
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app::app(gw)).await });
@@ -432,4 +439,30 @@ async fn a_client_that_leaves_mid_stream_completes_its_request() {
     drop(resp);
     let stats = wait_for(&client, &gw, |w| w["in_flight"] == 0).await;
     assert_eq!(stats["workers"][0]["routed"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_metrics_are_scraped_into_the_routers_load_reports() {
+    let up = Upstream::start(64);
+    let gw = gateway("balanced", &[&up]).await;
+    let client = client();
+    let body =
+        json!({"prompt": (0..128).collect::<Vec<u32>>(), "stream": true, "mock_pause_ms": 1_500});
+    let mut resp = client
+        .post(format!("{gw}/v1/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    resp.chunk().await.unwrap().unwrap();
+    // Mid-stream the engine reports one request running and 8 of its 64 blocks in use.
+    let stats = wait_for(&client, &gw, |w| w["reported_queue"] == 1).await;
+    let w = &stats["workers"][0];
+    assert!(
+        (w["reported_kv_usage"].as_f64().unwrap() - 8.0 / 64.0).abs() < 1e-6,
+        "{w}"
+    );
+    assert!(w["metrics_age_ms"].as_f64().unwrap() < 1_000.0, "{w}");
+    while resp.chunk().await.unwrap().is_some() {}
+    wait_for(&client, &gw, |w| w["reported_queue"] == 0).await;
 }

@@ -29,6 +29,9 @@ pub(crate) struct UpstreamStats {
     /// Streamed requests whose first content came, and the microseconds to it, summed.
     first_tokens: AtomicU64,
     first_token_us: AtomicU64,
+    /// When its engine's metrics were last read, in microseconds since the gateway
+    /// started; 0: never.
+    scraped_at_us: AtomicU64,
 }
 
 /// The gateway's state: the router, the upstream endpoints, and their data-parallel ranks.
@@ -41,6 +44,7 @@ pub(crate) struct Gateway {
     /// By target.
     stats: Vec<UpstreamStats>,
     client: reqwest::Client,
+    started: Instant,
 }
 
 impl Gateway {
@@ -64,7 +68,51 @@ impl Gateway {
             upstreams,
             layout,
             client,
+            started: Instant::now(),
         })
+    }
+
+    /// How many upstream endpoints there are.
+    pub(crate) fn endpoints(&self) -> u32 {
+        self.upstreams.len() as u32
+    }
+
+    /// The endpoints' data-parallel ranks.
+    pub(crate) fn layout(&self) -> &RankLayout {
+        &self.layout
+    }
+
+    /// The text at `path` of `endpoint` (its metrics), read within 2 s; `None` on failure.
+    pub(crate) async fn get_text(&self, endpoint: u32, path: &str) -> Option<String> {
+        let url = format!("{}{path}", self.upstreams.get(endpoint as usize)?);
+        let response = self
+            .client
+            .get(url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.text().await.ok()
+    }
+
+    /// `target`'s engine reported `load` just now: the router hears it.
+    pub(crate) fn scraped(&self, target: WorkerId, load: prefix_router::ReportedLoad) {
+        if self.router.report_load(target, load).is_ok() {
+            let now = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.stats[target.index()]
+                .scraped_at_us
+                .store(now.max(1), Relaxed);
+        }
+    }
+
+    /// Milliseconds since `target`'s metrics were last read; `None` if never.
+    fn metrics_age_ms(&self, target: usize) -> Option<f64> {
+        let at = self.stats[target].scraped_at_us.load(Relaxed);
+        let now = self.started.elapsed().as_micros() as f64;
+        (at > 0).then(|| (now - at as f64).max(0.0) / 1_000.0)
     }
 
     /// The URL of target `t`'s endpoint.
@@ -341,6 +389,9 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
                 "failures": s.failures.load(Relaxed),
                 "prefill_tokens": load.map(|l| l.prefill_tokens),
                 "streamed_first_tokens": s.first_tokens.load(Relaxed),
+                "reported_queue": load.map(|l| l.reported.queue_len),
+                "reported_kv_usage": load.map(|l| l.reported.kv_usage),
+                "metrics_age_ms": gw.metrics_age_ms(i),
                 "mean_time_to_first_token_ms": mean_ms(
                     s.first_token_us.load(Relaxed),
                     s.first_tokens.load(Relaxed),

@@ -16,13 +16,19 @@
 //! `usage.prompt_tokens_details.cached_tokens`) to route real traffic. With `--dp-ranks N`
 //! each upstream is an endpoint of N data-parallel ranks (vLLM's `--data-parallel-size`):
 //! every (endpoint, rank) is a routing target, and the gateway names the rank it chose in
-//! the `X-data-parallel-rank` header (mock workers take the same flag).
+//! the `X-data-parallel-rank` header (mock workers take the same flag). With
+//! `--metrics-path /metrics` each upstream's Prometheus metrics are read every
+//! `--scrape-interval-ms` (default 1000) into the router's load reports. Ctrl-C stops
+//! accepting requests and lets those in flight, streams included, finish.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use prefix_router::RankLayout;
 
 mod app;
+mod metrics;
 mod mock;
 #[path = "../common/policy.rs"]
 mod policy;
@@ -30,82 +36,119 @@ mod stream;
 
 fn usage() -> String {
     format!(
-        "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] --upstream URL...\n       \
+        "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] \
+         [--metrics-path PATH] [--scrape-interval-ms N] --upstream URL...\n       \
          gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N]",
         policy::POLICIES.join("|")
     )
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let mut listen = "127.0.0.1:8000".to_owned();
-    let mut policy_name = "balanced".to_owned();
-    let mut upstreams = Vec::new();
-    let mut options = policy::PolicyOptions::default();
-    let mut mock_addr = None;
-    let mut capacity_blocks = 65_536;
-    let mut ranks = 1;
+/// What the flags say.
+struct Flags {
+    listen: String,
+    policy: String,
+    upstreams: Vec<String>,
+    options: policy::PolicyOptions,
+    mock: Option<String>,
+    capacity_blocks: usize,
+    ranks: u32,
+    /// Each upstream's metrics path (for example `/metrics`), scraped when given.
+    metrics_path: Option<String>,
+    scrape_interval: Duration,
+}
+
+fn parse_flags() -> Result<Flags, String> {
+    let mut f = Flags {
+        listen: "127.0.0.1:8000".to_owned(),
+        policy: "balanced".to_owned(),
+        upstreams: Vec::new(),
+        options: policy::PolicyOptions::default(),
+        mock: None,
+        capacity_blocks: 65_536,
+        ranks: 1,
+        metrics_path: None,
+        scrape_interval: Duration::from_secs(1),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let Some(value) = args.next() else {
-            eprintln!("error: {flag} needs a value\n{}", usage());
-            return ExitCode::from(2);
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{}", usage()))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("{flag}: {value:?} is not a number"))
         };
         match flag.as_str() {
-            "--listen" => listen = value,
-            "--policy" => policy_name = value,
-            "--upstream" => upstreams.push(value.trim_end_matches('/').to_owned()),
-            "--mock-worker" => mock_addr = Some(value),
-            "--block-size" | "--capacity-blocks" | "--dp-ranks" => {
-                let Ok(n) = value.parse::<usize>() else {
-                    eprintln!("error: {flag}: {value:?} is not a number");
-                    return ExitCode::from(2);
-                };
-                match flag.as_str() {
-                    "--block-size" => options.block_size = n,
-                    "--capacity-blocks" => capacity_blocks = n,
-                    _ => ranks = u32::try_from(n).unwrap_or(u32::MAX),
-                }
+            "--listen" => f.listen = value,
+            "--policy" => f.policy = value,
+            "--upstream" => f.upstreams.push(value.trim_end_matches('/').to_owned()),
+            "--mock-worker" => f.mock = Some(value),
+            "--metrics-path" => f.metrics_path = Some(value),
+            "--block-size" => f.options.block_size = number()?,
+            "--capacity-blocks" => f.capacity_blocks = number()?,
+            "--dp-ranks" => f.ranks = u32::try_from(number()?).unwrap_or(u32::MAX),
+            "--scrape-interval-ms" => {
+                f.scrape_interval = Duration::from_millis(number()?.max(1) as u64);
             }
-            _ => {
-                eprintln!("error: unknown flag {flag:?}\n{}", usage());
-                return ExitCode::from(2);
-            }
+            _ => return Err(format!("unknown flag {flag:?}\n{}", usage())),
         }
     }
-    let layout = match RankLayout::new(ranks) {
+    Ok(f)
+}
+
+/// The gateway's app for `f`, its metrics scraper started when asked.
+fn gateway(f: Flags, layout: RankLayout) -> Result<axum::Router, String> {
+    if f.upstreams.is_empty() {
+        return Err(format!("give at least one --upstream\n{}", usage()));
+    }
+    let targets = layout.targets(f.upstreams.len() as u32);
+    let router = match policy::build(&f.policy, targets, &f.options) {
+        Some(r) => r.map_err(|e| e.to_string())?,
+        None => return Err(format!("unknown policy {:?}\n{}", f.policy, usage())),
+    };
+    let gw = app::Gateway::new(router, f.upstreams, layout);
+    if let Some(path) = f.metrics_path {
+        tokio::spawn(metrics::scrape_forever(
+            Arc::clone(&gw),
+            path,
+            f.scrape_interval,
+        ));
+    }
+    Ok(app::app(gw))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = match parse_flags() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let layout = match RankLayout::new(flags.ranks) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: --dp-ranks: {e}");
             return ExitCode::from(2);
         }
     };
-    let (addr, app) = if let Some(addr) = mock_addr {
-        (
-            addr,
-            mock::mock_app(mock::MockWorker::new(capacity_blocks, ranks)),
-        )
-    } else {
-        if upstreams.is_empty() {
-            eprintln!("error: give at least one --upstream\n{}", usage());
-            return ExitCode::from(2);
+    let (addr, app) = match &flags.mock {
+        Some(addr) => (
+            addr.clone(),
+            mock::mock_app(mock::MockWorker::new(flags.capacity_blocks, flags.ranks)),
+        ),
+        None => {
+            let listen = flags.listen.clone();
+            match gateway(flags, layout) {
+                Ok(app) => (listen, app),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
         }
-        let targets = layout.targets(upstreams.len() as u32);
-        let router = match policy::build(&policy_name, targets, &options) {
-            Some(Ok(r)) => r,
-            Some(Err(e)) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-            None => {
-                eprintln!("error: unknown policy {policy_name:?}\n{}", usage());
-                return ExitCode::from(2);
-            }
-        };
-        (
-            listen,
-            app::app(app::Gateway::new(router, upstreams, layout)),
-        )
     };
     let listener = match tokio::net::TcpListener::bind(&addr).await {
         Ok(l) => l,
@@ -115,7 +158,14 @@ async fn main() -> ExitCode {
         }
     };
     eprintln!("listening on {addr}");
-    if let Err(e) = axum::serve(listener, app).await {
+    // On Ctrl-C, stop accepting and let the requests in flight, streams included, finish.
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }

@@ -9,7 +9,11 @@
 //! the usage event when `stream_options.include_usage` asks for it, then `[DONE]`. A
 //! request's `mock_pause_ms` (the mock's only) holds the stream that long after its first
 //! event, so that tests can look at the gateway mid-stream.
+//!
+//! `GET /metrics` answers in Prometheus text as vLLM does, per rank (`engine` label):
+//! requests running (those being answered), none waiting, and the KV cache's usage.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Json;
@@ -26,6 +30,25 @@ pub(crate) struct MockWorker {
     cache: Mutex<RadixTree>,
     ranks: u32,
     hasher: PrefixHasher,
+    capacity_blocks: usize,
+    /// Requests being answered, by rank.
+    running: Vec<AtomicU64>,
+}
+
+/// A request being answered on a rank: counted as running until dropped.
+struct Running(Arc<MockWorker>, usize);
+
+impl Running {
+    fn new(worker: &Arc<MockWorker>, rank: u32) -> Self {
+        worker.running[rank as usize].fetch_add(1, Relaxed);
+        Self(Arc::clone(worker), rank as usize)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running[self.1].fetch_sub(1, Relaxed);
+    }
 }
 
 impl MockWorker {
@@ -45,6 +68,8 @@ impl MockWorker {
             cache: Mutex::new(cache),
             ranks,
             hasher,
+            capacity_blocks,
+            running: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
@@ -63,7 +88,35 @@ impl MockWorker {
 pub(crate) fn mock_app(worker: Arc<MockWorker>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(complete))
+        .route("/metrics", axum::routing::get(metrics))
         .with_state(worker)
+}
+
+/// vLLM's scheduler and cache gauges, per rank, in Prometheus text.
+async fn metrics(State(worker): State<Arc<MockWorker>>) -> String {
+    let cache = worker.cache.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut text = String::new();
+    for (name, kind) in [
+        ("vllm:num_requests_running", 0),
+        ("vllm:num_requests_waiting", 1),
+        ("vllm:kv_cache_usage_perc", 2),
+    ] {
+        text.push_str(&format!("# TYPE {name} gauge\n"));
+        for r in 0..worker.ranks {
+            let value = match kind {
+                0 => worker.running[r as usize].load(Relaxed) as f64,
+                1 => 0.0,
+                _ => {
+                    let held = cache.worker_block_count(WorkerId::new(r));
+                    held as f64 / worker.capacity_blocks.max(1) as f64
+                }
+            };
+            text.push_str(&format!(
+                "{name}{{engine=\"{r}\",model_name=\"mock\"}} {value}\n"
+            ));
+        }
+    }
+    text
 }
 
 async fn complete(
@@ -92,6 +145,7 @@ async fn complete(
         })
         .unwrap_or_default();
     let model = value["model"].as_str().unwrap_or("");
+    let running = Running::new(&worker, rank);
     let cached = worker.serve(rank, model, &tokens);
     let usage = json!({
         "prompt_tokens": tokens.len(),
@@ -102,7 +156,7 @@ async fn complete(
     if value["stream"] == true {
         let pause = value["mock_pause_ms"].as_u64().unwrap_or(0);
         let with_usage = value.pointer("/stream_options/include_usage") == Some(&json!(true));
-        return stream(model, with_usage.then_some(usage), pause);
+        return stream(model, with_usage.then_some(usage), pause, running);
     }
     Json(json!({
         "id": "cmpl-mock",
@@ -117,7 +171,7 @@ async fn complete(
 
 /// A streamed answer: two content events `pause_ms` apart, the usage event if given, and
 /// `[DONE]`.
-fn stream(model: &str, usage: Option<Value>, pause_ms: u64) -> Response {
+fn stream(model: &str, usage: Option<Value>, pause_ms: u64, running: Running) -> Response {
     let chunk = |text: &str, finish: Value| {
         let event = json!({
             "id": "cmpl-mock",
@@ -136,6 +190,7 @@ fn stream(model: &str, usage: Option<Value>, pause_ms: u64) -> Response {
     events.push("data: [DONE]\n\n".to_owned());
     let body = futures_util::stream::unfold(0, move |i| {
         let event = events.get(i).cloned();
+        let _running = &running; // counted until the stream is done
         async move {
             if i == 1 {
                 tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
