@@ -50,7 +50,8 @@ pub(crate) struct Gateway {
 impl Gateway {
     /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`), each
     /// with `layout`'s data-parallel ranks, with `router`, which must route over targets
-    /// `0..layout.targets(upstreams.len())`.
+    /// `0..layout.targets(upstreams.len())`. An upstream gets 2 s to accept a connection
+    /// and may then stay silent for 120 s at most between bytes (a stream may last longer).
     pub(crate) fn new(
         router: Arc<dyn Router>,
         upstreams: Vec<String>,
@@ -58,7 +59,7 @@ impl Gateway {
     ) -> Arc<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(2))
-            .timeout(std::time::Duration::from_secs(120))
+            .read_timeout(std::time::Duration::from_secs(120))
             .build()
             .unwrap_or_default();
         let targets = layout.targets(upstreams.len() as u32) as usize;
