@@ -466,3 +466,38 @@ async fn engine_metrics_are_scraped_into_the_routers_load_reports() {
     while resp.chunk().await.unwrap().is_some() {}
     wait_for(&client, &gw, |w| w["reported_queue"] == 0).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_gets_the_routing_receipt() {
+    let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start(4_096)).collect();
+    let gw = gateway("balanced", &ups.iter().collect::<Vec<_>>()).await;
+    let client = client();
+    let body = json!({"prompt": (0..64).collect::<Vec<u32>>()});
+    let plain = client
+        .post(format!("{gw}/v1/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(plain.headers().get("x-routing-receipt").is_none());
+    let asked = client
+        .post(format!("{gw}/v1/completions"))
+        .header("x-routing-receipt", "1")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let worker = asked.headers()["x-routed-worker"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let receipt = asked.headers()["x-routing-receipt"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        receipt.starts_with(&format!("balanced chose worker {worker} for 64 tokens:")),
+        "{receipt}"
+    );
+    assert!(receipt.contains(&format!("[*w{worker} ")), "{receipt}");
+}

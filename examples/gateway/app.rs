@@ -252,6 +252,8 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
         request = request.with_session(s);
     }
     let streamed = stream::is_streamed(&parsed.value);
+    // A client that sends `x-routing-receipt` gets why its request went where it went.
+    let explain = headers.contains_key("x-routing-receipt");
     let body = if streamed {
         stream::with_usage(parsed.value)
     } else {
@@ -259,7 +261,14 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
     };
     // One retry on another worker when an upstream cannot be reached.
     for _ in 0..2 {
-        let decision = match gw.router.route(&request) {
+        let routed = if explain {
+            gw.router
+                .route_with_receipt(&request)
+                .map(|(d, r)| (d, Some(r.to_string())))
+        } else {
+            gw.router.route(&request).map(|d| (d, None))
+        };
+        let (decision, explained) = match routed {
             Ok(d) => d,
             Err(Error::NoWorkers) => break,
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -292,7 +301,11 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
             gw.router.complete(&decision);
             response
         };
-        return with_receipt(&gw, receipt, streamed, response);
+        let mut response = with_receipt(&gw, receipt, streamed, response);
+        if let Some(line) = explained.and_then(|l| HeaderValue::from_str(&l).ok()) {
+            response.headers_mut().insert("x-routing-receipt", line);
+        }
+        return response;
     }
     error(
         StatusCode::SERVICE_UNAVAILABLE,
