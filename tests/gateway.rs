@@ -363,6 +363,27 @@ async fn data_parallel_ranks_are_targets_named_by_a_header() {
     assert_eq!(stats["workers"][1]["rank"], 1);
 }
 
+/// Posts a streamed completion of `prompt_len` tokens whose mock upstream pauses `pause_ms`
+/// after its first event; returns the response and its first chunk.
+async fn start_stream(
+    client: &reqwest::Client,
+    gw: &str,
+    prompt_len: u32,
+    pause_ms: u64,
+) -> (reqwest::Response, axum::body::Bytes) {
+    let body = json!({"model": "m", "prompt": (0..prompt_len).collect::<Vec<u32>>(),
+        "stream": true, "mock_pause_ms": pause_ms});
+    let mut resp = client
+        .post(format!("{gw}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let first = resp.chunk().await.unwrap().unwrap();
+    (resp, first)
+}
+
 /// Polls the gateway's `/stats` until `done` holds for worker 0, for at most 5 s.
 async fn wait_for(client: &reqwest::Client, gw: &str, done: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..100 {
@@ -380,19 +401,10 @@ async fn streamed_completions_pass_through_and_fire_first_token_at_the_first_chu
     let up = Upstream::start(4_096);
     let gw = gateway("balanced", &[&up]).await;
     let client = client();
-    let prompt: Vec<u32> = (0..64).collect();
     for round in 0..2u64 {
-        let body = json!({"model": "m", "prompt": prompt, "stream": true, "mock_pause_ms": 300});
-        let mut resp = client
-            .post(format!("{gw}/v1/completions"))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
+        let (mut resp, first) = start_stream(&client, &gw, 64, 300).await;
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
-        let first = resp.chunk().await.unwrap().unwrap();
         assert!(String::from_utf8_lossy(&first).contains(" ok"));
         // Mid-stream: still in flight, its prefill known done.
         let mid = get(&client, format!("{gw}/stats")).await;
@@ -423,15 +435,7 @@ async fn a_client_that_leaves_mid_stream_completes_its_request() {
     let up = Upstream::start(4_096);
     let gw = gateway("balanced", &[&up]).await;
     let client = client();
-    let body =
-        json!({"prompt": (0..32).collect::<Vec<u32>>(), "stream": true, "mock_pause_ms": 3_000});
-    let mut resp = client
-        .post(format!("{gw}/v1/completions"))
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    resp.chunk().await.unwrap().unwrap();
+    let (resp, _) = start_stream(&client, &gw, 32, 3_000).await;
     assert_eq!(
         get(&client, format!("{gw}/stats")).await["workers"][0]["in_flight"],
         1
@@ -446,15 +450,7 @@ async fn engine_metrics_are_scraped_into_the_routers_load_reports() {
     let up = Upstream::start(64);
     let gw = gateway("balanced", &[&up]).await;
     let client = client();
-    let body =
-        json!({"prompt": (0..128).collect::<Vec<u32>>(), "stream": true, "mock_pause_ms": 1_500});
-    let mut resp = client
-        .post(format!("{gw}/v1/completions"))
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    resp.chunk().await.unwrap().unwrap();
+    let (mut resp, _) = start_stream(&client, &gw, 128, 1_500).await;
     // Mid-stream the engine reports one request running and 8 of its 64 blocks in use.
     let stats = wait_for(&client, &gw, |w| w["reported_queue"] == 1).await;
     let w = &stats["workers"][0];
