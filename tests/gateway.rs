@@ -6,15 +6,24 @@
 
 #[path = "../examples/gateway/app.rs"]
 mod app;
+#[path = "../examples/gateway/chat.rs"]
+mod chat;
 #[path = "../examples/gateway/metrics.rs"]
 mod metrics;
 #[path = "../examples/gateway/mock.rs"]
 mod mock;
 #[path = "../examples/common/policy.rs"]
 mod policy;
+#[path = "../examples/gateway/probe.rs"]
+mod probe;
+#[path = "../examples/gateway/prompt.rs"]
+mod prompt;
 #[path = "../examples/gateway/stream.rs"]
 mod stream;
+#[path = "../examples/gateway/tokenize.rs"]
+mod tokenize;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -33,6 +42,15 @@ impl Upstream {
 
     /// A mock endpoint of `ranks` data-parallel ranks, each caching `capacity_blocks`.
     fn with_ranks(capacity_blocks: usize, ranks: u32) -> Self {
+        Self::spawn(capacity_blocks, ranks, None)
+    }
+
+    /// A mock endpoint reading text and chat prompts with `prompts`.
+    fn with_prompts(capacity_blocks: usize, prompts: &Arc<prompt::Prompts>) -> Self {
+        Self::spawn(capacity_blocks, 1, Some(Arc::clone(prompts)))
+    }
+
+    fn spawn(capacity_blocks: usize, ranks: u32, prompts: Option<Arc<prompt::Prompts>>) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -44,7 +62,7 @@ impl Upstream {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = mock::mock_app(mock::MockWorker::new(capacity_blocks, ranks));
+                let app = mock::mock_app(mock::MockWorker::new(capacity_blocks, ranks, prompts));
                 let server = axum::serve(listener, app);
                 tokio::select! {
                     _ = server => {}
@@ -93,11 +111,22 @@ async fn gateway_with_options(
     ranks: u32,
     options: policy::PolicyOptions,
 ) -> String {
+    gateway_with(policy, upstreams, ranks, options, app::Options::default()).await
+}
+
+/// Starts a gateway with `policy` built with `options`, handling requests with `app`.
+async fn gateway_with(
+    policy: &str,
+    upstreams: &[&Upstream],
+    ranks: u32,
+    options: policy::PolicyOptions,
+    app: app::Options,
+) -> String {
     let layout = prefix_router::RankLayout::new(ranks).unwrap();
     let targets = layout.targets(upstreams.len() as u32);
     let router = policy::build(policy, targets, &options).unwrap().unwrap();
     let urls = upstreams.iter().map(|u| u.url.clone()).collect();
-    let gw = app::Gateway::new(router, urls, layout);
+    let gw = app::Gateway::new(router, urls, layout, app);
     tokio::spawn(metrics::scrape_forever(
         std::sync::Arc::clone(&gw),
         "/metrics".to_owned(),
@@ -305,10 +334,13 @@ async fn malformed_requests_get_a_400_with_a_clear_message() {
     let up = Upstream::start(64);
     let gw = gateway("cache_aware", &[&up]).await;
     let client = client();
-    let cases: [(&str, &str); 7] = [
+    let cases: [(&str, &str); 8] = [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "JSON object"),
-        (r#"{"prompt": "hello world"}"#, "is text"),
+        (
+            r#"{"prompt": "hello world"}"#,
+            "no tokenizer for a text prompt",
+        ),
         (
             r#"{"prompt": [1, 4294967296]}"#,
             "[1] = 4294967296 is not a token ID",
@@ -316,10 +348,19 @@ async fn malformed_requests_get_a_400_with_a_clear_message() {
         (r#"{"prompt": [-3]}"#, "is not a token ID"),
         (r#"{"prompt": []}"#, "is empty"),
         (r#"{"model": "m"}"#, "missing \"prompt\""),
+        (
+            r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
+            "no tokenizer for chat",
+        ),
     ];
     for (body, needle) in cases {
+        let path = if body.contains("messages") {
+            "chat/completions"
+        } else {
+            "completions"
+        };
         let resp = client
-            .post(format!("{gw}/v1/completions"))
+            .post(format!("{gw}/v1/{path}"))
             .body(body)
             .send()
             .await
@@ -496,4 +537,155 @@ async fn a_client_that_asks_gets_the_routing_receipt() {
         "{receipt}"
     );
     assert!(receipt.contains(&format!("[*w{worker} ")), "{receipt}");
+}
+
+/// The byte-level test tokenizer and its ChatML template.
+fn test_prompts() -> Arc<prompt::Prompts> {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer/bytelevel");
+    let p = prompt::Prompts::load(
+        &dir.join("tokenizer.json"),
+        Some(&dir.join("tokenizer_config.json")),
+        1 << 20,
+    )
+    .unwrap();
+    Arc::new(p)
+}
+
+/// A gateway with the test tokenizer over two mock workers that tokenize alike.
+async fn chat_fleet(prompts: &Arc<prompt::Prompts>) -> (Vec<Upstream>, String) {
+    let ups: Vec<Upstream> = (0..2)
+        .map(|_| Upstream::with_prompts(4_096, prompts))
+        .collect();
+    let options = app::Options {
+        prompts: Some(Arc::clone(prompts)),
+        ..app::Options::default()
+    };
+    let refs: Vec<&Upstream> = ups.iter().collect();
+    let gw = gateway_with(
+        "cache_aware",
+        &refs,
+        1,
+        policy::PolicyOptions::default(),
+        options,
+    )
+    .await;
+    (ups, gw)
+}
+
+async fn post_to(
+    client: &reqwest::Client,
+    url: String,
+    body: &Value,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let resp = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+/// Eight chats of four turns through `/v1/chat/completions`: the workers, which render and
+/// tokenize the forwarded body themselves, report the whole history cached from the second
+/// turn on (each chat stays on the worker that holds it), exactly as the gateway predicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chats_are_rendered_tokenized_and_routed_to_their_history() {
+    let prompts = test_prompts();
+    let (_ups, gw) = chat_fleet(&prompts).await;
+    let client = client();
+    let system = "You are a router's test assistant. Answer in one short sentence, please.";
+    let mut chats: Vec<Vec<Value>> = (0..8)
+        .map(|_| vec![json!({"role": "system", "content": system})])
+        .collect();
+    let (mut cached, mut total) = (0, 0);
+    for turn in 0..4 {
+        for (c, messages) in chats.iter_mut().enumerate() {
+            messages.push(json!({"role": "user", "content": format!("Chat {c} asks question {turn} about prefix caches.")}));
+            let body = json!({"model": "m", "messages": messages, "max_tokens": 2});
+            let (status, v, headers) =
+                post_to(&client, format!("{gw}/v1/chat/completions"), &body).await;
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(v["object"], "chat.completion");
+            assert_eq!(v["choices"][0]["message"]["content"], " ok done");
+            let reported = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap();
+            let predicted: u64 = headers["x-predicted-cached-tokens"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(predicted, reported, "chat {c} turn {turn}");
+            if turn > 0 {
+                assert!(reported >= 32, "chat {c} turn {turn}: {reported}");
+            }
+            cached += reported;
+            total += v["usage"]["prompt_tokens"].as_u64().unwrap();
+            messages.push(v["choices"][0]["message"].clone());
+        }
+    }
+    let ratio = cached as f64 / total as f64;
+    assert!(ratio > 0.5, "hit ratio {ratio}");
+    let stats = get(&client, format!("{gw}/stats")).await;
+    assert!(
+        stats["tokenize_cache"]["segments"].as_u64().unwrap() > 8,
+        "{stats}"
+    );
+}
+
+/// A text prompt is tokenized with the tokenizer's special tokens, as vLLM does, and the
+/// body goes upstream unchanged (the worker tokenizes the same text to the same count); a
+/// streamed chat fires `first_token` at its first content event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_prompts_and_streamed_chats_are_routed() {
+    let prompts = test_prompts();
+    let (_ups, gw) = chat_fleet(&prompts).await;
+    let client = client();
+    let text = "The router sends each request to the worker that holds its prefix.";
+    let expected = prompts.tokens().encode(text, true).unwrap().len() as u64;
+    for round in 0..2 {
+        let body = json!({"model": "m", "prompt": text, "max_tokens": 2});
+        let (status, v, _) = post_to(&client, format!("{gw}/v1/completions"), &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["usage"]["prompt_tokens"], expected);
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(cached, if round == 0 { 0 } else { expected / 16 * 16 });
+    }
+    let body = json!({"model": "m", "stream": true,
+        "messages": [{"role": "user", "content": text}]});
+    let resp = client
+        .post(format!("{gw}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let events = resp.text().await.unwrap();
+    assert!(
+        events.contains("\"delta\":{\"content\":\" ok\"}"),
+        "{events}"
+    );
+    assert!(events.trim_end().ends_with("data: [DONE]"), "{events}");
+    let stats = wait_for(&client, &gw, |w| w["in_flight"] == 0).await;
+    assert_eq!(stats["workers"][1]["in_flight"], 0);
+    let first_tokens: u64 = stats["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["streamed_first_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(first_tokens, 1, "{stats}");
 }

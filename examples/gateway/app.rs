@@ -5,7 +5,7 @@
 //! Shared by `examples/gateway/main.rs` (the binary) and `tests/gateway.rs`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use prefix_router::{Error, RankLayout, RouteDecision, RouteRequest, Router, TokenId, WorkerId};
 use serde_json::{Value, json};
 
+use super::prompt::{self, Endpoint, Prompts};
 use super::stream;
 
 /// Per-upstream counters the gateway keeps beside the router's load.
@@ -45,17 +46,41 @@ pub(crate) struct Gateway {
     stats: Vec<UpstreamStats>,
     client: reqwest::Client,
     started: Instant,
+    prompts: Option<Arc<Prompts>>,
+    request_timeout: Duration,
+    /// Set when the gateway stops taking requests: it is no longer ready.
+    draining: AtomicBool,
+}
+
+/// How a gateway handles requests, beside its router and upstreams.
+pub(crate) struct Options {
+    /// The model's tokenizer and chat template, for text and chat prompts; without them only
+    /// token-ID prompts are routed.
+    pub(crate) prompts: Option<Arc<Prompts>>,
+    /// How long an upstream may take to answer a request whole, or to start a stream.
+    pub(crate) request_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            prompts: None,
+            request_timeout: Duration::from_secs(300),
+        }
+    }
 }
 
 impl Gateway {
     /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`), each
     /// with `layout`'s data-parallel ranks, with `router`, which must route over targets
     /// `0..layout.targets(upstreams.len())`. An upstream gets 2 s to accept a connection
-    /// and may then stay silent for 120 s at most between bytes (a stream may last longer).
+    /// and may then stay silent for 120 s at most between bytes (a stream may last longer
+    /// than `options.request_timeout`; its start may not).
     pub(crate) fn new(
         router: Arc<dyn Router>,
         upstreams: Vec<String>,
         layout: RankLayout,
+        options: Options,
     ) -> Arc<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(2))
@@ -70,7 +95,26 @@ impl Gateway {
             layout,
             client,
             started: Instant::now(),
+            prompts: options.prompts,
+            request_timeout: options.request_timeout,
+            draining: AtomicBool::new(false),
         })
+    }
+
+    /// The gateway stops taking requests: `/ready` says so from now on.
+    pub(crate) fn drain(&self) {
+        self.draining.store(true, Relaxed);
+    }
+
+    /// How many targets the router may send requests to now.
+    fn available_targets(&self) -> usize {
+        (0..self.stats.len())
+            .filter(|&i| {
+                self.router
+                    .load(WorkerId::new(i as u32))
+                    .is_some_and(|l| l.available)
+            })
+            .count()
     }
 
     /// How many upstream endpoints there are.
@@ -97,6 +141,15 @@ impl Gateway {
             return None;
         }
         response.text().await.ok()
+    }
+
+    /// Makes every rank of `endpoint` available to the router, or takes them out.
+    pub(crate) fn set_endpoint_available(&self, endpoint: u32, available: bool) {
+        for rank in 0..self.layout.ranks() {
+            if let Ok(target) = self.layout.target(endpoint, rank) {
+                let _ = self.router.set_available(target, available);
+            }
+        }
     }
 
     /// `target`'s engine reported `load` just now: the router hears it.
@@ -156,20 +209,24 @@ impl Gateway {
     }
 }
 
-/// The HTTP routes: `POST /v1/completions`, `GET /stats`, `GET /health`.
+/// The HTTP routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /stats`,
+/// `GET /health` (the gateway is up) and `GET /ready` (it can route: some worker is
+/// available and it is not shutting down).
 pub(crate) fn app(gateway: Arc<Gateway>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
         .route("/stats", get(stats))
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .with_state(gateway)
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    let kind = if status == StatusCode::BAD_REQUEST {
-        "invalid_request_error"
-    } else {
-        "upstream_error"
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "invalid_request_error",
+        StatusCode::GATEWAY_TIMEOUT => "timeout",
+        _ => "upstream_error",
     };
     (
         status,
@@ -178,90 +235,84 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// What the gateway takes from a request body; the body itself is forwarded unchanged (a
-/// streamed one asks for the usage event too).
-struct Parsed {
+/// A request as the gateway routes it; the body goes upstream unchanged (a streamed one asks
+/// for the usage event too).
+struct Incoming {
+    endpoint: Endpoint,
     tokens: Vec<TokenId>,
-    model: Option<String>,
-    user: Option<String>,
-    /// The body, parsed.
-    value: Value,
+    /// The model's name: requests for different models never share cache.
+    salt: String,
+    session: Option<String>,
+    streamed: bool,
+    /// Whether the client asked for the routing receipt (`x-routing-receipt`).
+    explain: bool,
+    body: Bytes,
 }
 
-fn parse(body: &[u8]) -> Result<Parsed, String> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
-    let fields = fields(&value)?;
-    Ok(Parsed { value, ..fields })
-}
-
-/// The prompt's token IDs, the model and the user of a parsed body.
-fn fields(value: &Value) -> Result<Parsed, String> {
-    let Some(object) = value.as_object() else {
-        return Err("the body must be a JSON object".into());
-    };
-    let tokens = match object.get("prompt") {
-        None => return Err("missing \"prompt\": an array of token IDs".into()),
-        Some(Value::String(_)) => {
-            return Err(
-                "\"prompt\" is text: this gateway routes on token IDs, send an array of integers"
-                    .into(),
-            );
-        }
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.as_u64()
-                    .and_then(|t| TokenId::try_from(t).ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "\"prompt\"[{i}] = {t} is not a token ID (an integer 0..=4294967295)"
-                        )
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err("\"prompt\" must be an array of token IDs".into()),
-    };
-    if tokens.is_empty() {
-        return Err("\"prompt\" is empty: send at least one token ID".into());
+impl Incoming {
+    fn parse(
+        gw: &Gateway,
+        endpoint: Endpoint,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Self, String> {
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|e| format!("the body is not valid JSON: {e}"))?;
+        let Some(object) = value.as_object() else {
+            return Err("the body must be a JSON object".into());
+        };
+        let tokens = prompt::request_tokens(gw.prompts.as_deref(), endpoint, object)?;
+        let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_owned);
+        let session = headers
+            .get("x-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| text("user"));
+        let salt = text("model").unwrap_or_default();
+        let streamed = stream::is_streamed(&value);
+        Ok(Self {
+            endpoint,
+            tokens,
+            salt,
+            session,
+            streamed,
+            explain: headers.contains_key("x-routing-receipt"),
+            body: if streamed {
+                stream::with_usage(value)
+            } else {
+                body
+            },
+        })
     }
-    let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_owned);
-    Ok(Parsed {
-        tokens,
-        model: text("model"),
-        user: text("user"),
-        value: Value::Null,
-    })
+
+    fn route_request(&self) -> RouteRequest<'_> {
+        let request = RouteRequest::new(&self.tokens).with_salt(self.salt.as_bytes());
+        match &self.session {
+            Some(s) => request.with_session(s),
+            None => request,
+        }
+    }
 }
 
 async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(gw, Endpoint::Completions, headers, body).await
+}
+
+async fn chat(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(gw, Endpoint::Chat, headers, body).await
+}
+
+/// Routes a request and answers it from the chosen upstream, trying one other worker when
+/// the first cannot be reached.
+async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
-    let parsed = match parse(&body) {
-        Ok(p) => p,
+    let incoming = match Incoming::parse(&gw, endpoint, &headers, body) {
+        Ok(i) => i,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let session = headers
-        .get("x-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or(parsed.user);
-    let salt = parsed.model.unwrap_or_default();
-    let mut request = RouteRequest::new(&parsed.tokens).with_salt(salt.as_bytes());
-    if let Some(s) = &session {
-        request = request.with_session(s);
-    }
-    let streamed = stream::is_streamed(&parsed.value);
-    // A client that sends `x-routing-receipt` gets why its request went where it went.
-    let explain = headers.contains_key("x-routing-receipt");
-    let body = if streamed {
-        stream::with_usage(parsed.value)
-    } else {
-        body
-    };
-    // One retry on another worker when an upstream cannot be reached.
+    let request = incoming.route_request();
     for _ in 0..2 {
-        let routed = if explain {
+        let routed = if incoming.explain {
             gw.router
                 .route_with_receipt(&request)
                 .map(|(d, r)| (d, Some(r.to_string())))
@@ -273,35 +324,11 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
             Err(Error::NoWorkers) => break,
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
-        let Ok(upstream) = send(&gw, &decision, &body).await else {
-            failed(&gw, &decision);
+        let receipt = (decision.worker(), decision.cached_tokens() as u64);
+        let Some(response) = forward(&gw, &incoming, decision, started).await else {
             continue;
         };
-        let status =
-            StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let receipt = (decision.worker(), decision.cached_tokens() as u64);
-        let response = if streamed {
-            let tokens = parsed.tokens.clone();
-            let body = stream::pass_through(
-                Arc::clone(&gw),
-                decision,
-                tokens,
-                salt.clone(),
-                started,
-                upstream,
-            );
-            (status, body).into_response()
-        } else {
-            let Ok(bytes) = upstream.bytes().await else {
-                failed(&gw, &decision);
-                continue;
-            };
-            gw.router.first_token(&decision);
-            let response = respond(&gw, &decision, &parsed.tokens, &salt, status, bytes);
-            gw.router.complete(&decision);
-            response
-        };
-        let mut response = with_receipt(&gw, receipt, streamed, response);
+        let mut response = with_receipt(&gw, receipt, incoming.streamed, response);
         if let Some(line) = explained.and_then(|l| HeaderValue::from_str(&l).ok()) {
             response.headers_mut().insert("x-routing-receipt", line);
         }
@@ -310,6 +337,73 @@ async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: B
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         "no upstream worker is available: every worker is down or draining",
+    )
+}
+
+/// Sends the request to the upstream of `decision` and answers from it: `None` when the
+/// upstream could not be reached (the decision is completed and the worker marked down), a
+/// 504 when it did not answer within the request timeout.
+async fn forward(
+    gw: &Arc<Gateway>,
+    incoming: &Incoming,
+    decision: RouteDecision,
+    started: Instant,
+) -> Option<Response> {
+    let upstream = match send(gw, incoming, &decision).await {
+        Sent::Answered(u) => u,
+        Sent::Unreachable => {
+            failed(gw, &decision);
+            return None;
+        }
+        Sent::TimedOut => {
+            gw.router.complete(&decision);
+            return Some(timed_out(gw));
+        }
+    };
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    if incoming.streamed {
+        let body = stream::pass_through(
+            Arc::clone(gw),
+            decision,
+            incoming.tokens.clone(),
+            incoming.salt.clone(),
+            started,
+            upstream,
+        );
+        return Some((status, body).into_response());
+    }
+    let bytes = match upstream.bytes().await {
+        Ok(b) => b,
+        Err(e) if e.is_timeout() => {
+            gw.router.complete(&decision);
+            return Some(timed_out(gw));
+        }
+        Err(_) => {
+            failed(gw, &decision);
+            return None;
+        }
+    };
+    gw.router.first_token(&decision);
+    let response = respond(
+        gw,
+        &decision,
+        &incoming.tokens,
+        &incoming.salt,
+        status,
+        bytes,
+    );
+    gw.router.complete(&decision);
+    Some(response)
+}
+
+fn timed_out(gw: &Gateway) -> Response {
+    error(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "the upstream did not answer within the gateway's request timeout ({} s)",
+            gw.request_timeout.as_secs_f64()
+        ),
     )
 }
 
@@ -323,25 +417,37 @@ fn failed(gw: &Gateway, decision: &RouteDecision) {
     gw.router.complete(decision);
 }
 
-/// Sends `body` to the chosen upstream, naming the chosen rank in vLLM's
-/// `X-data-parallel-rank` header when endpoints have more than one; `Err` when it cannot be
-/// reached.
-async fn send(
-    gw: &Gateway,
-    decision: &RouteDecision,
-    body: &Bytes,
-) -> Result<reqwest::Response, ()> {
+/// How sending a request upstream went.
+enum Sent {
+    Answered(reqwest::Response),
+    Unreachable,
+    TimedOut,
+}
+
+/// Sends the request to the chosen upstream, naming the chosen rank in vLLM's
+/// `X-data-parallel-rank` header when endpoints have more than one. A whole answer must come
+/// within the request timeout; a stream's response headers must.
+async fn send(gw: &Gateway, incoming: &Incoming, decision: &RouteDecision) -> Sent {
     let target = decision.worker();
-    let url = format!("{}/v1/completions", gw.upstream(target));
+    let url = format!("{}{}", gw.upstream(target), incoming.endpoint.path());
     let mut request = gw
         .client
         .post(url)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(body.clone());
+        .body(incoming.body.clone());
     if gw.layout.ranks() > 1 {
         request = request.header("x-data-parallel-rank", gw.layout.rank(target));
     }
-    request.send().await.map_err(|_| ())
+    if !incoming.streamed {
+        request = request.timeout(gw.request_timeout);
+    }
+    match tokio::time::timeout(gw.request_timeout, request.send()).await {
+        Err(_) => Sent::TimedOut,
+        Ok(Err(e)) if e.is_connect() => Sent::Unreachable,
+        Ok(Err(e)) if e.is_timeout() => Sent::TimedOut,
+        Ok(Err(_)) => Sent::Unreachable,
+        Ok(Ok(response)) => Sent::Answered(response),
+    }
 }
 
 /// Reads the upstream's reported cached tokens and feeds them back to the router.
@@ -413,7 +519,11 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
             })
         })
         .collect();
-    Json(json!({"policy": gw.router.name(), "workers": workers}))
+    let cache = gw.prompts.as_ref().map(|p| {
+        let (segments, bytes) = p.tokens().cached();
+        json!({"segments": segments, "bytes": bytes})
+    });
+    Json(json!({"policy": gw.router.name(), "workers": workers, "tokenize_cache": cache}))
 }
 
 /// `total_us / count` in milliseconds; `None` for no count.
@@ -422,12 +532,19 @@ fn mean_ms(total_us: u64, count: u64) -> Option<f64> {
 }
 
 async fn health(State(gw): State<Arc<Gateway>>) -> Json<Value> {
-    let available = (0..gw.stats.len())
-        .filter(|&i| {
-            gw.router
-                .load(WorkerId::new(i as u32))
-                .is_some_and(|l| l.available)
-        })
-        .count();
-    Json(json!({"status": "ok", "available_workers": available}))
+    Json(json!({"status": "ok", "available_workers": gw.available_targets()}))
+}
+
+/// 200 when the gateway can route a request now, 503 when no worker is available or it is
+/// shutting down (a load balancer in front should then send requests elsewhere).
+async fn ready(State(gw): State<Arc<Gateway>>) -> Response {
+    let available = gw.available_targets();
+    let draining = gw.draining.load(Relaxed);
+    let status = if available > 0 && !draining {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({"ready": status == StatusCode::OK, "available_workers": available, "draining": draining});
+    (status, Json(body)).into_response()
 }

@@ -18,9 +18,29 @@
 //! every (endpoint, rank) is a routing target, and the gateway names the rank it chose in
 //! the `X-data-parallel-rank` header (mock workers take the same flag). With
 //! `--metrics-path /metrics` each upstream's Prometheus metrics are read every
-//! `--scrape-interval-ms` (default 1000) into the router's load reports. Ctrl-C stops
-//! accepting requests and lets those in flight, streams included, finish.
+//! `--scrape-interval-ms` (default 1000) into the router's load reports.
+//!
+//! Text prompts and `POST /v1/chat/completions` need the model's tokenizer: `--tokenizer
+//! tokenizer.json` (and `--tokenizer-config tokenizer_config.json` for the chat template,
+//! by default the one beside the tokenizer). The gateway tokenizes as vLLM does and keeps
+//! the token IDs of recurring prompt segments (system prompts, earlier turns) in a cache of
+//! `--tokenize-cache-mb` (default 64) of text; the body goes upstream unchanged.
+//!
+//! ```sh
+//! cargo run --release --example gateway -- --listen 127.0.0.1:8000 \
+//!     --tokenizer tests/data/tokenizer/bytelevel/tokenizer.json --upstream http://127.0.0.1:8001
+//! curl -s localhost:8000/v1/chat/completions \
+//!     -d '{"model":"m","messages":[{"role":"user","content":"Hello"}]}'
+//! ```
+//!
+//! Every `--health-interval-ms` (default 2000) each upstream's `/health` is probed: a
+//! worker that fails is taken out of routing until it answers again. `GET /ready` answers
+//! 200 while some worker is available. An upstream must answer within
+//! `--request-timeout-s` (default 300; a stream must start within it), or the client gets a
+//! 504. Ctrl-C makes `/ready` answer 503, stops accepting requests and lets those in
+//! flight, streams included, finish.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,17 +48,23 @@ use std::time::Duration;
 use prefix_router::RankLayout;
 
 mod app;
+mod chat;
 mod metrics;
 mod mock;
 #[path = "../common/policy.rs"]
 mod policy;
+mod probe;
+mod prompt;
 mod stream;
+mod tokenize;
 
 fn usage() -> String {
     format!(
         "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] \
-         [--metrics-path PATH] [--scrape-interval-ms N] --upstream URL...\n       \
-         gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N]",
+         [--metrics-path PATH] [--scrape-interval-ms N] [--health-interval-ms N] \
+         [--request-timeout-s N] [--tokenizer FILE [--tokenizer-config FILE] \
+         [--tokenize-cache-mb N]] --upstream URL...\n       \
+         gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N] [--tokenizer FILE]",
         policy::POLICIES.join("|")
     )
 }
@@ -55,20 +81,36 @@ struct Flags {
     /// Each upstream's metrics path (for example `/metrics`), scraped when given.
     metrics_path: Option<String>,
     scrape_interval: Duration,
+    health_interval: Duration,
+    request_timeout: Duration,
+    tokenizer: Option<PathBuf>,
+    tokenizer_config: Option<PathBuf>,
+    tokenize_cache_bytes: usize,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8000".to_owned(),
+            policy: "balanced".to_owned(),
+            upstreams: Vec::new(),
+            options: policy::PolicyOptions::default(),
+            mock: None,
+            capacity_blocks: 65_536,
+            ranks: 1,
+            metrics_path: None,
+            scrape_interval: Duration::from_secs(1),
+            health_interval: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(300),
+            tokenizer: None,
+            tokenizer_config: None,
+            tokenize_cache_bytes: 64 << 20,
+        }
+    }
 }
 
 fn parse_flags() -> Result<Flags, String> {
-    let mut f = Flags {
-        listen: "127.0.0.1:8000".to_owned(),
-        policy: "balanced".to_owned(),
-        upstreams: Vec::new(),
-        options: policy::PolicyOptions::default(),
-        mock: None,
-        capacity_blocks: 65_536,
-        ranks: 1,
-        metrics_path: None,
-        scrape_interval: Duration::from_secs(1),
-    };
+    let mut f = Flags::default();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args
@@ -79,17 +121,23 @@ fn parse_flags() -> Result<Flags, String> {
                 .parse::<usize>()
                 .map_err(|_| format!("{flag}: {value:?} is not a number"))
         };
+        let millis = || number().map(|n| Duration::from_millis(n.max(1) as u64));
         match flag.as_str() {
             "--listen" => f.listen = value,
             "--policy" => f.policy = value,
             "--upstream" => f.upstreams.push(value.trim_end_matches('/').to_owned()),
             "--mock-worker" => f.mock = Some(value),
             "--metrics-path" => f.metrics_path = Some(value),
+            "--tokenizer" => f.tokenizer = Some(PathBuf::from(value)),
+            "--tokenizer-config" => f.tokenizer_config = Some(PathBuf::from(value)),
+            "--tokenize-cache-mb" => f.tokenize_cache_bytes = number()? << 20,
             "--block-size" => f.options.block_size = number()?,
             "--capacity-blocks" => f.capacity_blocks = number()?,
             "--dp-ranks" => f.ranks = u32::try_from(number()?).unwrap_or(u32::MAX),
-            "--scrape-interval-ms" => {
-                f.scrape_interval = Duration::from_millis(number()?.max(1) as u64);
+            "--scrape-interval-ms" => f.scrape_interval = millis()?,
+            "--health-interval-ms" => f.health_interval = millis()?,
+            "--request-timeout-s" => {
+                f.request_timeout = Duration::from_secs(number()?.max(1) as u64)
             }
             _ => return Err(format!("unknown flag {flag:?}\n{}", usage())),
         }
@@ -97,8 +145,26 @@ fn parse_flags() -> Result<Flags, String> {
     Ok(f)
 }
 
-/// The gateway's app for `f`, its metrics scraper started when asked.
-fn gateway(f: Flags, layout: RankLayout) -> Result<axum::Router, String> {
+/// The tokenizer and chat template the flags name, if any. Without `--tokenizer-config`,
+/// the `tokenizer_config.json` beside the tokenizer is read when it is there.
+fn prompts(f: &Flags) -> Result<Option<Arc<prompt::Prompts>>, String> {
+    let Some(tokenizer) = &f.tokenizer else {
+        return Ok(None);
+    };
+    let beside = tokenizer
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("tokenizer_config.json");
+    let config = f
+        .tokenizer_config
+        .clone()
+        .or_else(|| beside.exists().then_some(beside));
+    let prompts = prompt::Prompts::load(tokenizer, config.as_deref(), f.tokenize_cache_bytes)?;
+    Ok(Some(Arc::new(prompts)))
+}
+
+/// The gateway for `f` with its background tasks (health probes, metrics scraper) started.
+fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
     if f.upstreams.is_empty() {
         return Err(format!("give at least one --upstream\n{}", usage()));
     }
@@ -107,7 +173,12 @@ fn gateway(f: Flags, layout: RankLayout) -> Result<axum::Router, String> {
         Some(r) => r.map_err(|e| e.to_string())?,
         None => return Err(format!("unknown policy {:?}\n{}", f.policy, usage())),
     };
-    let gw = app::Gateway::new(router, f.upstreams, layout);
+    let options = app::Options {
+        prompts: prompts(&f)?,
+        request_timeout: f.request_timeout,
+    };
+    let gw = app::Gateway::new(router, f.upstreams, layout, options);
+    tokio::spawn(probe::probe_forever(Arc::clone(&gw), f.health_interval));
     if let Some(path) = f.metrics_path {
         tokio::spawn(metrics::scrape_forever(
             Arc::clone(&gw),
@@ -115,39 +186,29 @@ fn gateway(f: Flags, layout: RankLayout) -> Result<axum::Router, String> {
             f.scrape_interval,
         ));
     }
-    Ok(app::app(gw))
+    Ok(gw)
+}
+
+/// The app the flags ask for (a gateway, or a mock worker), and the gateway if it is one.
+fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Gateway>>), String> {
+    let layout = RankLayout::new(flags.ranks).map_err(|e| format!("--dp-ranks: {e}"))?;
+    if let Some(addr) = &flags.mock {
+        let worker = mock::MockWorker::new(flags.capacity_blocks, flags.ranks, prompts(&flags)?);
+        return Ok((addr.clone(), mock::mock_app(worker), None));
+    }
+    let listen = flags.listen.clone();
+    let gw = gateway(flags, layout)?;
+    Ok((listen, app::app(Arc::clone(&gw)), Some(gw)))
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flags = match parse_flags() {
-        Ok(f) => f,
+    let built = parse_flags().and_then(build);
+    let (addr, app, gw) = match built {
+        Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
-        }
-    };
-    let layout = match RankLayout::new(flags.ranks) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("error: --dp-ranks: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let (addr, app) = match &flags.mock {
-        Some(addr) => (
-            addr.clone(),
-            mock::mock_app(mock::MockWorker::new(flags.capacity_blocks, flags.ranks)),
-        ),
-        None => {
-            let listen = flags.listen.clone();
-            match gateway(flags, layout) {
-                Ok(app) => (listen, app),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            }
         }
     };
     let listener = match tokio::net::TcpListener::bind(&addr).await {
@@ -158,9 +219,13 @@ async fn main() -> ExitCode {
         }
     };
     eprintln!("listening on {addr}");
-    // On Ctrl-C, stop accepting and let the requests in flight, streams included, finish.
-    let shutdown = async {
+    // On Ctrl-C, stop being ready, stop accepting, and let the requests in flight, streams
+    // included, finish.
+    let shutdown = async move {
         let _ = tokio::signal::ctrl_c().await;
+        if let Some(gw) = gw {
+            gw.drain();
+        }
     };
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

@@ -1,6 +1,9 @@
 //! A mock inference worker for tests and demos: an HTTP server with a real prefix cache of
 //! its own (LRU over 16-token blocks, finite capacity) that answers `POST /v1/completions`
-//! with an OpenAI-shaped completion whose usage reports the prompt tokens it found cached.
+//! and `POST /v1/chat/completions` with OpenAI-shaped completions whose usage reports the
+//! prompt tokens it found cached. Given the model's tokenizer and chat template it takes
+//! text and chat prompts, tokenized as the gateway tokenizes them; without, token IDs only.
+//! `GET /health` answers 200.
 //! With several data-parallel ranks, each rank has its own cache, and a request names its
 //! rank in vLLM's `X-data-parallel-rank` header (rank 0 without it); the response says which
 //! rank served it (`served_by_rank`, a field of the mock's only).
@@ -21,9 +24,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use prefix_router::{PrefixHasher, RadixTree, TokenId, WorkerId};
 use serde_json::{Value, json};
+
+use super::prompt::{self, Endpoint, Prompts};
 
 /// The mock's KV caches: one tree whose worker `r` is rank `r`'s cache.
 pub(crate) struct MockWorker {
@@ -33,6 +38,7 @@ pub(crate) struct MockWorker {
     capacity_blocks: usize,
     /// Requests being answered, by rank.
     running: Vec<AtomicU64>,
+    prompts: Option<Arc<Prompts>>,
 }
 
 /// A request being answered on a rank: counted as running until dropped.
@@ -53,8 +59,12 @@ impl Drop for Running {
 
 impl MockWorker {
     /// A worker of `ranks` data-parallel ranks (at least 1), each caching at most
-    /// `capacity_blocks` blocks of 16 tokens.
-    pub(crate) fn new(capacity_blocks: usize, ranks: u32) -> Arc<Self> {
+    /// `capacity_blocks` blocks of 16 tokens, reading text and chat prompts with `prompts`.
+    pub(crate) fn new(
+        capacity_blocks: usize,
+        ranks: u32,
+        prompts: Option<Arc<Prompts>>,
+    ) -> Arc<Self> {
         let ranks = ranks.max(1);
         let mut cache = RadixTree::new();
         for r in 0..ranks {
@@ -70,6 +80,7 @@ impl MockWorker {
             hasher,
             capacity_blocks,
             running: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+            prompts,
         })
     }
 
@@ -88,7 +99,9 @@ impl MockWorker {
 pub(crate) fn mock_app(worker: Arc<MockWorker>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(complete))
-        .route("/metrics", axum::routing::get(metrics))
+        .route("/v1/chat/completions", post(chat))
+        .route("/metrics", get(metrics))
+        .route("/health", get(|| async { "ok" }))
         .with_state(worker)
 }
 
@@ -124,28 +137,44 @@ async fn complete(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let rank = match headers.get("x-data-parallel-rank").map(|v| v.to_str()) {
-        None => 0,
-        Some(Ok(v)) => match v.parse::<u32>() {
-            Ok(r) if r < worker.ranks => r,
-            _ => return (StatusCode::BAD_REQUEST, "bad data-parallel rank").into_response(),
-        },
-        Some(Err(_)) => return (StatusCode::BAD_REQUEST, "bad data-parallel rank").into_response(),
+    answer(&worker, Endpoint::Completions, &headers, &body)
+}
+
+async fn chat(State(worker): State<Arc<MockWorker>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&worker, Endpoint::Chat, &headers, &body)
+}
+
+/// The rank a request names in `X-data-parallel-rank` (0 without it).
+fn rank(worker: &MockWorker, headers: &HeaderMap) -> Option<u32> {
+    match headers.get("x-data-parallel-rank") {
+        None => Some(0),
+        Some(v) => v
+            .to_str()
+            .ok()?
+            .parse::<u32>()
+            .ok()
+            .filter(|&r| r < worker.ranks),
+    }
+}
+
+fn answer(
+    worker: &Arc<MockWorker>,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let Some(rank) = rank(worker, headers) else {
+        return (StatusCode::BAD_REQUEST, "bad data-parallel rank").into_response();
     };
-    let Ok(value) = serde_json::from_slice::<Value>(&body) else {
+    let Ok(Value::Object(value)) = serde_json::from_slice::<Value>(body) else {
         return (StatusCode::BAD_REQUEST, "bad json").into_response();
     };
-    let tokens: Vec<TokenId> = value["prompt"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|t| t.as_u64())
-                .map(|t| t as TokenId)
-                .collect()
-        })
-        .unwrap_or_default();
-    let model = value["model"].as_str().unwrap_or("");
-    let running = Running::new(&worker, rank);
+    let tokens = match prompt::request_tokens(worker.prompts.as_deref(), endpoint, &value) {
+        Ok(t) => t,
+        Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
+    };
+    let model = value.get("model").and_then(Value::as_str).unwrap_or("");
+    let running = Running::new(worker, rank);
     let cached = worker.serve(rank, model, &tokens);
     let usage = json!({
         "prompt_tokens": tokens.len(),
@@ -153,39 +182,68 @@ async fn complete(
         "total_tokens": tokens.len() + 2,
         "prompt_tokens_details": {"cached_tokens": cached}
     });
-    if value["stream"] == true {
-        let pause = value["mock_pause_ms"].as_u64().unwrap_or(0);
-        let with_usage = value.pointer("/stream_options/include_usage") == Some(&json!(true));
-        return stream(model, with_usage.then_some(usage), pause, running);
+    let shape = Shape { endpoint, model };
+    if value.get("stream") == Some(&json!(true)) {
+        let pause = value
+            .get("mock_pause_ms")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let with_usage = value
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            == Some(&json!(true));
+        return stream(&shape, with_usage.then_some(usage), pause, running);
     }
-    Json(json!({
-        "id": "cmpl-mock",
-        "object": "text_completion",
-        "model": model,
-        "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
-        "usage": usage,
-        "served_by_rank": rank
-    }))
-    .into_response()
+    let mut whole = shape.event(&[(" ok done", json!("length"))], false);
+    whole["usage"] = usage;
+    whole["served_by_rank"] = json!(rank);
+    Json(whole).into_response()
+}
+
+/// How answers look on an endpoint.
+struct Shape<'a> {
+    endpoint: Endpoint,
+    model: &'a str,
+}
+
+impl Shape<'_> {
+    /// An answer (`streamed`: a stream event) with one choice per `(text, finish_reason)`.
+    fn event(&self, choices: &[(&str, Value)], streamed: bool) -> Value {
+        let choices: Vec<Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(i, (text, finish))| match (self.endpoint, streamed) {
+                (Endpoint::Completions, _) => {
+                    json!({"index": i, "text": text, "finish_reason": finish})
+                }
+                (Endpoint::Chat, true) => {
+                    json!({"index": i, "delta": {"content": text}, "finish_reason": finish})
+                }
+                (Endpoint::Chat, false) => json!({"index": i,
+                    "message": {"role": "assistant", "content": text}, "finish_reason": finish}),
+            })
+            .collect();
+        let object = match (self.endpoint, streamed) {
+            (Endpoint::Completions, _) => "text_completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+            (Endpoint::Chat, false) => "chat.completion",
+        };
+        json!({"id": "cmpl-mock", "object": object, "created": 0, "model": self.model, "choices": choices})
+    }
 }
 
 /// A streamed answer: two content events `pause_ms` apart, the usage event if given, and
 /// `[DONE]`.
-fn stream(model: &str, usage: Option<Value>, pause_ms: u64, running: Running) -> Response {
-    let chunk = |text: &str, finish: Value| {
-        let event = json!({
-            "id": "cmpl-mock",
-            "object": "text_completion",
-            "model": model,
-            "choices": [{"index": 0, "text": text, "finish_reason": finish}]
-        });
-        format!("data: {event}\n\n")
-    };
-    let mut events = vec![chunk(" ok", Value::Null), chunk(" done", json!("length"))];
+fn stream(shape: &Shape<'_>, usage: Option<Value>, pause_ms: u64, running: Running) -> Response {
+    let data = |event: Value| format!("data: {event}\n\n");
+    let mut events = vec![
+        data(shape.event(&[(" ok", Value::Null)], true)),
+        data(shape.event(&[(" done", json!("length"))], true)),
+    ];
     if let Some(usage) = usage {
-        let event = json!({"id": "cmpl-mock", "object": "text_completion", "model": model,
-            "choices": [], "usage": usage});
-        events.push(format!("data: {event}\n\n"));
+        let mut event = shape.event(&[], true);
+        event["usage"] = usage;
+        events.push(data(event));
     }
     events.push("data: [DONE]\n\n".to_owned());
     let body = futures_util::stream::unfold(0, move |i| {

@@ -1,0 +1,231 @@
+//! Text into token IDs: the model's Hugging Face `tokenizer.json` (the `tokenizers` crate)
+//! and a cache of the token IDs of recurring segments.
+//!
+//! Glossary:
+//! - a **boundary token** is a special added token that does not strip the whitespace before
+//!   it, matches inside words and is matched before normalization (`<|im_start|>`,
+//!   `<|im_end|>`, ...);
+//! - a **segment** is a piece of a text that starts at a boundary token (or at the text's
+//!   start) and runs to the next one.
+//!
+//! The tokenizer cuts its input at added tokens before it normalizes or pre-tokenizes it, so
+//! a text's token IDs are its segments' token IDs, concatenated (with the special tokens the
+//! post-processor adds, when asked, around them). Rendered chats cut into segments at every
+//! message, so the segments of a system prompt and of earlier turns recur from request to
+//! request: the [`SegmentCache`] keeps their token IDs, and only new text is tokenized.
+//! `tests/gateway_prompt.rs` checks the equality with whole-text tokenization on a
+//! byte-level and a metaspace tokenizer.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prefix_router::TokenId;
+use tokenizers::Tokenizer;
+
+/// A model's tokenizer and its segment cache.
+pub(crate) struct Tokens {
+    tokenizer: Tokenizer,
+    /// Boundary tokens by their first byte, longest first.
+    boundaries: HashMap<u8, Vec<String>>,
+    /// The token IDs the post-processor adds before and after a text's own, when it adds
+    /// special tokens; `None` when they could not be told apart (then such texts are
+    /// tokenized whole).
+    affixes: Option<(Vec<TokenId>, Vec<TokenId>)>,
+    cache: SegmentCache,
+}
+
+impl Tokens {
+    /// Loads a `tokenizer.json`; the cache keeps segments of `cache_bytes` bytes of text at
+    /// most.
+    ///
+    /// # Errors
+    /// When the file cannot be read or is not a tokenizer.
+    pub(crate) fn load(path: &Path, cache_bytes: usize) -> Result<Self, String> {
+        let tokenizer = Tokenizer::from_file(path)
+            .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+        Ok(Self {
+            boundaries: boundaries(&tokenizer),
+            affixes: affixes(&tokenizer),
+            tokenizer,
+            cache: SegmentCache::new(cache_bytes),
+        })
+    }
+
+    /// The token IDs of `text`, with the special tokens the tokenizer's post-processor adds
+    /// when `add_special_tokens` (vLLM adds them to text completions, not to chat prompts).
+    pub(crate) fn tokenize(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<TokenId>, String> {
+        let (prefix, suffix) = match (&self.affixes, add_special_tokens) {
+            (_, false) => (&[][..], &[][..]),
+            (Some((p, s)), true) => (&p[..], &s[..]),
+            (None, true) => return self.encode(text, true),
+        };
+        let mut ids = prefix.to_vec();
+        for segment in self.segments(text) {
+            match self.cache.get(segment) {
+                Some(cached) => ids.extend_from_slice(&cached),
+                None => {
+                    let fresh: Arc<[TokenId]> = self.encode(segment, false)?.into();
+                    ids.extend_from_slice(&fresh);
+                    self.cache.insert(segment, fresh);
+                }
+            }
+        }
+        ids.extend_from_slice(suffix);
+        Ok(ids)
+    }
+
+    /// `text` tokenized whole, without the segment cache.
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<TokenId>, String> {
+        self.tokenizer
+            .encode_fast(text, add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| format!("cannot tokenize the prompt: {e}"))
+    }
+
+    /// How many segments and bytes of text the cache holds.
+    pub(crate) fn cached(&self) -> (usize, usize) {
+        self.cache.size()
+    }
+
+    /// `text` cut into segments.
+    fn segments<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        let mut starts = self.segment_starts(text);
+        starts.push(text.len());
+        let mut from = 0;
+        starts
+            .into_iter()
+            .filter_map(|end| {
+                let segment = &text[from..end];
+                from = end;
+                (!segment.is_empty()).then_some(segment)
+            })
+            .collect()
+    }
+
+    /// Where in `text` a boundary token begins, in order.
+    fn segment_starts(&self, text: &str) -> Vec<usize> {
+        let bytes = text.as_bytes();
+        let mut starts = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let found = self
+                .boundaries
+                .get(&bytes[i])
+                .and_then(|tokens| tokens.iter().find(|t| bytes[i..].starts_with(t.as_bytes())));
+            match found {
+                Some(token) => {
+                    starts.push(i);
+                    i += token.len();
+                }
+                None => i += 1,
+            }
+        }
+        starts
+    }
+}
+
+/// The tokenizer's boundary tokens, by their first byte, longest first.
+fn boundaries(tokenizer: &Tokenizer) -> HashMap<u8, Vec<String>> {
+    let mut by_byte: HashMap<u8, Vec<String>> = HashMap::new();
+    for token in tokenizer.get_added_tokens_decoder().values() {
+        if token.special
+            && !token.lstrip
+            && !token.single_word
+            && !token.normalized
+            && !token.content.is_empty()
+        {
+            by_byte
+                .entry(token.content.as_bytes()[0])
+                .or_default()
+                .push(token.content.clone());
+        }
+    }
+    for tokens in by_byte.values_mut() {
+        tokens.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    }
+    by_byte
+}
+
+/// What the post-processor adds before and after a prompt's tokens, found by tokenizing
+/// one probe text with and without special tokens.
+fn affixes(tokenizer: &Tokenizer) -> Option<(Vec<TokenId>, Vec<TokenId>)> {
+    let probe = "routing probe";
+    let with = tokenizer.encode_fast(probe, true).ok()?.get_ids().to_vec();
+    let bare = tokenizer.encode_fast(probe, false).ok()?.get_ids().to_vec();
+    let at = (0..=with.len().checked_sub(bare.len())?).find(|&i| with[i..].starts_with(&bare))?;
+    Some((with[..at].to_vec(), with[at + bare.len()..].to_vec()))
+}
+
+/// Token IDs of segments, kept by the segment's text. Two generations approximate an LRU:
+/// lookups search the young generation, then the old one (a hit there moves the entry back
+/// to the young one); when the young generation passes half the byte budget, it becomes the
+/// old one and the old one is dropped.
+pub(crate) struct SegmentCache {
+    inner: Mutex<Generations>,
+    half_budget: usize,
+}
+
+#[derive(Default)]
+struct Generations {
+    young: HashMap<Box<str>, Arc<[TokenId]>>,
+    old: HashMap<Box<str>, Arc<[TokenId]>>,
+    young_bytes: usize,
+    old_bytes: usize,
+}
+
+impl SegmentCache {
+    fn new(budget_bytes: usize) -> Self {
+        Self {
+            inner: Mutex::new(Generations::default()),
+            half_budget: budget_bytes / 2,
+        }
+    }
+
+    fn get(&self, segment: &str) -> Option<Arc<[TokenId]>> {
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ids) = g.young.get(segment) {
+            return Some(Arc::clone(ids));
+        }
+        let (key, ids) = g.old.remove_entry(segment)?;
+        g.old_bytes -= key.len();
+        g.admit(key, Arc::clone(&ids), self.half_budget);
+        Some(ids)
+    }
+
+    fn insert(&self, segment: &str, ids: Arc<[TokenId]>) {
+        if segment.len() > self.half_budget {
+            return;
+        }
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        g.admit(segment.into(), ids, self.half_budget);
+    }
+
+    /// Segments held, and their bytes of text.
+    fn size(&self) -> (usize, usize) {
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        (g.young.len() + g.old.len(), g.young_bytes + g.old_bytes)
+    }
+}
+
+impl Generations {
+    fn admit(&mut self, key: Box<str>, ids: Arc<[TokenId]>, half_budget: usize) {
+        if self.young.contains_key(&key) {
+            return;
+        }
+        if self.young_bytes + key.len() > half_budget {
+            self.old = std::mem::take(&mut self.young);
+            self.old_bytes = std::mem::take(&mut self.young_bytes);
+        }
+        self.young_bytes += key.len();
+        self.young.insert(key, ids);
+    }
+}

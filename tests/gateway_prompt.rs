@@ -1,0 +1,223 @@
+//! The gateway's text and chat prompts: chat templates rendered as Hugging Face renders
+//! them, and segment-cached tokenization equal to whole-text tokenization, on the two small
+//! tokenizers committed in `tests/data/tokenizer/` (byte-level and metaspace).
+
+#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
+
+#[path = "../examples/gateway/chat.rs"]
+mod chat;
+#[path = "../examples/gateway/prompt.rs"]
+mod prompt;
+#[path = "../examples/gateway/tokenize.rs"]
+mod tokenize;
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+use prompt::{Endpoint, Prompts};
+
+fn dir(kind: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/tokenizer")
+        .join(kind)
+}
+
+/// The `kind` tokenizer with its chat template, caching `cache_bytes` of text.
+fn prompts(kind: &str, cache_bytes: usize) -> Prompts {
+    let d = dir(kind);
+    Prompts::load(
+        &d.join("tokenizer.json"),
+        Some(&d.join("tokenizer_config.json")),
+        cache_bytes,
+    )
+    .unwrap()
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+#[test]
+fn the_chat_template_renders_as_transformers_does() {
+    let p = prompts("bytelevel", 1 << 20);
+    let request = object(json!({"messages": [
+        {"role": "user", "content": "  Where is my cache?  "},
+        {"role": "assistant", "content": [{"type": "text", "text": "On"}, {"type": "text", "text": "worker 2."}]},
+        {"role": "user", "content": "Thanks"},
+    ]}));
+    // The template adds the default system prompt, trims content, and the generation prompt
+    // comes by default; text parts are joined with a newline.
+    assert_eq!(
+        p.render_chat(&request).unwrap(),
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n\
+         <|im_start|>user\nWhere is my cache?<|im_end|>\n\
+         <|im_start|>assistant\nOn\nworker 2.<|im_end|>\n\
+         <|im_start|>user\nThanks<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    let mut no_generation = request.clone();
+    no_generation.insert("add_generation_prompt".into(), json!(false));
+    assert!(
+        p.render_chat(&no_generation)
+            .unwrap()
+            .ends_with("Thanks<|im_end|>\n")
+    );
+}
+
+#[test]
+fn bad_chat_requests_get_clear_errors() {
+    let p = prompts("bytelevel", 1 << 20);
+    let cases = [
+        (json!({}), "missing \"messages\""),
+        (json!({"messages": []}), "is empty"),
+        (json!({"messages": [{"content": "x"}]}), "has no \"role\""),
+        (
+            json!({"messages": [{"role": "user", "content": 3}]}),
+            "is not text",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            "only text parts",
+        ),
+    ];
+    for (request, needle) in cases {
+        let e =
+            prompt::request_tokens(Some(&p), Endpoint::Chat, &object(request.clone())).unwrap_err();
+        assert!(e.contains(needle), "{request}: {e}");
+    }
+}
+
+#[test]
+fn a_template_that_raises_an_exception_rejects_the_request() {
+    let config =
+        std::env::temp_dir().join(format!("prefix-router-raise-{}.json", std::process::id()));
+    std::fs::write(
+        &config,
+        json!({"chat_template": "{% if messages[0]['role'] != 'system' %}{{ raise_exception('a system message must come first') }}{% endif %}x"}).to_string(),
+    )
+    .unwrap();
+    let p = Prompts::load(
+        &dir("bytelevel").join("tokenizer.json"),
+        Some(&config),
+        1 << 20,
+    )
+    .unwrap();
+    let e = p
+        .render_chat(&object(
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        ))
+        .unwrap_err();
+    std::fs::remove_file(&config).unwrap();
+    assert!(e.contains("a system message must come first"), "{e}");
+}
+
+#[test]
+fn text_prompts_get_the_tokenizers_special_tokens_unless_told_otherwise() {
+    let p = prompts("metaspace", 1 << 20);
+    let text = "<|im_start|>user\nrouting<|im_end|>";
+    let with = prompt::request_tokens(
+        Some(&p),
+        Endpoint::Completions,
+        &object(json!({"prompt": text})),
+    )
+    .unwrap();
+    assert_eq!(with, p.tokens().encode(text, true).unwrap());
+    let without = prompt::request_tokens(
+        Some(&p),
+        Endpoint::Completions,
+        &object(json!({"prompt": text, "add_special_tokens": false})),
+    )
+    .unwrap();
+    assert_eq!(without, p.tokens().encode(text, false).unwrap());
+    // The first token is the special token itself.
+    assert_eq!(
+        without[0],
+        p.tokens().encode("<|im_start|>", false).unwrap()[0]
+    );
+}
+
+/// Words to build messages from: plain, with spaces and newlines at their edges, non-ASCII,
+/// and the special tokens themselves (as a user may type them).
+fn word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "[a-z]{1,8}",
+        1 => Just(" ".to_owned()),
+        1 => Just("\n".to_owned()),
+        1 => Just("  \n\t".to_owned()),
+        1 => Just("routing cache".to_owned()),
+        1 => Just("é→日本".to_owned()),
+        1 => Just("<|im_start|>".to_owned()),
+        1 => Just("<|im_end|>".to_owned()),
+        1 => Just("<|im".to_owned()),
+        1 => Just("<".to_owned()),
+    ]
+}
+
+fn message() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof![Just("system"), Just("user"), Just("assistant")],
+        prop::collection::vec(word(), 0..12),
+    )
+        .prop_map(|(role, words)| json!({"role": role, "content": words.concat()}))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Rendered chats, tokenized through the segment cache (twice, so that the second time
+    /// comes from the cache), give the tokenizer's own token IDs for the whole text, with
+    /// and without special tokens, on both tokenizers; a cache too small to keep everything
+    /// changes nothing.
+    #[test]
+    fn segmented_tokenization_equals_whole_text_tokenization(
+        conversations in prop::collection::vec(prop::collection::vec(message(), 1..6), 1..4),
+        special in any::<bool>(),
+        small_cache in any::<bool>(),
+    ) {
+        let budget = if small_cache { 64 } else { 1 << 20 };
+        for kind in ["bytelevel", "metaspace"] {
+            let p = prompts(kind, budget);
+            for messages in &conversations {
+                let text = p.render_chat(&object(json!({"messages": messages}))).unwrap();
+                let whole = p.tokens().encode(&text, special).unwrap();
+                prop_assert_eq!(&p.tokens().tokenize(&text, special).unwrap(), &whole, "{}: {:?}", kind, text);
+                prop_assert_eq!(&p.tokens().tokenize(&text, special).unwrap(), &whole, "{} (cached): {:?}", kind, text);
+            }
+            let (_, bytes) = p.tokens().cached();
+            prop_assert!(bytes <= budget, "{} > {}", bytes, budget);
+        }
+    }
+
+    /// Plain text, special tokens anywhere, tokenizes the same way.
+    #[test]
+    fn segmented_text_equals_whole_text(words in prop::collection::vec(word(), 0..40), special in any::<bool>()) {
+        let text = words.concat();
+        for kind in ["bytelevel", "metaspace"] {
+            let p = prompts(kind, 1 << 20);
+            let whole = p.tokens().encode(&text, special).unwrap();
+            prop_assert_eq!(&p.tokens().tokenize(&text, special).unwrap(), &whole, "{}: {:?}", kind, text);
+        }
+    }
+}
+
+#[test]
+fn earlier_turns_come_from_the_cache() {
+    let p = prompts("bytelevel", 1 << 20);
+    let mut messages = vec![json!({"role": "system", "content": "You route requests to caches."})];
+    let mut segments = Vec::new();
+    for turn in 0..4 {
+        messages.push(json!({"role": "user", "content": format!("question {turn}")}));
+        let text = p
+            .render_chat(&object(json!({"messages": messages})))
+            .unwrap();
+        p.tokens().tokenize(&text, false).unwrap();
+        segments.push(p.tokens().cached().0);
+        messages.push(json!({"role": "assistant", "content": format!("answer {turn}")}));
+    }
+    // The first request: system, its end, the user turn, its end, the generation prompt
+    // ("<|im_end|>\n" recurs, so 4 distinct segments). Each later turn adds its user
+    // message and the previous answer (the answer's "<|im_start|>assistant\n..." segment).
+    assert_eq!(segments, [4, 6, 8, 10]);
+}
