@@ -22,12 +22,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use prefix_router::TokenId;
 use tokenizers::Tokenizer;
+use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 /// A model's tokenizer and its segment cache.
 pub(crate) struct Tokens {
     tokenizer: Tokenizer,
-    /// Boundary tokens by their first byte, longest first.
-    boundaries: HashMap<u8, Vec<String>>,
+    boundaries: Boundaries,
     /// The token IDs the post-processor adds before and after a text's own, when it adds
     /// special tokens; `None` when they could not be told apart (then such texts are
     /// tokenized whole).
@@ -117,11 +117,7 @@ impl Tokens {
         let mut starts = Vec::new();
         let mut i = 0;
         while i < bytes.len() {
-            let found = self
-                .boundaries
-                .get(&bytes[i])
-                .and_then(|tokens| tokens.iter().find(|t| bytes[i..].starts_with(t.as_bytes())));
-            match found {
+            match self.boundaries.at(&bytes[i..]) {
                 Some(token) => {
                     starts.push(i);
                     i += token.len();
@@ -133,8 +129,27 @@ impl Tokens {
     }
 }
 
-/// The tokenizer's boundary tokens, by their first byte, longest first.
-fn boundaries(tokenizer: &Tokenizer) -> HashMap<u8, Vec<String>> {
+/// The boundary tokens, by their first byte, longest first.
+struct Boundaries {
+    /// By first byte: an index into `tokens` plus one; 0 for bytes no token starts with.
+    first: [u16; 256],
+    tokens: Vec<Vec<String>>,
+}
+
+impl Boundaries {
+    /// The boundary token `text` starts with, the longest if several do.
+    fn at(&self, text: &[u8]) -> Option<&str> {
+        let slot = *self.first.get(usize::from(*text.first()?))?;
+        let tokens = self.tokens.get(usize::from(slot).checked_sub(1)?)?;
+        tokens
+            .iter()
+            .find(|t| text.starts_with(t.as_bytes()))
+            .map(String::as_str)
+    }
+}
+
+/// The tokenizer's boundary tokens.
+fn boundaries(tokenizer: &Tokenizer) -> Boundaries {
     let mut by_byte: HashMap<u8, Vec<String>> = HashMap::new();
     for token in tokenizer.get_added_tokens_decoder().values() {
         if token.special
@@ -149,10 +164,16 @@ fn boundaries(tokenizer: &Tokenizer) -> HashMap<u8, Vec<String>> {
                 .push(token.content.clone());
         }
     }
-    for tokens in by_byte.values_mut() {
+    let mut boundaries = Boundaries {
+        first: [0; 256],
+        tokens: Vec::new(),
+    };
+    for (byte, mut tokens) in by_byte {
         tokens.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        boundaries.tokens.push(tokens);
+        boundaries.first[usize::from(byte)] = boundaries.tokens.len() as u16;
     }
-    by_byte
+    boundaries
 }
 
 /// What the post-processor adds before and after a prompt's tokens, found by tokenizing
@@ -176,8 +197,8 @@ pub(crate) struct SegmentCache {
 
 #[derive(Default)]
 struct Generations {
-    young: HashMap<Box<str>, Arc<[TokenId]>>,
-    old: HashMap<Box<str>, Arc<[TokenId]>>,
+    young: HashMap<Box<str>, Arc<[TokenId]>, Xxh3DefaultBuilder>,
+    old: HashMap<Box<str>, Arc<[TokenId]>, Xxh3DefaultBuilder>,
     young_bytes: usize,
     old_bytes: usize,
 }
