@@ -127,6 +127,10 @@ async fn gateway_with(
     let router = policy::build(policy, targets, &options).unwrap().unwrap();
     let urls = upstreams.iter().map(|u| u.url.clone()).collect();
     let gw = app::Gateway::new(router, urls, layout, app);
+    tokio::spawn(probe::probe_forever(
+        Arc::clone(&gw),
+        Duration::from_millis(100),
+    ));
     tokio::spawn(metrics::scrape_forever(
         std::sync::Arc::clone(&gw),
         "/metrics".to_owned(),
@@ -688,4 +692,90 @@ async fn text_prompts_and_streamed_chats_are_routed() {
         .map(|w| w["streamed_first_tokens"].as_u64().unwrap())
         .sum();
     assert_eq!(first_tokens, 1, "{stats}");
+}
+
+/// An upstream slower than the request timeout: the client gets a 504 and the request is
+/// completed, but the worker stays in routing (slow is not down). A stream that starts in
+/// time may run past the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upstream_times_out_with_a_504_and_stays_in_routing() {
+    let up = Upstream::start(64);
+    let options = app::Options {
+        request_timeout: Duration::from_millis(300),
+        ..app::Options::default()
+    };
+    let gw = gateway_with(
+        "balanced",
+        &[&up],
+        1,
+        policy::PolicyOptions::default(),
+        options,
+    )
+    .await;
+    let client = client();
+    let slow = json!({"model": "m", "prompt": [1, 2, 3], "mock_pause_ms": 1_500});
+    let (status, v, _) = post(&client, &gw, &slow, None).await;
+    assert_eq!(status, 504, "{v}");
+    assert_eq!(v["error"]["type"], "timeout");
+    let stats = get(&client, format!("{gw}/stats")).await;
+    assert_eq!(stats["workers"][0]["in_flight"], 0, "{stats}");
+    assert_eq!(stats["workers"][0]["available"], true, "{stats}");
+    let stream = json!({"model": "m", "prompt": [1, 2, 3], "stream": true, "mock_pause_ms": 600});
+    let resp = client
+        .post(format!("{gw}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(stream.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.text().await.unwrap().contains("[DONE]"));
+    let (status, _, _) = post(
+        &client,
+        &gw,
+        &json!({"model": "m", "prompt": [1, 2, 3]}),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+/// Health probes take a dead worker out of routing before any request finds it dead, and
+/// `/ready` answers 503 once no worker is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_take_dead_workers_out_and_ready_says_when_none_is_left() {
+    let mut a = Upstream::start(64);
+    let mut b = Upstream::start(64);
+    let gw = gateway("balanced", &[&a, &b]).await;
+    let client = client();
+    let ready = |client: reqwest::Client, gw: String| async move {
+        let resp = client.get(format!("{gw}/ready")).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (
+            status,
+            serde_json::from_str::<Value>(&resp.text().await.unwrap()).unwrap(),
+        )
+    };
+    let (status, v) = ready(client.clone(), gw.clone()).await;
+    assert_eq!(
+        (status, v["available_workers"].clone()),
+        (200, json!(2)),
+        "{v}"
+    );
+    a.kill();
+    wait_for(&client, &gw, |w| w["available"] == false).await;
+    assert_eq!(ready(client.clone(), gw.clone()).await.0, 200);
+    b.kill();
+    for _ in 0..100 {
+        if ready(client.clone(), gw.clone()).await.0 == 503 {
+            let stats = get(&client, format!("{gw}/stats")).await;
+            assert_eq!(
+                stats["workers"][0]["failures"], 0,
+                "no request was sent: {stats}"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("/ready never said 503");
 }

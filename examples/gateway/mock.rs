@@ -11,7 +11,8 @@
 //! With `"stream": true` it answers with server-sent events as vLLM does: two content events,
 //! the usage event when `stream_options.include_usage` asks for it, then `[DONE]`. A
 //! request's `mock_pause_ms` (the mock's only) holds the stream that long after its first
-//! event, so that tests can look at the gateway mid-stream.
+//! event (and a whole answer that long before it), so that tests can look at the gateway
+//! mid-stream and time requests out.
 //!
 //! `GET /metrics` answers in Prometheus text as vLLM does, per rank (`engine` label):
 //! requests running (those being answered), none waiting, and the KV cache's usage.
@@ -137,11 +138,11 @@ async fn complete(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(&worker, Endpoint::Completions, &headers, &body)
+    answer(&worker, Endpoint::Completions, &headers, &body).await
 }
 
 async fn chat(State(worker): State<Arc<MockWorker>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(&worker, Endpoint::Chat, &headers, &body)
+    answer(&worker, Endpoint::Chat, &headers, &body).await
 }
 
 /// The rank a request names in `X-data-parallel-rank` (0 without it).
@@ -157,7 +158,7 @@ fn rank(worker: &MockWorker, headers: &HeaderMap) -> Option<u32> {
     }
 }
 
-fn answer(
+async fn answer(
     worker: &Arc<MockWorker>,
     endpoint: Endpoint,
     headers: &HeaderMap,
@@ -183,17 +184,18 @@ fn answer(
         "prompt_tokens_details": {"cached_tokens": cached}
     });
     let shape = Shape { endpoint, model };
+    let pause = value
+        .get("mock_pause_ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     if value.get("stream") == Some(&json!(true)) {
-        let pause = value
-            .get("mock_pause_ms")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
         let with_usage = value
             .get("stream_options")
             .and_then(|o| o.get("include_usage"))
             == Some(&json!(true));
         return stream(&shape, with_usage.then_some(usage), pause, running);
     }
+    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
     let mut whole = shape.event(&[(" ok done", json!("length"))], false);
     whole["usage"] = usage;
     whole["served_by_rank"] = json!(rank);
