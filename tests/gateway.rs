@@ -4,179 +4,12 @@
 
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
 
-#[path = "../examples/gateway/app.rs"]
-mod app;
-#[path = "../examples/gateway/chat.rs"]
-mod chat;
-#[path = "../examples/gateway/metrics.rs"]
-mod metrics;
-#[path = "../examples/gateway/mock.rs"]
-mod mock;
-#[path = "../examples/common/policy.rs"]
-mod policy;
-#[path = "../examples/gateway/probe.rs"]
-mod probe;
-#[path = "../examples/gateway/prompt.rs"]
-mod prompt;
-#[path = "../examples/gateway/stream.rs"]
-mod stream;
-#[path = "../examples/gateway/tokenize.rs"]
-mod tokenize;
+mod gateway_fleet;
 
-use std::sync::Arc;
+use gateway_fleet::*;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-
-/// A mock worker on its own thread and runtime, so that killing it closes every socket.
-struct Upstream {
-    url: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Upstream {
-    fn start(capacity_blocks: usize) -> Self {
-        Self::with_ranks(capacity_blocks, 1)
-    }
-
-    /// A mock endpoint of `ranks` data-parallel ranks, each caching `capacity_blocks`.
-    fn with_ranks(capacity_blocks: usize, ranks: u32) -> Self {
-        Self::spawn(capacity_blocks, ranks, None)
-    }
-
-    /// A mock endpoint reading text and chat prompts with `prompts`.
-    fn with_prompts(capacity_blocks: usize, prompts: &Arc<prompt::Prompts>) -> Self {
-        Self::spawn(capacity_blocks, 1, Some(Arc::clone(prompts)))
-    }
-
-    fn spawn(capacity_blocks: usize, ranks: u32, prompts: Option<Arc<prompt::Prompts>>) -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let app = mock::mock_app(mock::MockWorker::new(capacity_blocks, ranks, prompts));
-                let server = axum::serve(listener, app);
-                tokio::select! {
-                    _ = server => {}
-                    _ = stopped => {}
-                }
-            });
-            // Dropping the runtime here ends every connection task.
-        });
-        Self {
-            url,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Starts a gateway with `policy` over `upstreams`; returns its base URL.
-async fn gateway(policy: &str, upstreams: &[&Upstream]) -> String {
-    gateway_with_ranks(policy, upstreams, 1).await
-}
-
-/// Starts a gateway with `policy` over `upstreams` of `ranks` data-parallel ranks each.
-async fn gateway_with_ranks(policy: &str, upstreams: &[&Upstream], ranks: u32) -> String {
-    gateway_with_options(policy, upstreams, ranks, policy::PolicyOptions::default()).await
-}
-
-/// Starts a gateway with `policy` built with `options`.
-async fn gateway_with_options(
-    policy: &str,
-    upstreams: &[&Upstream],
-    ranks: u32,
-    options: policy::PolicyOptions,
-) -> String {
-    gateway_with(policy, upstreams, ranks, options, app::Options::default()).await
-}
-
-/// Starts a gateway with `policy` built with `options`, handling requests with `app`.
-async fn gateway_with(
-    policy: &str,
-    upstreams: &[&Upstream],
-    ranks: u32,
-    options: policy::PolicyOptions,
-    app: app::Options,
-) -> String {
-    let layout = prefix_router::RankLayout::new(ranks).unwrap();
-    let targets = layout.targets(upstreams.len() as u32);
-    let router = policy::build(policy, targets, &options).unwrap().unwrap();
-    let urls = upstreams.iter().map(|u| u.url.clone()).collect();
-    let gw = app::Gateway::new(router, urls, layout, app);
-    tokio::spawn(probe::probe_forever(
-        Arc::clone(&gw),
-        Duration::from_millis(100),
-    ));
-    tokio::spawn(metrics::scrape_forever(
-        std::sync::Arc::clone(&gw),
-        "/metrics".to_owned(),
-        Duration::from_millis(100),
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app::app(gw)).await });
-    url
-}
-
-async fn get(client: &reqwest::Client, url: String) -> Value {
-    let text = client.get(url).send().await.unwrap().text().await.unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
-async fn post(
-    client: &reqwest::Client,
-    gw: &str,
-    body: &Value,
-    session: Option<&str>,
-) -> (u16, Value, reqwest::header::HeaderMap) {
-    let mut req = client
-        .post(format!("{gw}/v1/completions"))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(s) = session {
-        req = req.header("x-session-id", s);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::Null),
-        headers,
-    )
-}
 
 /// 300 requests: one-off questions on 3 shared system prompts, and 25 conversations of 10
 /// turns (each turn the history plus a new message), shuffled within each round.
@@ -429,18 +262,6 @@ async fn start_stream(
     (resp, first)
 }
 
-/// Polls the gateway's `/stats` until `done` holds for worker 0, for at most 5 s.
-async fn wait_for(client: &reqwest::Client, gw: &str, done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..100 {
-        let stats = get(client, format!("{gw}/stats")).await;
-        if done(&stats["workers"][0]) {
-            return stats;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the gateway's stats never got there");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_completions_pass_through_and_fire_first_token_at_the_first_chunk() {
     let up = Upstream::start(4_096);
@@ -541,62 +362,6 @@ async fn a_client_that_asks_gets_the_routing_receipt() {
         "{receipt}"
     );
     assert!(receipt.contains(&format!("[*w{worker} ")), "{receipt}");
-}
-
-/// The byte-level test tokenizer and its ChatML template.
-fn test_prompts() -> Arc<prompt::Prompts> {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer/bytelevel");
-    let p = prompt::Prompts::load(
-        &dir.join("tokenizer.json"),
-        Some(&dir.join("tokenizer_config.json")),
-        1 << 20,
-    )
-    .unwrap();
-    Arc::new(p)
-}
-
-/// A gateway with the test tokenizer over two mock workers that tokenize alike.
-async fn chat_fleet(prompts: &Arc<prompt::Prompts>) -> (Vec<Upstream>, String) {
-    let ups: Vec<Upstream> = (0..2)
-        .map(|_| Upstream::with_prompts(4_096, prompts))
-        .collect();
-    let options = app::Options {
-        prompts: Some(Arc::clone(prompts)),
-        ..app::Options::default()
-    };
-    let refs: Vec<&Upstream> = ups.iter().collect();
-    let gw = gateway_with(
-        "cache_aware",
-        &refs,
-        1,
-        policy::PolicyOptions::default(),
-        options,
-    )
-    .await;
-    (ups, gw)
-}
-
-async fn post_to(
-    client: &reqwest::Client,
-    url: String,
-    body: &Value,
-) -> (u16, Value, reqwest::header::HeaderMap) {
-    let resp = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::Null),
-        headers,
-    )
 }
 
 /// Eight chats of four turns through `/v1/chat/completions`: the workers, which render and

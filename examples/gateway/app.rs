@@ -14,7 +14,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use prefix_router::{Error, RankLayout, RouteDecision, RouteRequest, Router, TokenId, WorkerId};
+use prefix_router::{
+    Error, RankLayout, RouteDecision, RouteRequest, Router, TokenId, WorkerId, namespace_salt,
+};
 use serde_json::{Value, json};
 
 use super::prompt::{self, Endpoint, Prompts};
@@ -33,6 +35,36 @@ pub(crate) struct UpstreamStats {
     /// When its engine's metrics were last read, in microseconds since the gateway
     /// started; 0: never.
     scraped_at_us: AtomicU64,
+    pub(crate) events: EventCounters,
+}
+
+/// What a target's KV-event stream did (`events.rs`).
+#[derive(Default)]
+pub(crate) struct EventCounters {
+    /// Batches applied to the mirror.
+    pub(crate) batches: AtomicU64,
+    /// Events the mirror rejected (see the router's `SyncError`s).
+    pub(crate) rejected: AtomicU64,
+    /// Batches that came from the engine's replay socket to fill a gap.
+    pub(crate) replayed: AtomicU64,
+    /// Gaps the replay could not fill.
+    pub(crate) unfilled_gaps: AtomicU64,
+    /// The last batch's lag (the gateway's clock when it was applied, minus the engine's
+    /// `ts`), in microseconds; 0 when negative or before the first batch.
+    pub(crate) lag_us: AtomicU64,
+}
+
+impl EventCounters {
+    fn json(&self) -> Value {
+        let batches = self.batches.load(Relaxed);
+        json!({
+            "batches": batches,
+            "rejected": self.rejected.load(Relaxed),
+            "replayed": self.replayed.load(Relaxed),
+            "unfilled_gaps": self.unfilled_gaps.load(Relaxed),
+            "lag_ms": (batches > 0).then(|| self.lag_us.load(Relaxed) as f64 / 1_000.0),
+        })
+    }
 }
 
 /// The gateway's state: the router, the upstream endpoints, and their data-parallel ranks.
@@ -48,6 +80,7 @@ pub(crate) struct Gateway {
     started: Instant,
     prompts: Option<Arc<Prompts>>,
     request_timeout: Duration,
+    loras: Vec<String>,
     /// Set when the gateway stops taking requests: it is no longer ready.
     draining: AtomicBool,
 }
@@ -59,6 +92,10 @@ pub(crate) struct Options {
     pub(crate) prompts: Option<Arc<Prompts>>,
     /// How long an upstream may take to answer a request whole, or to start a stream.
     pub(crate) request_timeout: Duration,
+    /// The model names that are LoRA adapters: a request naming one is routed in the
+    /// adapter's cache namespace, as the engine's events for it are. Any other name is the
+    /// base model's.
+    pub(crate) loras: Vec<String>,
 }
 
 impl Default for Options {
@@ -66,6 +103,7 @@ impl Default for Options {
         Self {
             prompts: None,
             request_timeout: Duration::from_secs(300),
+            loras: Vec::new(),
         }
     }
 }
@@ -97,6 +135,7 @@ impl Gateway {
             started: Instant::now(),
             prompts: options.prompts,
             request_timeout: options.request_timeout,
+            loras: options.loras,
             draining: AtomicBool::new(false),
         })
     }
@@ -174,6 +213,12 @@ impl Gateway {
         &self.upstreams[self.layout.endpoint(t) as usize]
     }
 
+    /// Target `t`'s counters (`events.rs` counts KV events there).
+    #[cfg_attr(not(feature = "zmq"), allow(dead_code))]
+    pub(crate) fn target_stats(&self, t: WorkerId) -> Option<&UpstreamStats> {
+        self.stats.get(t.index())
+    }
+
     /// The router.
     pub(crate) fn router(&self) -> &dyn Router {
         self.router.as_ref()
@@ -193,7 +238,7 @@ impl Gateway {
         &self,
         decision: &RouteDecision,
         tokens: &[TokenId],
-        salt: &str,
+        salt: &[u8],
         cached: u64,
     ) {
         let w = decision.worker();
@@ -204,7 +249,7 @@ impl Gateway {
             .fetch_add(decision.cached_tokens() as u64, Relaxed);
         stats.prompt_tokens.fetch_add(tokens.len() as u64, Relaxed);
         if let Some(sync) = self.router.cache_sync() {
-            let _ = sync.report_cached_salted(w, salt.as_bytes(), tokens, cached as usize);
+            let _ = sync.report_cached_salted(w, salt, tokens, cached as usize);
         }
     }
 }
@@ -240,8 +285,9 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 struct Incoming {
     endpoint: Endpoint,
     tokens: Vec<TokenId>,
-    /// The model's name: requests for different models never share cache.
-    salt: String,
+    /// The request's cache namespace: its LoRA adapter and `cache_salt` (see
+    /// [`prefix_router::namespace_salt`]), as the engine's KV events name it.
+    salt: Vec<u8>,
     session: Option<String>,
     streamed: bool,
     /// Whether the client asked for the routing receipt (`x-routing-receipt`).
@@ -268,7 +314,8 @@ impl Incoming {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
             .or_else(|| text("user"));
-        let salt = text("model").unwrap_or_default();
+        let lora = text("model").filter(|m| gw.loras.contains(m));
+        let salt = namespace_salt(lora.as_deref(), text("cache_salt").as_deref());
         let streamed = stream::is_streamed(&value);
         Ok(Self {
             endpoint,
@@ -286,7 +333,7 @@ impl Incoming {
     }
 
     fn route_request(&self) -> RouteRequest<'_> {
-        let request = RouteRequest::new(&self.tokens).with_salt(self.salt.as_bytes());
+        let request = RouteRequest::new(&self.tokens).with_salt(&self.salt);
         match &self.session {
             Some(s) => request.with_session(s),
             None => request,
@@ -455,7 +502,7 @@ fn respond(
     gw: &Gateway,
     decision: &RouteDecision,
     tokens: &[TokenId],
-    salt: &str,
+    salt: &[u8],
     status: StatusCode,
     body: Bytes,
 ) -> Response {
@@ -512,6 +559,7 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
                 "reported_queue": load.map(|l| l.reported.queue_len),
                 "reported_kv_usage": load.map(|l| l.reported.kv_usage),
                 "metrics_age_ms": gw.metrics_age_ms(i),
+                "events": s.events.json(),
                 "mean_time_to_first_token_ms": mean_ms(
                     s.first_token_us.load(Relaxed),
                     s.first_tokens.load(Relaxed),

@@ -49,22 +49,32 @@ use prefix_router::RankLayout;
 
 mod app;
 mod chat;
+#[cfg(feature = "zmq")]
+mod events;
 mod metrics;
 mod mock;
+mod mock_cache;
+#[cfg(feature = "zmq")]
+mod mock_events;
 #[path = "../common/policy.rs"]
 mod policy;
 mod probe;
 mod prompt;
 mod stream;
 mod tokenize;
+#[cfg(feature = "zmq")]
+#[path = "../vllm_events/zmq.rs"]
+mod zmq;
 
 fn usage() -> String {
     format!(
         "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] \
          [--metrics-path PATH] [--scrape-interval-ms N] [--health-interval-ms N] \
          [--request-timeout-s N] [--tokenizer FILE [--tokenizer-config FILE] \
-         [--tokenize-cache-mb N]] --upstream URL...\n       \
-         gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N] [--tokenizer FILE]",
+         [--tokenize-cache-mb N]] [--lora NAME...] --upstream URL... \
+         [--kv-events PUB[,REPLAY]...]\n       \
+         gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N] [--tokenizer FILE] \
+         [--kv-events-host HOST]",
         policy::POLICIES.join("|")
     )
 }
@@ -86,6 +96,11 @@ struct Flags {
     tokenizer: Option<PathBuf>,
     tokenizer_config: Option<PathBuf>,
     tokenize_cache_bytes: usize,
+    loras: Vec<String>,
+    /// Per upstream: its engine's KV-event socket and, after a comma, its replay socket.
+    kv_events: Vec<String>,
+    /// For a mock worker: publish KV events on this host.
+    kv_events_host: Option<String>,
 }
 
 impl Default for Flags {
@@ -105,6 +120,9 @@ impl Default for Flags {
             tokenizer: None,
             tokenizer_config: None,
             tokenize_cache_bytes: 64 << 20,
+            loras: Vec::new(),
+            kv_events: Vec::new(),
+            kv_events_host: None,
         }
     }
 }
@@ -131,6 +149,9 @@ fn parse_flags() -> Result<Flags, String> {
             "--tokenizer" => f.tokenizer = Some(PathBuf::from(value)),
             "--tokenizer-config" => f.tokenizer_config = Some(PathBuf::from(value)),
             "--tokenize-cache-mb" => f.tokenize_cache_bytes = number()? << 20,
+            "--lora" => f.loras.push(value),
+            "--kv-events" => f.kv_events.push(value),
+            "--kv-events-host" => f.kv_events_host = Some(value),
             "--block-size" => f.options.block_size = number()?,
             "--capacity-blocks" => f.capacity_blocks = number()?,
             "--dp-ranks" => f.ranks = u32::try_from(number()?).unwrap_or(u32::MAX),
@@ -176,8 +197,11 @@ fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
     let options = app::Options {
         prompts: prompts(&f)?,
         request_timeout: f.request_timeout,
+        loras: f.loras.clone(),
     };
+    let endpoints = f.upstreams.len() as u32;
     let gw = app::Gateway::new(router, f.upstreams, layout, options);
+    follow_events(&gw, &f.kv_events, &layout, endpoints)?;
     tokio::spawn(probe::probe_forever(Arc::clone(&gw), f.health_interval));
     if let Some(path) = f.metrics_path {
         tokio::spawn(metrics::scrape_forever(
@@ -189,12 +213,68 @@ fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
     Ok(gw)
 }
 
+/// Starts following the engines' KV events the `--kv-events` values name.
+#[cfg(feature = "zmq")]
+fn follow_events(
+    gw: &Arc<app::Gateway>,
+    values: &[String],
+    layout: &RankLayout,
+    endpoints: u32,
+) -> Result<(), String> {
+    if values.is_empty() {
+        return Ok(());
+    }
+    for source in events::sources(values, layout, endpoints)? {
+        tokio::spawn(events::follow_forever(Arc::clone(gw), source));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "zmq"))]
+fn follow_events(
+    _: &Arc<app::Gateway>,
+    values: &[String],
+    _: &RankLayout,
+    _: u32,
+) -> Result<(), String> {
+    if values.is_empty() {
+        Ok(())
+    } else {
+        Err(NO_ZMQ.to_owned())
+    }
+}
+
+#[cfg(not(feature = "zmq"))]
+const NO_ZMQ: &str =
+    "KV events need the zmq feature: cargo run --release --example gateway --features zmq";
+
+/// A mock worker as the flags describe it, publishing KV events when asked.
+async fn mock_worker(flags: &Flags) -> Result<mock::MockWorker, String> {
+    let worker = mock::MockWorker::new(flags.capacity_blocks, flags.ranks, prompts(flags)?);
+    let Some(host) = &flags.kv_events_host else {
+        return Ok(worker);
+    };
+    #[cfg(feature = "zmq")]
+    {
+        let publishers = mock_events::Publishers::bind(host, flags.ranks).await?;
+        for (rank, (events, replay)) in publishers.endpoints.iter().enumerate() {
+            eprintln!("rank {rank}: KV events on {events}, replay on {replay}");
+        }
+        Ok(worker.with_events(publishers))
+    }
+    #[cfg(not(feature = "zmq"))]
+    {
+        let _ = host;
+        Err(NO_ZMQ.to_owned())
+    }
+}
+
 /// The app the flags ask for (a gateway, or a mock worker), and the gateway if it is one.
-fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Gateway>>), String> {
+async fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Gateway>>), String> {
     let layout = RankLayout::new(flags.ranks).map_err(|e| format!("--dp-ranks: {e}"))?;
     if let Some(addr) = &flags.mock {
-        let worker = mock::MockWorker::new(flags.capacity_blocks, flags.ranks, prompts(&flags)?);
-        return Ok((addr.clone(), mock::mock_app(worker), None));
+        let worker = mock_worker(&flags).await?;
+        return Ok((addr.clone(), mock::mock_app(Arc::new(worker)), None));
     }
     let listen = flags.listen.clone();
     let gw = gateway(flags, layout)?;
@@ -203,7 +283,10 @@ fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Gateway>
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let built = parse_flags().and_then(build);
+    let built = match parse_flags() {
+        Ok(flags) => build(flags).await,
+        Err(e) => Err(e),
+    };
     let (addr, app, gw) = match built {
         Ok(b) => b,
         Err(e) => {

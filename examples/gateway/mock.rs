@@ -26,20 +26,27 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use prefix_router::{PrefixHasher, RadixTree, TokenId, WorkerId};
+use prefix_router::{PrefixHasher, TokenId};
 use serde_json::{Value, json};
 
+use super::mock_cache::RankCache;
+#[cfg(feature = "zmq")]
+use super::mock_events::Publishers;
 use super::prompt::{self, Endpoint, Prompts};
 
-/// The mock's KV caches: one tree whose worker `r` is rank `r`'s cache.
+/// The mock engine: a KV cache per rank.
 pub(crate) struct MockWorker {
-    cache: Mutex<RadixTree>,
+    /// By rank.
+    cache: Mutex<Vec<RankCache>>,
     ranks: u32,
     hasher: PrefixHasher,
     capacity_blocks: usize,
     /// Requests being answered, by rank.
     running: Vec<AtomicU64>,
     prompts: Option<Arc<Prompts>>,
+    /// Where the caches' changes are published, when they are.
+    #[cfg(feature = "zmq")]
+    events: Option<Publishers>,
 }
 
 /// A request being answered on a rank: counted as running until dropped.
@@ -61,38 +68,54 @@ impl Drop for Running {
 impl MockWorker {
     /// A worker of `ranks` data-parallel ranks (at least 1), each caching at most
     /// `capacity_blocks` blocks of 16 tokens, reading text and chat prompts with `prompts`.
-    pub(crate) fn new(
-        capacity_blocks: usize,
-        ranks: u32,
-        prompts: Option<Arc<Prompts>>,
-    ) -> Arc<Self> {
+    pub(crate) fn new(capacity_blocks: usize, ranks: u32, prompts: Option<Arc<Prompts>>) -> Self {
         let ranks = ranks.max(1);
-        let mut cache = RadixTree::new();
-        for r in 0..ranks {
-            cache.set_capacity(WorkerId::new(r), capacity_blocks);
-        }
         // The engine's own hashing: a different seed from any router's.
         let hasher = PrefixHasher::new(16)
             .unwrap_or_else(|_| unreachable!("16 is a valid block size"))
             .with_seed(0xE61E);
-        Arc::new(Self {
-            cache: Mutex::new(cache),
+        Self {
+            cache: Mutex::new(
+                (0..ranks)
+                    .map(|_| RankCache::new(capacity_blocks))
+                    .collect(),
+            ),
             ranks,
             hasher,
             capacity_blocks,
             running: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
             prompts,
-        })
+            #[cfg(feature = "zmq")]
+            events: None,
+        }
+    }
+
+    /// The same worker, publishing its caches' changes as vLLM's KV events.
+    #[cfg(feature = "zmq")]
+    pub(crate) fn with_events(mut self, publishers: Publishers) -> Self {
+        self.events = Some(publishers);
+        self
     }
 
     /// Serves one prompt on `rank`: how many of its tokens were cached there before, then
-    /// caches it there.
-    fn serve(&self, rank: u32, model: &str, tokens: &[TokenId]) -> usize {
-        let blocks = self.hasher.hash_salted(model.as_bytes(), tokens);
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        let cached = cache.held_prefix(WorkerId::new(rank), &blocks) * 16;
-        cache.insert(WorkerId::new(rank), &blocks);
-        cached
+    /// caches it there (publishing the changes, unless `quiet`).
+    fn serve(&self, rank: u32, model: &str, tokens: &[TokenId], quiet: bool) -> usize {
+        let blocks: Vec<u64> = self
+            .hasher
+            .hash_salted(model.as_bytes(), tokens)
+            .iter()
+            .map(|b| b.get())
+            .collect();
+        let mut caches = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let (held, changes) = caches[rank as usize].serve(&blocks, tokens);
+        // Published under the lock, so that batches go out in the order the cache changed.
+        #[cfg(feature = "zmq")]
+        if let Some(events) = &self.events {
+            events.send(rank, &changes, quiet);
+        }
+        #[cfg(not(feature = "zmq"))]
+        let _ = (changes, quiet);
+        held * 16
     }
 }
 
@@ -120,10 +143,7 @@ async fn metrics(State(worker): State<Arc<MockWorker>>) -> String {
             let value = match kind {
                 0 => worker.running[r as usize].load(Relaxed) as f64,
                 1 => 0.0,
-                _ => {
-                    let held = cache.worker_block_count(WorkerId::new(r));
-                    held as f64 / worker.capacity_blocks.max(1) as f64
-                }
+                _ => cache[r as usize].len() as f64 / worker.capacity_blocks.max(1) as f64,
             };
             text.push_str(&format!(
                 "{name}{{engine=\"{r}\",model_name=\"mock\"}} {value}\n"
@@ -176,7 +196,8 @@ async fn answer(
     };
     let model = value.get("model").and_then(Value::as_str).unwrap_or("");
     let running = Running::new(worker, rank);
-    let cached = worker.serve(rank, model, &tokens);
+    let quiet = value.get("mock_drop_events") == Some(&json!(true));
+    let cached = worker.serve(rank, model, &tokens, quiet);
     let usage = json!({
         "prompt_tokens": tokens.len(),
         "completion_tokens": 2,
@@ -195,7 +216,9 @@ async fn answer(
             == Some(&json!(true));
         return stream(&shape, with_usage.then_some(usage), pause, running);
     }
-    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+    if pause > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+    }
     let mut whole = shape.event(&[(" ok done", json!("length"))], false);
     whole["usage"] = usage;
     whole["served_by_rank"] = json!(rank);

@@ -101,7 +101,7 @@ struct Watch {
     gw: Arc<Gateway>,
     decision: RouteDecision,
     tokens: Vec<TokenId>,
-    salt: String,
+    salt: Vec<u8>,
     started: Instant,
     events: Events,
 }
@@ -132,7 +132,7 @@ pub(crate) fn pass_through(
     gw: Arc<Gateway>,
     decision: RouteDecision,
     tokens: Vec<TokenId>,
-    salt: String,
+    salt: Vec<u8>,
     started: Instant,
     upstream: reqwest::Response,
 ) -> Body {

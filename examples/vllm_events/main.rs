@@ -16,12 +16,14 @@
 //!
 //! ```sh
 //! cargo run --example vllm_events --features zmq -- \
-//!     --zmq 0=tcp://10.0.0.5:5557 --zmq 1=tcp://10.0.0.6:5557 [--topic TOPIC] [--batches N]
+//!     --zmq 0=tcp://10.0.0.5:5557 --zmq 1=tcp://10.0.0.6:5557 \
+//!     [--replay 0=tcp://10.0.0.5:5558 ...] [--topic TOPIC] [--batches N]
 //! ```
 //!
 //! One SUB socket per engine; batches are applied in arrival order, each with the seq its
-//! engine sent. A gap in the seqs is reported with the seq to replay from (vLLM's replay
-//! socket serves it); this example does not request the replay itself.
+//! engine sent. A gap in the seqs is filled from the engine's replay socket when
+//! `--replay` names it (vLLM's `replay_endpoint`), and otherwise reported with the seq to
+//! replay from.
 
 mod feed;
 #[cfg(feature = "zmq")]
@@ -32,7 +34,7 @@ use std::process::ExitCode;
 use feed::Feed;
 
 const USAGE: &str = "usage: vllm_events [WORKER=]PAYLOAD_FILE ...
-       vllm_events --zmq [WORKER=]ENDPOINT ... [--topic TOPIC] [--batches N]   (feature zmq)";
+       vllm_events --zmq [WORKER=]ENDPOINT ... [--replay [WORKER=]ENDPOINT ...] [--topic TOPIC] [--batches N]   (feature zmq)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -106,6 +108,7 @@ fn live(_: &[String]) -> Result<(), String> {
 #[cfg(feature = "zmq")]
 fn live(args: &[String]) -> Result<(), String> {
     let mut endpoints = Vec::new();
+    let mut replays = std::collections::HashMap::new();
     let (mut topic, mut batches) = (String::new(), None);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -114,6 +117,10 @@ fn live(args: &[String]) -> Result<(), String> {
             .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
         match flag.as_str() {
             "--zmq" => endpoints.push(worker_and(value)?),
+            "--replay" => {
+                let (worker, endpoint) = worker_and(value)?;
+                replays.insert(worker, endpoint);
+            }
             "--topic" => topic.clone_from(value),
             "--batches" => {
                 batches = Some(
@@ -139,9 +146,10 @@ fn live(args: &[String]) -> Result<(), String> {
         // does not hold up the others.
         for (worker, endpoint) in endpoints {
             let (tx, topic) = (tx.clone(), topic.clone());
+            let replay = replays.get(&worker).cloned();
             tokio::spawn(async move {
                 eprintln!("worker {worker}: connecting to {endpoint}");
-                let mut socket = match zmq::subscribe(&endpoint, &topic).await {
+                let mut socket = match zmq::Follower::connect(&endpoint, replay, &topic).await {
                     Ok(socket) => socket,
                     Err(e) => {
                         let _ = tx.send((worker, Err(e))).await;
@@ -150,11 +158,16 @@ fn live(args: &[String]) -> Result<(), String> {
                 };
                 eprintln!("worker {worker}: subscribed to {endpoint}");
                 loop {
-                    let (frame, over) = match zmq::next_frame(&mut socket).await {
-                        Ok(frame) => (frame, false),
-                        Err(e) => (Err(format!("socket closed: {e}")), true),
+                    let (frames, over) = match socket.next().await {
+                        Ok(frames) => (frames, false),
+                        Err(e) => (vec![Err(format!("socket closed: {e}"))], true),
                     };
-                    if tx.send((worker, frame)).await.is_err() || over {
+                    for frame in frames {
+                        if tx.send((worker, frame)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if over {
                         return;
                     }
                 }

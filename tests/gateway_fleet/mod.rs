@@ -1,0 +1,333 @@
+//! What the gateway's loopback tests share: the gateway example's modules, mock workers on
+//! their own runtimes, a gateway in front of them, and a client's helpers.
+
+#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
+
+#[path = "../../examples/gateway/app.rs"]
+pub mod app;
+#[path = "../../examples/gateway/chat.rs"]
+pub mod chat;
+#[cfg(feature = "zmq")]
+#[path = "../../examples/gateway/events.rs"]
+pub mod events;
+#[path = "../../examples/gateway/metrics.rs"]
+pub mod metrics;
+#[path = "../../examples/gateway/mock.rs"]
+pub mod mock;
+#[path = "../../examples/gateway/mock_cache.rs"]
+pub mod mock_cache;
+#[cfg(feature = "zmq")]
+#[path = "../../examples/gateway/mock_events.rs"]
+pub mod mock_events;
+#[path = "../../examples/common/policy.rs"]
+pub mod policy;
+#[path = "../../examples/gateway/probe.rs"]
+pub mod probe;
+#[path = "../../examples/gateway/prompt.rs"]
+pub mod prompt;
+#[path = "../../examples/gateway/stream.rs"]
+pub mod stream;
+#[path = "../../examples/gateway/tokenize.rs"]
+pub mod tokenize;
+#[cfg(feature = "zmq")]
+#[path = "../../examples/vllm_events/zmq.rs"]
+pub mod zmq;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A mock worker on its own thread and runtime, so that killing it closes every socket.
+pub struct Upstream {
+    pub url: String,
+    /// Per rank, its KV-event and replay sockets, when it publishes events.
+    pub events: Vec<(String, String)>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Upstream {
+    pub fn start(capacity_blocks: usize) -> Self {
+        Self::with_ranks(capacity_blocks, 1)
+    }
+
+    /// A mock endpoint of `ranks` data-parallel ranks, each caching `capacity_blocks`.
+    pub fn with_ranks(capacity_blocks: usize, ranks: u32) -> Self {
+        Self::spawn(capacity_blocks, ranks, None)
+    }
+
+    /// A mock endpoint reading text and chat prompts with `prompts`.
+    pub fn with_prompts(capacity_blocks: usize, prompts: &Arc<prompt::Prompts>) -> Self {
+        Self::spawn(capacity_blocks, 1, Some(Arc::clone(prompts)))
+    }
+
+    pub fn spawn(
+        capacity_blocks: usize,
+        ranks: u32,
+        prompts: Option<Arc<prompt::Prompts>>,
+    ) -> Self {
+        Self::spawn_with(capacity_blocks, ranks, prompts, false)
+    }
+
+    /// A mock endpoint of one rank that publishes its KV events over ZMQ.
+    #[cfg(feature = "zmq")]
+    pub fn with_events(capacity_blocks: usize, prompts: Option<Arc<prompt::Prompts>>) -> Self {
+        Self::spawn_with(capacity_blocks, 1, prompts, true)
+    }
+
+    fn spawn_with(
+        capacity_blocks: usize,
+        ranks: u32,
+        prompts: Option<Arc<prompt::Prompts>>,
+        events: bool,
+    ) -> Self {
+        let (bound, endpoints) = std::sync::mpsc::channel();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let worker = mock::MockWorker::new(capacity_blocks, ranks, prompts);
+                let (worker, published) = publishing(worker, ranks, events).await;
+                bound.send(published).unwrap();
+                let app = mock::mock_app(Arc::new(worker));
+                let server = axum::serve(listener, app);
+                tokio::select! {
+                    _ = server => {}
+                    _ = stopped => {}
+                }
+            });
+            // Dropping the runtime here ends every connection task.
+        });
+        Self {
+            url,
+            events: endpoints.recv().unwrap(),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// `worker`, publishing its events when asked, and where it publishes them.
+#[cfg(feature = "zmq")]
+async fn publishing(
+    worker: mock::MockWorker,
+    ranks: u32,
+    events: bool,
+) -> (mock::MockWorker, Vec<(String, String)>) {
+    if !events {
+        return (worker, Vec::new());
+    }
+    let publishers = mock_events::Publishers::bind("127.0.0.1", ranks)
+        .await
+        .unwrap();
+    let endpoints = publishers.endpoints.clone();
+    (worker.with_events(publishers), endpoints)
+}
+
+#[cfg(not(feature = "zmq"))]
+async fn publishing(
+    worker: mock::MockWorker,
+    _: u32,
+    events: bool,
+) -> (mock::MockWorker, Vec<(String, String)>) {
+    assert!(!events, "KV events need the zmq feature");
+    (worker, Vec::new())
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts a gateway with `policy` over `upstreams`; returns its base URL.
+pub async fn gateway(policy: &str, upstreams: &[&Upstream]) -> String {
+    gateway_with_ranks(policy, upstreams, 1).await
+}
+
+/// Starts a gateway with `policy` over `upstreams` of `ranks` data-parallel ranks each.
+pub async fn gateway_with_ranks(policy: &str, upstreams: &[&Upstream], ranks: u32) -> String {
+    gateway_with_options(policy, upstreams, ranks, policy::PolicyOptions::default()).await
+}
+
+/// Starts a gateway with `policy` built with `options`.
+pub async fn gateway_with_options(
+    policy: &str,
+    upstreams: &[&Upstream],
+    ranks: u32,
+    options: policy::PolicyOptions,
+) -> String {
+    gateway_with(policy, upstreams, ranks, options, app::Options::default()).await
+}
+
+/// Follows the KV events of every upstream that publishes them, replay socket included.
+#[cfg(feature = "zmq")]
+fn follow_events(
+    gw: &Arc<app::Gateway>,
+    upstreams: &[&Upstream],
+    layout: &prefix_router::RankLayout,
+) {
+    if upstreams.iter().all(|u| u.events.is_empty()) {
+        return;
+    }
+    let values: Vec<String> = upstreams
+        .iter()
+        .map(|u| format!("{},{}", u.events[0].0, u.events[0].1))
+        .collect();
+    for source in events::sources(&values, layout, upstreams.len() as u32).unwrap() {
+        tokio::spawn(events::follow_forever(Arc::clone(gw), source));
+    }
+}
+
+#[cfg(not(feature = "zmq"))]
+fn follow_events(_: &Arc<app::Gateway>, _: &[&Upstream], _: &prefix_router::RankLayout) {}
+
+/// Starts a gateway with `policy` built with `options`, handling requests with `app`.
+pub async fn gateway_with(
+    policy: &str,
+    upstreams: &[&Upstream],
+    ranks: u32,
+    options: policy::PolicyOptions,
+    app: app::Options,
+) -> String {
+    let layout = prefix_router::RankLayout::new(ranks).unwrap();
+    let targets = layout.targets(upstreams.len() as u32);
+    let router = policy::build(policy, targets, &options).unwrap().unwrap();
+    let urls = upstreams.iter().map(|u| u.url.clone()).collect();
+    let gw = app::Gateway::new(router, urls, layout, app);
+    follow_events(&gw, upstreams, &layout);
+    tokio::spawn(probe::probe_forever(
+        Arc::clone(&gw),
+        Duration::from_millis(100),
+    ));
+    tokio::spawn(metrics::scrape_forever(
+        std::sync::Arc::clone(&gw),
+        "/metrics".to_owned(),
+        Duration::from_millis(100),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app::app(gw)).await });
+    url
+}
+
+pub async fn get(client: &reqwest::Client, url: String) -> Value {
+    let text = client.get(url).send().await.unwrap().text().await.unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+pub async fn post(
+    client: &reqwest::Client,
+    gw: &str,
+    body: &Value,
+    session: Option<&str>,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let mut req = client
+        .post(format!("{gw}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(s) = session {
+        req = req.header("x-session-id", s);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        headers,
+    )
+}
+
+/// Polls the gateway's `/stats` until `done` holds for worker 0, for at most 5 s.
+pub async fn wait_for(client: &reqwest::Client, gw: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..100 {
+        let stats = get(client, format!("{gw}/stats")).await;
+        if done(&stats["workers"][0]) {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gateway's stats never got there");
+}
+
+/// The byte-level test tokenizer and its ChatML template.
+pub fn test_prompts() -> Arc<prompt::Prompts> {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer/bytelevel");
+    let p = prompt::Prompts::load(
+        &dir.join("tokenizer.json"),
+        Some(&dir.join("tokenizer_config.json")),
+        1 << 20,
+    )
+    .unwrap();
+    Arc::new(p)
+}
+
+/// A gateway with the test tokenizer over two mock workers that tokenize alike.
+pub async fn chat_fleet(prompts: &Arc<prompt::Prompts>) -> (Vec<Upstream>, String) {
+    let ups: Vec<Upstream> = (0..2)
+        .map(|_| Upstream::with_prompts(4_096, prompts))
+        .collect();
+    let options = app::Options {
+        prompts: Some(Arc::clone(prompts)),
+        ..app::Options::default()
+    };
+    let refs: Vec<&Upstream> = ups.iter().collect();
+    let gw = gateway_with(
+        "cache_aware",
+        &refs,
+        1,
+        policy::PolicyOptions::default(),
+        options,
+    )
+    .await;
+    (ups, gw)
+}
+
+pub async fn post_to(
+    client: &reqwest::Client,
+    url: String,
+    body: &Value,
+) -> (u16, Value, reqwest::header::HeaderMap) {
+    let resp = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        headers,
+    )
+}
