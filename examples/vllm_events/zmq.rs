@@ -157,7 +157,10 @@ impl Follower {
     /// item for a message out of shape. `Err` when the socket fails (the stream is over).
     pub(crate) async fn next(&mut self) -> Result<Vec<Result<Frame, String>>, String> {
         if !self.pending.is_empty() {
-            return Ok(std::mem::take(&mut self.pending).into_iter().map(Ok).collect());
+            return Ok(std::mem::take(&mut self.pending)
+                .into_iter()
+                .map(Ok)
+                .collect());
         }
         let frame = match next_frame(&mut self.socket).await? {
             Ok(frame) => frame,

@@ -1,0 +1,93 @@
+//! The real OpenAI Python client drives the gateway over loopback: chat and text prompts,
+//! whole and streamed, against mock workers that tokenize with the same test tokenizer,
+//! publish their KV events over ZMQ and serve Prometheus metrics. The client is installed
+//! from the package registry into `target/openai-venv` by `tests/python/setup.sh` (which
+//! `.ci/run` runs too); a failed install fails this test.
+
+#![cfg(feature = "zmq")]
+#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
+
+mod gateway_fleet;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use gateway_fleet::*;
+use serde_json::Value;
+
+/// The virtual environment's python, installing it first if needed.
+fn python() -> String {
+    let setup = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/setup.sh");
+    let out = Command::new("bash").arg(setup).output().unwrap();
+    assert!(
+        out.status.success(),
+        "tests/python/setup.sh failed (it installs the openai client from the package registry):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let prompts = test_prompts();
+    let ups: Vec<Upstream> = (0..2)
+        .map(|_| Upstream::with_events(4_096, Some(Arc::clone(&prompts))))
+        .collect();
+    let options = app::Options {
+        prompts: Some(Arc::clone(&prompts)),
+        ..app::Options::default()
+    };
+    let refs: Vec<&Upstream> = ups.iter().collect();
+    let gw = gateway_with(
+        "balanced",
+        &refs,
+        1,
+        policy::PolicyOptions::default(),
+        options,
+    )
+    .await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/client.py");
+    let base = format!("{gw}/v1");
+    let out =
+        tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).output())
+            .await
+            .unwrap()
+            .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the client failed:\n{stderr}");
+    let totals: Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("the client: {totals}");
+    assert_eq!(totals["requests"], 22, "{totals}");
+    assert_eq!(totals["streamed"], 11, "{totals}");
+    // Turns 2 and 3 of each chat, and the repeated text prompt, find their prefixes cached.
+    let ratio =
+        totals["cached_tokens"].as_f64().unwrap() / totals["prompt_tokens"].as_f64().unwrap();
+    assert!(ratio > 0.4, "hit ratio {ratio}: {totals}");
+
+    let client = client();
+    let stats = wait_for(&client, &gw, |w| w["in_flight"] == 0).await;
+    let workers = stats["workers"].as_array().unwrap();
+    let sum = |key: &str| -> u64 { workers.iter().map(|w| w[key].as_u64().unwrap()).sum() };
+    // `first_token` fired once per streamed request, at its first content event.
+    assert_eq!(sum("streamed_first_tokens"), 11, "{stats}");
+    assert_eq!(
+        sum("reported_cached_tokens"),
+        totals["cached_tokens"].as_u64().unwrap(),
+        "{stats}"
+    );
+    for w in workers {
+        assert_eq!(w["in_flight"], 0, "{stats}");
+        assert!(
+            w["metrics_age_ms"].is_number(),
+            "metrics were scraped: {stats}"
+        );
+        if w["routed"].as_u64().unwrap() > 0 {
+            assert!(
+                w["events"]["batches"].as_u64().unwrap() > 0,
+                "events were applied: {stats}"
+            );
+            assert_eq!(w["events"]["rejected"], 0, "{stats}");
+        }
+    }
+}
