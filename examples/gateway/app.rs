@@ -267,6 +267,18 @@ pub(crate) fn app(gateway: Arc<Gateway>) -> axum::Router {
         .with_state(gateway)
 }
 
+/// `listener` with Nagle's algorithm off on every connection it accepts, so that each
+/// streamed event leaves when it is written (with it on, small writes wait for the client's
+/// delayed acknowledgement, up to 40 ms).
+pub(crate) fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    })
+}
+
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let kind = match status {
         StatusCode::BAD_REQUEST => "invalid_request_error",

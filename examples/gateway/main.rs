@@ -310,7 +310,7 @@ async fn main() -> ExitCode {
             gw.drain();
         }
     };
-    if let Err(e) = axum::serve(listener, app)
+    if let Err(e) = axum::serve(app::no_delay(listener), app)
         .with_graceful_shutdown(shutdown)
         .await
     {

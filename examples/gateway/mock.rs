@@ -275,7 +275,7 @@ fn stream(shape: &Shape<'_>, usage: Option<Value>, pause_ms: u64, running: Runni
         let event = events.get(i).cloned();
         let _running = &running; // counted until the stream is done
         async move {
-            if i == 1 {
+            if i == 1 && pause_ms > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
             }
             event.map(|e| (Ok::<_, std::io::Error>(Bytes::from(e)), i + 1))

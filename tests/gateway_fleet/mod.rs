@@ -98,7 +98,7 @@ impl Upstream {
                 let (worker, published) = publishing(worker, ranks, events).await;
                 bound.send(published).unwrap();
                 let app = mock::mock_app(Arc::new(worker));
-                let server = axum::serve(listener, app);
+                let server = axum::serve(app::no_delay(listener), app);
                 tokio::select! {
                     _ = server => {}
                     _ = stopped => {}
@@ -224,7 +224,7 @@ pub async fn gateway_with(
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app::app(gw)).await });
+    tokio::spawn(async move { axum::serve(app::no_delay(listener), app::app(gw)).await });
     url
 }
 
