@@ -1,4 +1,5 @@
-//! An OpenAI-compatible gateway that routes `POST /v1/completions` with `prefix_router`.
+//! An OpenAI-compatible gateway that routes `POST /v1/completions` and
+//! `POST /v1/chat/completions` with `prefix_router`.
 //!
 //! ```sh
 //! # three mock workers with their own prefix caches, then the gateway in front of them
@@ -19,6 +20,14 @@
 //! the `X-data-parallel-rank` header (mock workers take the same flag). With
 //! `--metrics-path /metrics` each upstream's Prometheus metrics are read every
 //! `--scrape-interval-ms` (default 1000) into the router's load reports.
+//!
+//! Built with `--features zmq`, `--kv-events PUB[,REPLAY]` (once per `--upstream`, in
+//! order) follows each engine's KV events (vLLM: `--kv-events-config '{"enable_kv_cache_events":
+//! true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}'`)
+//! into the mirror; rank `r` of an endpoint publishes on the ports plus `r`. A mock worker
+//! given `--kv-events-host 127.0.0.1` publishes its cache's changes the same way and prints
+//! where. Requests naming a `--lora NAME` adapter are routed in that adapter's namespace,
+//! as its events are.
 //!
 //! Text prompts and `POST /v1/chat/completions` need the model's tokenizer: `--tokenizer
 //! tokenizer.json` (and `--tokenizer-config tokenizer_config.json` for the chat template,
