@@ -221,3 +221,42 @@ fn earlier_turns_come_from_the_cache() {
     // message and the previous answer (the answer's "<|im_start|>assistant\n..." segment).
     assert_eq!(segments, [4, 6, 8, 10]);
 }
+
+#[test]
+fn missing_or_broken_files_are_clear_errors() {
+    let d = dir("bytelevel");
+    let missing = d.join("no-such-tokenizer.json");
+    let e = Prompts::load(&missing, None, 1 << 20).err().unwrap();
+    assert!(
+        e.contains("cannot load") && e.contains("no-such-tokenizer.json"),
+        "{e}"
+    );
+    let config =
+        std::env::temp_dir().join(format!("prefix-router-bad-{}.json", std::process::id()));
+    for (text, needle) in [
+        ("{not json", "is not JSON"),
+        (r#"{"chat_template": 3}"#, "is not text"),
+        (r#"{"chat_template": "{% for %}"}"#, "does not compile"),
+        (
+            r#"{"chat_template": [{"name": "tool_use", "template": "x"}]}"#,
+            "no chat template named \"default\"",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let e = Prompts::load(&d.join("tokenizer.json"), Some(&config), 1 << 20)
+            .err()
+            .unwrap();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+    std::fs::remove_file(&config).unwrap();
+    // A config without a template loads; chats then say what is missing.
+    std::fs::write(&config, "{}").unwrap();
+    let p = Prompts::load(&d.join("tokenizer.json"), Some(&config), 1 << 20).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    let e = p
+        .render_chat(&object(
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        ))
+        .unwrap_err();
+    assert!(e.contains("no chat template"), "{e}");
+}

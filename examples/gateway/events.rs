@@ -62,8 +62,10 @@ pub(crate) fn sources(
 
 /// `address` (`tcp://host:port`) with its port moved up by `by`.
 fn offset_port(address: &str, by: u32) -> Result<String, String> {
+    let after_scheme = address.find("://").map_or(0, |i| i + 3);
     let (head, port) = address
         .rsplit_once(':')
+        .filter(|(head, _)| head.len() >= after_scheme)
         .ok_or_else(|| format!("{address:?} has no port"))?;
     let port: u32 = port
         .parse()
@@ -117,4 +119,50 @@ fn apply(gw: &Gateway, endpoint: u32, target: WorkerId, frame: &Frame) {
         .map_or(0.0, |d| d.as_secs_f64());
     let lag_us = ((now - batch.ts) * 1e6).max(0.0) as u64;
     counters.lag_us.store(lag_us, Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_rank_listens_on_the_ports_plus_its_rank() {
+        let layout = RankLayout::new(2).unwrap();
+        let values = [
+            "tcp://a:5557,tcp://a:5558".to_owned(),
+            "tcp://b:6000".to_owned(),
+        ];
+        let got = sources(&values, &layout, 2).unwrap();
+        let seen: Vec<(u32, u32, &str, Option<&str>)> = got
+            .iter()
+            .map(|s| {
+                (
+                    s.endpoint,
+                    s.rank,
+                    s.publisher.as_str(),
+                    s.replay.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (0, 0, "tcp://a:5557", Some("tcp://a:5558")),
+                (0, 1, "tcp://a:5558", Some("tcp://a:5559")),
+                (1, 0, "tcp://b:6000", None),
+                (1, 1, "tcp://b:6001", None),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        let layout = RankLayout::new(2).unwrap();
+        let one = |v: &str| sources(&[v.to_owned()], &layout, 1).unwrap_err();
+        assert!(one("tcp://a").contains("has no port"));
+        assert!(one("tcp://a:x").contains("not a number"));
+        assert!(one("tcp://a:65535").contains("past 65535"));
+        let e = sources(&["tcp://a:1".to_owned()], &layout, 2).unwrap_err();
+        assert!(e.contains("once per --upstream (2), not 1 times"), "{e}");
+    }
 }
