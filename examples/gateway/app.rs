@@ -2,7 +2,7 @@
 //! Completions are answered whole or, with `"stream": true`, streamed through as they come
 //! (`stream.rs`).
 //!
-//! Shared by `examples/gateway/main.rs` (the binary) and `tests/gateway.rs`.
+//! Shared by `examples/gateway/main.rs` (the binary) and the tests in `tests/gateway/`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

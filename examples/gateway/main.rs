@@ -46,8 +46,10 @@
 //! worker that fails is taken out of routing until it answers again. `GET /ready` answers
 //! 200 while some worker is available. An upstream must answer within
 //! `--request-timeout-s` (default 300; a stream must start within it), or the client gets a
-//! 504. Ctrl-C makes `/ready` answer 503, stops accepting requests and lets those in
-//! flight, streams included, finish.
+//! 504. On Ctrl-C `/ready` answers 503 at once; the gateway goes on serving for
+//! `--drain-ms` (default 0, so that a load balancer polling `/ready` can move traffic away
+//! first), then stops accepting requests and lets those in flight, streams included,
+//! finish.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -79,7 +81,7 @@ fn usage() -> String {
     format!(
         "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] \
          [--metrics-path PATH] [--scrape-interval-ms N] [--health-interval-ms N] \
-         [--request-timeout-s N] [--tokenizer FILE [--tokenizer-config FILE] \
+         [--request-timeout-s N] [--drain-ms N] [--tokenizer FILE [--tokenizer-config FILE] \
          [--tokenize-cache-mb N]] [--lora NAME...] --upstream URL... \
          [--kv-events PUB[,REPLAY]...]\n       \
          gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N] [--tokenizer FILE] \
@@ -102,6 +104,8 @@ struct Flags {
     scrape_interval: Duration,
     health_interval: Duration,
     request_timeout: Duration,
+    /// How long the gateway serves on after Ctrl-C, not ready.
+    drain: Duration,
     tokenizer: Option<PathBuf>,
     tokenizer_config: Option<PathBuf>,
     tokenize_cache_bytes: usize,
@@ -126,6 +130,7 @@ impl Default for Flags {
             scrape_interval: Duration::from_secs(1),
             health_interval: Duration::from_secs(2),
             request_timeout: Duration::from_secs(300),
+            drain: Duration::ZERO,
             tokenizer: None,
             tokenizer_config: None,
             tokenize_cache_bytes: 64 << 20,
@@ -166,6 +171,7 @@ fn parse_flags() -> Result<Flags, String> {
             "--dp-ranks" => f.ranks = u32::try_from(number()?).unwrap_or(u32::MAX),
             "--scrape-interval-ms" => f.scrape_interval = millis()?,
             "--health-interval-ms" => f.health_interval = millis()?,
+            "--drain-ms" => f.drain = Duration::from_millis(number()? as u64),
             "--request-timeout-s" => {
                 f.request_timeout = Duration::from_secs(number()?.max(1) as u64)
             }
@@ -293,10 +299,15 @@ async fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Ga
 #[tokio::main]
 async fn main() -> ExitCode {
     let built = match parse_flags() {
-        Ok(flags) => build(flags).await,
+        Ok(flags) => {
+            let drain = flags.drain;
+            build(flags)
+                .await
+                .map(|(addr, app, gw)| (addr, app, gw, drain))
+        }
         Err(e) => Err(e),
     };
-    let (addr, app, gw) = match built {
+    let (addr, app, gw, drain) = match built {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -311,12 +322,13 @@ async fn main() -> ExitCode {
         }
     };
     eprintln!("listening on {addr}");
-    // On Ctrl-C, stop being ready, stop accepting, and let the requests in flight, streams
-    // included, finish.
+    // On Ctrl-C, stop being ready, serve on for the drain time, then stop accepting and
+    // let the requests in flight, streams included, finish.
     let shutdown = async move {
         let _ = tokio::signal::ctrl_c().await;
         if let Some(gw) = gw {
             gw.drain();
+            tokio::time::sleep(drain).await;
         }
     };
     if let Err(e) = axum::serve(app::no_delay(listener), app)

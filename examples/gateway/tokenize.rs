@@ -13,7 +13,7 @@
 //! post-processor adds, when asked, around them). Rendered chats cut into segments at every
 //! message, so the segments of a system prompt and of earlier turns recur from request to
 //! request: the [`SegmentCache`] keeps their token IDs, and only new text is tokenized.
-//! `tests/gateway_prompt.rs` checks the equality with whole-text tokenization on a
+//! `tests/gateway/prompts.rs` checks the equality with whole-text tokenization on a
 //! byte-level and a metaspace tokenizer.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-"""Drives the gateway with the real OpenAI Python client (tests/gateway_openai.rs runs it).
+"""Drives the gateway with the real OpenAI Python client (tests/gateway/openai.rs runs it).
 
     python client.py http://127.0.0.1:PORT/v1
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates (once) the virtual environment tests/gateway_openai.rs runs the OpenAI client in:
+# Creates (once) the virtual environment tests/gateway/openai.rs runs the OpenAI client in:
 # target/openai-venv, with tests/python/requirements.txt installed from the package registry.
 # Prints the environment's python. Safe to run again: an environment whose requirements
 # are already installed is kept.

@@ -1,8 +1,6 @@
 //! What the gateway's loopback tests share: the gateway example's modules, mock workers on
 //! their own runtimes, a gateway in front of them, and a client's helpers.
 
-#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
-
 #[path = "../../examples/gateway/app.rs"]
 pub mod app;
 #[path = "../../examples/gateway/chat.rs"]

@@ -2,11 +2,7 @@
 //! the gateway in front, requests from a client. Everything is started and stopped here,
 //! bounded in count and time.
 
-#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
-
-mod gateway_fleet;
-
-use gateway_fleet::*;
+use super::fleet::*;
 use std::time::Duration;
 
 use serde_json::{Value, json};

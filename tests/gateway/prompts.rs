@@ -2,14 +2,7 @@
 //! them, and segment-cached tokenization equal to whole-text tokenization, on the two small
 //! tokenizers committed in `tests/data/tokenizer/` (byte-level and metaspace).
 
-#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
-
-#[path = "../examples/gateway/chat.rs"]
-mod chat;
-#[path = "../examples/gateway/prompt.rs"]
-mod prompt;
-#[path = "../examples/gateway/tokenize.rs"]
-mod tokenize;
+use super::fleet::prompt;
 
 use std::path::PathBuf;
 

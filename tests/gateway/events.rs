@@ -2,12 +2,7 @@
 //! vLLM event batches on loopback PUB sockets and serve replays on ROUTER sockets; the
 //! gateway's mirror follows them. Bounded in count and time.
 
-#![cfg(feature = "zmq")]
-#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
-
-mod gateway_fleet;
-
-use gateway_fleet::*;
+use super::fleet::*;
 use serde_json::{Value, json};
 
 /// A prompt of `blocks` 16-token blocks, distinct for each `seed`.

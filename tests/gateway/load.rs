@@ -5,16 +5,12 @@
 //! through the gateway minus straight to the workers, at p50 and p99) is printed for
 //! `benches/README.md`:
 //!
-//! `cargo test --release --test gateway_load -- --nocapture`
-
-#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
-
-mod gateway_fleet;
+//! `cargo test --release --test gateway load -- --nocapture`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway_fleet::*;
+use super::fleet::*;
 use serde_json::{Value, json};
 
 const REQUESTS: usize = 2_000;

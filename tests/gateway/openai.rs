@@ -4,15 +4,10 @@
 //! from the package registry into `target/openai-venv` by `tests/python/setup.sh` (which
 //! `.ci/run` runs too); a failed install fails this test.
 
-#![cfg(feature = "zmq")]
-#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
-
-mod gateway_fleet;
-
 use std::process::Command;
 use std::sync::Arc;
 
-use gateway_fleet::*;
+use super::fleet::*;
 use serde_json::Value;
 
 /// The virtual environment's python, installing it first if needed.
