@@ -145,33 +145,8 @@ fn live(args: &[String]) -> Result<(), String> {
         // One task per engine, so that an engine that is down (its socket keeps retrying)
         // does not hold up the others.
         for (worker, endpoint) in endpoints {
-            let (tx, topic) = (tx.clone(), topic.clone());
             let replay = replays.get(&worker).cloned();
-            tokio::spawn(async move {
-                eprintln!("worker {worker}: connecting to {endpoint}");
-                let mut socket = match zmq::Follower::connect(&endpoint, replay, &topic).await {
-                    Ok(socket) => socket,
-                    Err(e) => {
-                        let _ = tx.send((worker, Err(e))).await;
-                        return;
-                    }
-                };
-                eprintln!("worker {worker}: subscribed to {endpoint}");
-                loop {
-                    let (frames, over) = match socket.next().await {
-                        Ok(frames) => (frames, false),
-                        Err(e) => (vec![Err(format!("socket closed: {e}"))], true),
-                    };
-                    for frame in frames {
-                        if tx.send((worker, frame)).await.is_err() {
-                            return;
-                        }
-                    }
-                    if over {
-                        return;
-                    }
-                }
-            });
+            tokio::spawn(follow(worker, endpoint, replay, topic.clone(), tx.clone()));
         }
         drop(tx);
         let mut done = 0;
@@ -191,4 +166,43 @@ fn live(args: &[String]) -> Result<(), String> {
         print_mirror(&feed);
         Ok(())
     })
+}
+
+/// What one engine's task sends on: its worker, and a frame or why there is none.
+#[cfg(feature = "zmq")]
+type Received = (u32, Result<zmq::Frame, String>);
+
+/// Follows one engine's socket, sending its frames on `tx` in seq order until the socket
+/// fails or nobody listens.
+#[cfg(feature = "zmq")]
+async fn follow(
+    worker: u32,
+    endpoint: String,
+    replay: Option<String>,
+    topic: String,
+    tx: tokio::sync::mpsc::Sender<Received>,
+) {
+    eprintln!("worker {worker}: connecting to {endpoint}");
+    let mut socket = match zmq::Follower::connect(&endpoint, replay, &topic).await {
+        Ok(socket) => socket,
+        Err(e) => {
+            let _ = tx.send((worker, Err(e))).await;
+            return;
+        }
+    };
+    eprintln!("worker {worker}: subscribed to {endpoint}");
+    loop {
+        let (frames, over) = match socket.next().await {
+            Ok(frames) => (frames, false),
+            Err(e) => (vec![Err(format!("socket closed: {e}"))], true),
+        };
+        for frame in frames {
+            if tx.send((worker, frame)).await.is_err() {
+                return;
+            }
+        }
+        if over {
+            return;
+        }
+    }
 }
