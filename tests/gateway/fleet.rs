@@ -251,15 +251,7 @@ pub async fn post(
     if let Some(s) = session {
         req = req.header("x-session-id", s);
     }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let text = resp.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::Null),
-        headers,
-    )
+    read(req.send().await.unwrap()).await
 }
 
 /// Polls the gateway's `/stats` until `done` holds for worker 0, for at most 5 s.
@@ -292,20 +284,23 @@ pub async fn chat_fleet(prompts: &Arc<prompt::Prompts>) -> (Vec<Upstream>, Strin
     let ups: Vec<Upstream> = (0..2)
         .map(|_| Upstream::with_prompts(4_096, prompts))
         .collect();
+    let gw = gateway_reading("cache_aware", &ups, prompts).await;
+    (ups, gw)
+}
+
+/// A gateway with `policy` over `upstreams` that reads text and chat prompts with
+/// `prompts`.
+pub async fn gateway_reading(
+    policy: &str,
+    upstreams: &[Upstream],
+    prompts: &Arc<prompt::Prompts>,
+) -> String {
     let options = app::Options {
         prompts: Some(Arc::clone(prompts)),
         ..app::Options::default()
     };
-    let refs: Vec<&Upstream> = ups.iter().collect();
-    let gw = gateway_with(
-        "cache_aware",
-        &refs,
-        1,
-        policy::PolicyOptions::default(),
-        options,
-    )
-    .await;
-    (ups, gw)
+    let refs: Vec<&Upstream> = upstreams.iter().collect();
+    gateway_with(policy, &refs, 1, policy::PolicyOptions::default(), options).await
 }
 
 pub async fn post_to(
@@ -320,6 +315,11 @@ pub async fn post_to(
         .send()
         .await
         .unwrap();
+    read(resp).await
+}
+
+/// A response's status, body (`null` when it is not JSON) and headers.
+async fn read(resp: reqwest::Response) -> (u16, Value, reqwest::header::HeaderMap) {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let text = resp.text().await.unwrap();

@@ -106,19 +106,7 @@ async fn two_thousand_streamed_chats_from_64_clients_lose_nothing() {
         .collect();
     let urls: Arc<Vec<String>> = Arc::new(ups.iter().map(|u| u.url.clone()).collect());
     let direct = run(Arc::clone(&urls), CLIENTS, REQUESTS).await;
-    let options = app::Options {
-        prompts: Some(Arc::clone(&prompts)),
-        ..app::Options::default()
-    };
-    let refs: Vec<&Upstream> = ups.iter().collect();
-    let gw = gateway_with(
-        "balanced",
-        &refs,
-        1,
-        policy::PolicyOptions::default(),
-        options,
-    )
-    .await;
+    let gw = gateway_reading("balanced", &ups, &prompts).await;
     let through = run(Arc::new(vec![gw.clone()]), CLIENTS, REQUESTS).await;
     assert_eq!((direct.len(), through.len()), (REQUESTS, REQUESTS));
     report("64 clients", &direct, &through);

@@ -29,19 +29,7 @@ async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
     let ups: Vec<Upstream> = (0..2)
         .map(|_| Upstream::with_events(4_096, Some(Arc::clone(&prompts))))
         .collect();
-    let options = app::Options {
-        prompts: Some(Arc::clone(&prompts)),
-        ..app::Options::default()
-    };
-    let refs: Vec<&Upstream> = ups.iter().collect();
-    let gw = gateway_with(
-        "balanced",
-        &refs,
-        1,
-        policy::PolicyOptions::default(),
-        options,
-    )
-    .await;
+    let gw = gateway_reading("balanced", &ups, &prompts).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/client.py");
     let base = format!("{gw}/v1");
     let out =
