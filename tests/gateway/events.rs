@@ -13,15 +13,7 @@ fn prompt(seed: u32, blocks: u32) -> Vec<u32> {
 async fn send(client: &reqwest::Client, gw: &str, body: Value) -> (u64, u64) {
     let (status, v, headers) = post(client, gw, &body, None).await;
     assert_eq!(status, 200, "{v}");
-    let predicted = headers["x-predicted-cached-tokens"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let reported = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap();
-    (predicted, reported)
+    predicted_and_reported(&v, &headers)
 }
 
 /// Waits until worker 0 has had `batches` event batches applied.

@@ -308,13 +308,7 @@ pub async fn post_to(
     url: String,
     body: &Value,
 ) -> (u16, Value, reqwest::header::HeaderMap) {
-    let resp = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(client, url, body).await;
     read(resp).await
 }
 
@@ -328,4 +322,29 @@ async fn read(resp: reqwest::Response) -> (u16, Value, reqwest::header::HeaderMa
         serde_json::from_str(&text).unwrap_or(Value::Null),
         headers,
     )
+}
+
+/// A completion's cached tokens as the gateway predicted them (its
+/// `x-predicted-cached-tokens` header) and as the worker reported them (its usage).
+pub fn predicted_and_reported(v: &Value, headers: &reqwest::header::HeaderMap) -> (u64, u64) {
+    let predicted = headers["x-predicted-cached-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let reported = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    (predicted, reported)
+}
+
+/// Posts `body` as JSON to `url`.
+pub async fn post_json(client: &reqwest::Client, url: String, body: &Value) -> reqwest::Response {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
 }

@@ -99,14 +99,7 @@ async fn a_mirror_told_the_capacity_predicts_an_aggressively_evicting_worker() {
         for (i, prompt) in prompts.iter().enumerate() {
             let (status, v, headers) = post(&client, &gw, &json!({"prompt": prompt}), None).await;
             assert_eq!(status, 200);
-            let reported = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-                .as_u64()
-                .unwrap();
-            let predicted: u64 = headers["x-predicted-cached-tokens"]
-                .to_str()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let (predicted, reported) = predicted_and_reported(&v, &headers);
             if round >= 1 {
                 assert_eq!(predicted, reported, "round {round}, prompt {i}");
             }
@@ -247,13 +240,7 @@ async fn start_stream(
 ) -> (reqwest::Response, axum::body::Bytes) {
     let body = json!({"model": "m", "prompt": (0..prompt_len).collect::<Vec<u32>>(),
         "stream": true, "mock_pause_ms": pause_ms});
-    let mut resp = client
-        .post(format!("{gw}/v1/completions"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut resp = post_json(client, format!("{gw}/v1/completions"), &body).await;
     let first = resp.chunk().await.unwrap().unwrap();
     (resp, first)
 }
@@ -382,14 +369,7 @@ async fn chats_are_rendered_tokenized_and_routed_to_their_history() {
             assert_eq!(status, 200, "{v}");
             assert_eq!(v["object"], "chat.completion");
             assert_eq!(v["choices"][0]["message"]["content"], " ok done");
-            let reported = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-                .as_u64()
-                .unwrap();
-            let predicted: u64 = headers["x-predicted-cached-tokens"]
-                .to_str()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let (predicted, reported) = predicted_and_reported(&v, &headers);
             assert_eq!(predicted, reported, "chat {c} turn {turn}");
             if turn > 0 {
                 assert!(reported >= 32, "chat {c} turn {turn}: {reported}");
@@ -430,13 +410,7 @@ async fn text_prompts_and_streamed_chats_are_routed() {
     }
     let body = json!({"model": "m", "stream": true,
         "messages": [{"role": "user", "content": text}]});
-    let resp = client
-        .post(format!("{gw}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&client, format!("{gw}/v1/chat/completions"), &body).await;
     assert_eq!(resp.status().as_u16(), 200);
     let events = resp.text().await.unwrap();
     assert!(
@@ -482,13 +456,7 @@ async fn a_slow_upstream_times_out_with_a_504_and_stays_in_routing() {
     assert_eq!(stats["workers"][0]["in_flight"], 0, "{stats}");
     assert_eq!(stats["workers"][0]["available"], true, "{stats}");
     let stream = json!({"model": "m", "prompt": [1, 2, 3], "stream": true, "mock_pause_ms": 600});
-    let resp = client
-        .post(format!("{gw}/v1/completions"))
-        .header("content-type", "application/json")
-        .body(stream.to_string())
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&client, format!("{gw}/v1/completions"), &stream).await;
     assert_eq!(resp.status().as_u16(), 200);
     assert!(resp.text().await.unwrap().contains("[DONE]"));
     let (status, _, _) = post(

@@ -68,13 +68,7 @@ async fn run(urls: Arc<Vec<String>>, clients: usize, requests: usize) -> Vec<Tim
 /// One streamed request, checked whole.
 async fn one(client: &reqwest::Client, url: &str, body: &Value) -> Timing {
     let started = Instant::now();
-    let mut resp = client
-        .post(format!("{url}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut resp = post_json(client, format!("{url}/v1/chat/completions"), body).await;
     assert_eq!(resp.status().as_u16(), 200);
     let mut text = Vec::new();
     let mut first = None;
