@@ -162,6 +162,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod bits;
 mod chunks;
 mod config;
 mod error;

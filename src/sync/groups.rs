@@ -17,7 +17,7 @@
 
 use super::GroupKind;
 use super::SyncOutcome;
-use super::blocks::{EngineBlock, EngineBlocks};
+use super::blocks::EngineBlocks;
 use super::state::Stored;
 use crate::fold::FoldMap;
 use crate::{BlockHash, PrefixHasher, WorkerId};
@@ -146,8 +146,8 @@ impl Groups {
         let state = self.group(group, window).worker(worker);
         let root = match event.parent {
             None => hasher.root(event.salt),
-            Some(p) => match state.blocks.get(p) {
-                Some(parent) => parent.router,
+            Some(p) => match state.blocks.router(p) {
+                Some(parent) => parent,
                 None => {
                     outcome.unknown_parent_blocks += event.blocks.len();
                     return;
@@ -156,20 +156,11 @@ impl Groups {
         };
         path.clear();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
-        let mut prev = event.parent;
-        for (&engine, &router) in event.blocks.iter().zip(path.iter()) {
-            let block = EngineBlock {
-                engine,
-                router,
-                parent: prev.unwrap_or(engine),
-            };
-            if state.blocks.insert(block) {
-                outcome.stored_blocks += 1;
-            } else {
-                outcome.duplicate_blocks += 1;
-            }
+        state
+            .blocks
+            .insert_run(event.parent, event.blocks, path, outcome);
+        for &router in path.iter().take(event.blocks.len()) {
             state.present.insert(router, ());
-            prev = Some(engine);
         }
     }
 
@@ -192,8 +183,8 @@ impl Groups {
         };
         for &engine in blocks {
             match state.blocks.remove(engine) {
-                Some(block) => {
-                    state.present.remove(&block.router);
+                Some(router) => {
+                    state.present.remove(&router);
                     outcome.removed_blocks += 1;
                 }
                 None => outcome.unknown_removed_blocks += 1,

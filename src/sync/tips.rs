@@ -13,6 +13,7 @@
 //! handed to the tree, which keeps its position in its index while the block is there
 //! (`RadixTree::keep`).
 
+use crate::bits::{bit, set_bit};
 use crate::fold::fold64;
 use crate::tree::Position;
 
@@ -50,18 +51,6 @@ pub(super) struct Tips {
 /// doubling the sets splits each in two.
 fn set_of(engine: u64, sets: usize) -> usize {
     (fold64(engine) >> (64 - sets.trailing_zeros())) as usize
-}
-
-fn bit(words: &[u64], i: usize) -> bool {
-    words[i / 64] & (1 << (i % 64)) != 0
-}
-
-fn set_bit(words: &mut [u64], i: usize, on: bool) {
-    if on {
-        words[i / 64] |= 1 << (i % 64);
-    } else {
-        words[i / 64] &= !(1 << (i % 64));
-    }
 }
 
 impl Tips {

@@ -11,7 +11,7 @@
 //! dropped chunk never counts alone.
 
 use super::SyncOutcome;
-use super::blocks::{EngineBlock, EngineBlocks};
+use super::blocks::EngineBlocks;
 use super::state::{Scratch, Stored};
 use super::tips::{Tip, Tips};
 use crate::tree::{Position, Tier};
@@ -26,25 +26,6 @@ pub(super) struct WorkerSync {
 }
 
 impl WorkerSync {
-    /// The router path from the root to `engine` (inclusive), through the parent links.
-    /// `false` when an ancestor is unknown (or the links loop: a hostile stream).
-    fn path_to(&self, engine: u64, out: &mut Vec<BlockHash>) -> bool {
-        out.clear();
-        let mut next = Some(engine);
-        while let Some(e) = next {
-            let Some(block) = self.blocks.get(e) else {
-                return false;
-            };
-            if out.len() > self.blocks.len() {
-                return false;
-            }
-            out.push(block.router);
-            next = block.parent();
-        }
-        out.reverse();
-        true
-    }
-
     /// Where the tree holds the stored block `engine` for `worker`: from the block's
     /// remembered tip (taken), or the tree's last-block index and kept positions. Either is
     /// checked by the tree, so the position is the path the mirror holds for the block.
@@ -54,7 +35,7 @@ impl WorkerSync {
                 return Some(position);
             }
         }
-        tree.find(self.blocks.get(engine)?.router, worker)
+        tree.find(self.blocks.router(engine)?, worker)
     }
 
     /// [`Self::locate`], falling back on the path through the parent links.
@@ -67,7 +48,7 @@ impl WorkerSync {
     ) -> Option<Position> {
         match self.locate(tree, engine, worker) {
             Some(at) => Some(at),
-            None if self.path_to(engine, path) => tree.find_path(path),
+            None if self.blocks.path_to(engine, path) => tree.find_path(path),
             None => None,
         }
     }
@@ -109,7 +90,7 @@ impl WorkerSync {
             None => (hasher.root(event.salt), None),
             Some(p) => match self.locate(tree, p, worker) {
                 Some(at) => (at.block(), Some(at)),
-                None if self.path_to(p, path) => (path[path.len() - 1], None),
+                None if self.blocks.path_to(p, path) => (path[path.len() - 1], None),
                 None => {
                     outcome.unknown_parent_blocks += event.blocks.len();
                     return;
@@ -118,7 +99,8 @@ impl WorkerSync {
         };
         let start = path.len();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
-        self.record(event.parent, event.blocks, &path[start..], outcome);
+        self.blocks
+            .insert_run(event.parent, event.blocks, &path[start..], outcome);
         let tip = match below {
             Some(at) => tree.insert_below(worker, at, path, event.tier).or_else(|| {
                 // The parent is inside an edge the store diverges from: the whole path.
@@ -130,37 +112,6 @@ impl WorkerSync {
         };
         if let (Some(&engine), Some(position)) = (event.blocks.last(), tip) {
             self.remember(tree, Tip { engine, position });
-        }
-    }
-
-    /// Records stored blocks (engine hashes with their router hashes): new ones, and
-    /// blocks already recorded (a prefix hit reported again, a copy at another tier)
-    /// counted as duplicates.
-    fn record(
-        &mut self,
-        parent: Option<u64>,
-        blocks: &[u64],
-        routers: &[BlockHash],
-        outcome: &mut SyncOutcome,
-    ) {
-        if self.blocks.touch_pays() {
-            for &engine in blocks {
-                self.blocks.touch(engine);
-            }
-        }
-        let mut prev = parent;
-        for (&engine, &router) in blocks.iter().zip(routers) {
-            let block = EngineBlock {
-                engine,
-                router,
-                parent: prev.unwrap_or(engine),
-            };
-            if self.blocks.insert(block) {
-                outcome.stored_blocks += 1;
-            } else {
-                outcome.duplicate_blocks += 1;
-            }
-            prev = Some(engine);
         }
     }
 
@@ -201,7 +152,7 @@ impl WorkerSync {
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
-        if self.blocks.get(engine).is_none() {
+        if !self.blocks.contains(engine) {
             outcome.unknown_removed_blocks += 1;
             return;
         }
@@ -240,6 +191,6 @@ impl WorkerSync {
         tree.for_each_held_block(worker, |block| {
             held.insert(block, ());
         });
-        self.blocks.retain(|b| held.contains_key(&b.router));
+        self.blocks.retain(|router| held.contains_key(&router));
     }
 }
