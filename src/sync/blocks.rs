@@ -231,21 +231,21 @@ impl EngineBlocks {
     /// follows it gets the slot's engine hash as an entry.
     fn free_slot(&mut self, slot: u32) {
         let s = slot as usize;
-        match self.neighbour_parent(s) {
-            Some(_) => {
-                set_bit(&mut self.parent_before, s, false);
-                set_bit(&mut self.parent_after, s, false);
-            }
-            None => drop(self.links.remove(&slot)),
+        let (word, mask) = (s / 64, 1u64 << (s % 64));
+        let (before, after) = (&mut self.parent_before[word], &mut self.parent_after[word]);
+        if (*before | *after) & mask != 0 {
+            *before &= !mask;
+            *after &= !mask;
+        } else {
+            self.links.remove(&slot);
         }
-        let engine = self.slots[s].engine;
         if s + 1 < self.slots.len() && bit(&self.parent_before, s + 1) {
             set_bit(&mut self.parent_before, s + 1, false);
-            self.links.insert(slot + 1, engine);
+            self.links.insert(slot + 1, self.slots[s].engine);
         }
         if s > 0 && bit(&self.parent_after, s - 1) {
             set_bit(&mut self.parent_after, s - 1, false);
-            self.links.insert(slot - 1, engine);
+            self.links.insert(slot - 1, self.slots[s].engine);
         }
         self.free.push(slot);
     }

@@ -2,13 +2,13 @@
 //! and how its events change the tree.
 //!
 //! Glossary: an **engine block** is a block the worker reported, under its engine hash; its
-//! **record** holds the router's hash of the same block and its parent's engine hash. A
-//! **chunk** is a run of blocks a lower tier copies and drops together, named by its last
-//! block (vLLM's CPU offloading). A chunk's placeholder marks the whole path above its last
-//! block at the tier; its removal unmarks the last block and what hangs below, since two
-//! chunks can share their first blocks. A hit is cut to whole chunks below the device tier
-//! when it is matched ([`CacheIndex`](crate::CacheIndex)), so a first block left marked by a
-//! dropped chunk never counts alone.
+//! **record** holds the router's hash of the same block and a link to its parent (see
+//! `blocks`). A **chunk** is a run of blocks a lower tier copies and drops together, named
+//! by its last block (vLLM's CPU offloading). A chunk's placeholder marks the whole path
+//! above its last block at the tier; its removal unmarks the last block and what hangs
+//! below, since two chunks can share their first blocks. A hit is cut to whole chunks below
+//! the device tier when it is matched ([`CacheIndex`](crate::CacheIndex)), so a first block
+//! left marked by a dropped chunk never counts alone.
 
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
