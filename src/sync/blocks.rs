@@ -81,11 +81,6 @@ impl EngineBlocks {
             .map(|&s| s as usize)
     }
 
-    /// Whether `engine` has a record.
-    pub(super) fn contains(&self, engine: u64) -> bool {
-        self.slot(engine).is_some()
-    }
-
     /// The router hash of the block `engine`.
     pub(super) fn router(&self, engine: u64) -> Option<BlockHash> {
         self.slot(engine).map(|s| self.slots[s].router)

@@ -29,13 +29,24 @@ impl WorkerSync {
     /// Where the tree holds the stored block `engine` for `worker`: from the block's
     /// remembered tip (taken), or the tree's last-block index and kept positions. Either is
     /// checked by the tree, so the position is the path the mirror holds for the block.
-    fn locate(&mut self, tree: &RadixTree, engine: u64, worker: WorkerId) -> Option<Position> {
+    /// `router` is the block's router hash when the caller has read it already.
+    fn locate(
+        &mut self,
+        tree: &RadixTree,
+        engine: u64,
+        router: Option<BlockHash>,
+        worker: WorkerId,
+    ) -> Option<Position> {
         if let Some(tip) = self.recent.take(engine) {
             if let Some(position) = tree.resolve(tip.position, worker) {
                 return Some(position);
             }
         }
-        tree.find(self.blocks.router(engine)?, worker)
+        let router = match router {
+            Some(router) => router,
+            None => self.blocks.router(engine)?,
+        };
+        tree.find(router, worker)
     }
 
     /// [`Self::locate`], falling back on the path through the parent links.
@@ -43,10 +54,11 @@ impl WorkerSync {
         &mut self,
         tree: &RadixTree,
         engine: u64,
+        router: Option<BlockHash>,
         worker: WorkerId,
         path: &mut Vec<BlockHash>,
     ) -> Option<Position> {
-        match self.locate(tree, engine, worker) {
+        match self.locate(tree, engine, router, worker) {
             Some(at) => Some(at),
             None if self.blocks.path_to(engine, path) => tree.find_path(path),
             None => None,
@@ -88,7 +100,7 @@ impl WorkerSync {
         path.clear();
         let (root, below) = match event.parent {
             None => (hasher.root(event.salt), None),
-            Some(p) => match self.locate(tree, p, worker) {
+            Some(p) => match self.locate(tree, p, None, worker) {
                 Some(at) => (at.block(), Some(at)),
                 None if self.blocks.path_to(p, path) => (path[path.len() - 1], None),
                 None => {
@@ -127,7 +139,8 @@ impl WorkerSync {
         outcome: &mut SyncOutcome,
     ) {
         for &engine in blocks {
-            let Some(at) = self.locate_or_walk(tree, engine, worker, &mut scratch.path) else {
+            let found = self.locate_or_walk(tree, engine, None, worker, &mut scratch.path);
+            let Some(at) = found else {
                 outcome.unknown_blocks += 1;
                 continue;
             };
@@ -152,13 +165,13 @@ impl WorkerSync {
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
-        if !self.blocks.contains(engine) {
+        let Some(router) = self.blocks.router(engine) else {
             outcome.unknown_removed_blocks += 1;
             return;
-        }
+        };
         // The block's position, or else the end of its path through the parent links.
         // Without either, an ancestor already removed took the block out of the tree.
-        let found = self.locate_or_walk(tree, engine, worker, path);
+        let found = self.locate_or_walk(tree, engine, Some(router), worker, path);
         // Whether the block stays held at another tier (read before the tree changes: its
         // node may merge away). In a tree without lower tiers a block is held at the device
         // tier alone, so a lower tier's removal keeps it.
