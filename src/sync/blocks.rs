@@ -1,26 +1,33 @@
-//! A worker's engine blocks: records in an arena of `u32` slots, found by engine hash
-//! through an index that holds only the slot numbers.
+//! A worker's engine blocks: records in arenas of `u32` slots, found by engine hash through
+//! an index that holds only record ids.
 //!
 //! A hash map of engine hash → record keeps its records in its own slots, half of which are
 //! empty after it grows, and a store touches a random one of them per block. Here the index
-//! holds 4-byte slot numbers (a table a fifth the size, which stays in cache far longer),
-//! and 16-byte records live in a dense, chunked arena ([`Chunks`]: little spare room, and
-//! growing it moves no record twice) whose freed slots are reused last freed first: an
-//! engine that evicts a finished request (last block first) and stores the next one writes
-//! records where the evicted ones were, still in cache and in order.
+//! holds 4-byte ids (a table a fifth the size, which stays in cache far longer), and records
+//! live in dense, chunked arenas ([`Chunks`]: little spare room, and growing one moves no
+//! record twice) whose freed slots are reused last freed first: an engine that evicts a
+//! finished request (last block first) and stores the next one writes records where the
+//! evicted ones were, still in cache and in order.
 //!
-//! Glossary: a record's **parent link** is its parent's engine hash, as the store that
-//! reported the block named it (the previous block of the store, or the store's parent),
-//! or none for a block at the root. A record **follows** its parent when it was written in
-//! a slot next to the parent's, just after it or just before it (freed slots are reused in
-//! the reverse order of their freeing, so an engine's evictions in either order leave runs
-//! of slots): its link is that slot's engine hash and costs a bit. Every other link is
-//! kept in a side table, one entry per store that did not continue its parent's slots.
+//! Glossary:
+//! - a record's **parent link** is its parent's engine hash, as the store that reported the
+//!   block named it (the previous block of the store, or the store's parent), or none for a
+//!   block at the root;
+//! - a **plain** record (16 bytes: engine and router hash) lives in the plain arena. It
+//!   **follows** its parent when it was written in a slot next to the parent's, just after
+//!   it or just before it (freed slots are reused in the reverse order of their freeing, so
+//!   an engine's evictions in either order leave runs of slots): its link is that slot's
+//!   engine hash and costs a bit. Any other plain record keeps its link in a side table;
+//! - a **linked** record (24 bytes) lives in the linked arena and carries its link. A block
+//!   that cannot follow its parent and ends its store is recorded so (a block stored alone,
+//!   as engines store a running request's blocks while it decodes); one that cannot follow
+//!   but has blocks after it in its store is a plain record with a side-table entry, which
+//!   the rest of the store follows.
 //!
-//! Invariant: a live record follows its parent or it has an entry in the side table, one
-//! of the three; a free slot has none. Before a slot is freed, a record that follows it
-//! gets the slot's engine hash as an entry, so a link never names a slot's later
-//! occupant.
+//! Invariant: a live plain record follows its parent in the slot before, or in the slot
+//! after, or it has an entry in the side table, one of the three; a free plain slot has
+//! none. Before a plain slot is freed, a record that follows it gets the slot's engine hash
+//! as an entry, so a link never names a slot's later occupant.
 
 use hashbrown::HashTable;
 
@@ -40,22 +47,117 @@ struct Record {
     router: BlockHash,
 }
 
+/// A record that carries its parent link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LinkedRecord {
+    record: Record,
+    /// The parent's engine hash; the record's own for a block at the root (a block cannot
+    /// be stored under itself: its parent must be known first).
+    parent: u64,
+}
+
+/// The top bit of an [`Id`] of a linked record.
+const LINKED: u32 = 1 << 31;
+
+/// Where a live record is: a slot of the plain arena, or of the linked one (top bit set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Id(u32);
+
+/// An [`Id`] taken apart.
+enum Place {
+    Plain(usize),
+    Linked(usize),
+}
+
+impl Id {
+    /// Slots are below `LINKED`: each arena holds at most [`EngineBlocks::MAX_LEN`].
+    fn plain(slot: usize) -> Id {
+        Id(u32::try_from(slot).map_or(LINKED - 1, |s| s & (LINKED - 1)))
+    }
+
+    fn linked(slot: usize) -> Id {
+        Id(Id::plain(slot).0 | LINKED)
+    }
+
+    fn place(self) -> Place {
+        let slot = (self.0 & (LINKED - 1)) as usize;
+        if self.0 & LINKED == 0 {
+            Place::Plain(slot)
+        } else {
+            Place::Linked(slot)
+        }
+    }
+}
+
+/// The two arenas, read apart from the index that names their slots.
+#[derive(Debug, Default)]
+struct Arenas {
+    /// Plain records by slot; the slots in `plain_free` hold stale records.
+    plain: Chunks<Record>,
+    plain_free: Vec<u32>,
+    /// Linked records by slot; the slots in `linked_free` hold stale records.
+    linked: Chunks<LinkedRecord>,
+    linked_free: Vec<u32>,
+}
+
+impl Arenas {
+    #[inline]
+    fn record(&self, id: Id) -> Record {
+        match id.place() {
+            Place::Plain(s) => self.plain[s],
+            Place::Linked(s) => self.linked[s].record,
+        }
+    }
+
+    /// The plain slot the next plain record takes.
+    #[inline]
+    fn next_plain(&self) -> usize {
+        self.plain_free
+            .last()
+            .map_or(self.plain.len(), |&s| s as usize)
+    }
+
+    /// Writes `record` at [`Self::next_plain`]; whether the slot is new.
+    #[inline]
+    fn put_plain(&mut self, record: Record) -> (usize, bool) {
+        match self.plain_free.pop() {
+            Some(s) => {
+                self.plain[s as usize] = record;
+                (s as usize, false)
+            }
+            None => {
+                self.plain.push(record);
+                (self.plain.len() - 1, true)
+            }
+        }
+    }
+
+    fn put_linked(&mut self, record: LinkedRecord) -> usize {
+        match self.linked_free.pop() {
+            Some(s) => {
+                self.linked[s as usize] = record;
+                s as usize
+            }
+            None => {
+                self.linked.push(record);
+                self.linked.len() - 1
+            }
+        }
+    }
+}
+
 /// Engine hash → router hash and parent link, for one worker: see the module docs.
 #[derive(Debug, Default)]
 pub(super) struct EngineBlocks {
-    /// Records by slot; the slots in `free` hold stale records.
-    slots: Chunks<Record>,
-    /// Freed slots, the last freed reused first.
-    free: Vec<u32>,
-    /// Slot numbers of the live records, found by engine hash.
+    arenas: Arenas,
+    /// Ids of the live records, found by engine hash.
     index: HashTable<u32>,
-    /// A bit per slot: the live record there follows its parent in the slot before.
+    /// A bit per plain slot: the live record there follows its parent in the slot before.
     parent_before: Vec<u64>,
-    /// A bit per slot: the live record there follows its parent in the slot after.
+    /// A bit per plain slot: the live record there follows its parent in the slot after.
     parent_after: Vec<u64>,
-    /// The parent links of live records that do not follow: slot → the parent's engine
-    /// hash, or the record's own engine hash for a block at the root (a block cannot be
-    /// stored under itself: its parent must be known first).
+    /// The parent links of live plain records that do not follow: slot → the parent's
+    /// engine hash, or the record's own engine hash for a block at the root.
     links: FoldMap<u32, u64>,
 }
 
@@ -64,53 +166,60 @@ pub(super) struct EngineBlocks {
 const TOUCH_FROM: usize = 1 << 15;
 
 impl EngineBlocks {
-    /// The most records one worker can hold (slot numbers are `u32`); callers check it
-    /// before inserting.
-    pub(super) const MAX_LEN: usize = u32::MAX as usize;
+    /// The most records one worker can hold (ids keep a bit for the arena); callers check
+    /// it before inserting.
+    pub(super) const MAX_LEN: usize = (LINKED - 1) as usize;
 
     /// Live records.
     pub(super) fn len(&self) -> usize {
         self.index.len()
     }
 
-    /// The slot of the live record of `engine`.
-    fn slot(&self, engine: u64) -> Option<usize> {
-        let slots = &self.slots;
+    /// The id of the live record of `engine`.
+    fn find(&self, engine: u64) -> Option<Id> {
+        let arenas = &self.arenas;
         self.index
-            .find(hash(engine), |&s| slots[s as usize].engine == engine)
-            .map(|&s| s as usize)
+            .find(hash(engine), |&i| arenas.record(Id(i)).engine == engine)
+            .map(|&i| Id(i))
     }
 
     /// The router hash of the block `engine`.
     pub(super) fn router(&self, engine: u64) -> Option<BlockHash> {
-        self.slot(engine).map(|s| self.slots[s].router)
+        self.find(engine).map(|id| self.arenas.record(id).router)
     }
 
     /// The router path from the root to `engine` (inclusive), through the parent links.
     /// `false` when an ancestor has no record (or the links loop: a hostile stream).
     pub(super) fn path_to(&self, engine: u64, out: &mut Vec<BlockHash>) -> bool {
         out.clear();
-        let Some(mut s) = self.slot(engine) else {
+        let Some(mut id) = self.find(engine) else {
             return false;
         };
         loop {
-            let record = self.slots[s];
+            let record = self.arenas.record(id);
             out.push(record.router);
             if out.len() > self.len() {
                 return false;
             }
-            if let Some(parent) = self.neighbour_parent(s) {
-                s = parent;
-                continue;
+            let parent = match id.place() {
+                Place::Plain(s) => {
+                    if let Some(p) = self.neighbour_parent(s) {
+                        id = Id::plain(p);
+                        continue;
+                    }
+                    match self.links.get(&(s as u32)) {
+                        Some(&p) => p,
+                        // Not reached: a live plain record that does not follow has a link.
+                        None => return false,
+                    }
+                }
+                Place::Linked(s) => self.arenas.linked[s].parent,
+            };
+            if parent == record.engine {
+                break;
             }
-            let parent = self.links.get(&(s as u32)).copied();
-            match parent {
-                Some(p) if p == record.engine => break,
-                Some(p) => match self.slot(p) {
-                    Some(next) => s = next,
-                    None => return false,
-                },
-                // Not reached: a live record that does not follow has a link.
+            match self.find(parent) {
+                Some(next) => id = next,
                 None => return false,
             }
         }
@@ -136,81 +245,94 @@ impl EngineBlocks {
                 core::hint::black_box(self.index.find(hash(engine), |_| false));
             }
         }
-        // The parent's slot, so that a store continuing next to it follows it.
-        let mut prev = parent.map(|engine| (engine, self.slot(engine)));
-        for (&engine, &router) in blocks.iter().zip(routers) {
-            let (slot, added) = self.insert(Record { engine, router }, prev);
+        // The parent's id, so that a store continuing next to it follows it.
+        let mut prev = parent.map(|engine| (engine, self.find(engine)));
+        let last = blocks.len().min(routers.len()).saturating_sub(1);
+        for (k, (&engine, &router)) in blocks.iter().zip(routers).enumerate() {
+            let (id, added) = self.insert(Record { engine, router }, prev, k == last);
             if added {
                 outcome.stored_blocks += 1;
             } else {
                 outcome.duplicate_blocks += 1;
             }
-            prev = Some((engine, Some(slot)));
+            prev = Some((engine, Some(id)));
         }
     }
 
     /// Adds `record` unless a record of its engine hash exists, linked to `prev` (the
-    /// parent's engine hash, with its slot when known). Returns the record's slot and
-    /// whether it was added.
+    /// parent's engine hash, with its id when known); `ends_run` when no block of the
+    /// store comes after it. Returns the record's id and whether it was added.
     #[inline]
-    fn insert(&mut self, record: Record, prev: Option<(u64, Option<usize>)>) -> (usize, bool) {
-        let slots = &self.slots;
+    fn insert(
+        &mut self,
+        record: Record,
+        prev: Option<(u64, Option<Id>)>,
+        ends_run: bool,
+    ) -> (Id, bool) {
+        let arenas = &self.arenas;
         let entry = self.index.entry(
             hash(record.engine),
-            |&s| slots[s as usize].engine == record.engine,
-            |&s| hash(slots[s as usize].engine),
+            |&i| arenas.record(Id(i)).engine == record.engine,
+            |&i| hash(arenas.record(Id(i)).engine),
         );
         let vacant = match entry {
-            hashbrown::hash_table::Entry::Occupied(o) => return (*o.get() as usize, false),
+            hashbrown::hash_table::Entry::Occupied(o) => return (Id(*o.get()), false),
             hashbrown::hash_table::Entry::Vacant(vacant) => vacant,
         };
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = record;
-                slot
+        // Whether the record can follow its parent from the next plain slot: `true` when
+        // the parent is in the slot before it, `false` when in the slot after.
+        let next = arenas.next_plain();
+        let neighbour = match prev {
+            Some((_, Some(parent))) => match parent.place() {
+                Place::Plain(p) if p + 1 == next => Some(true),
+                Place::Plain(p) if p == next + 1 => Some(false),
+                _ => None,
+            },
+            _ => None,
+        };
+        let parent = prev.map_or(record.engine, |(p, _)| p);
+        let id = match neighbour {
+            None if ends_run => {
+                let slot = self.arenas.put_linked(LinkedRecord { record, parent });
+                Id::linked(slot)
             }
-            None => {
-                let s = self.slots.len();
-                self.slots.push(record);
-                // The bit sets have a word for every 64 slots made.
-                if s % 64 == 0 {
+            neighbour => {
+                let (slot, made) = self.arenas.put_plain(record);
+                // The bit sets have a word for every 64 plain slots made.
+                if made && slot % 64 == 0 {
                     self.parent_before.push(0);
                     self.parent_after.push(0);
                 }
-                // New slots are made only when none is free, so this slot number is the
-                // count of live records before the insert, below `MAX_LEN`.
-                u32::try_from(s).unwrap_or(u32::MAX)
+                match neighbour {
+                    Some(true) => set_bit(&mut self.parent_before, slot, true),
+                    Some(false) => set_bit(&mut self.parent_after, slot, true),
+                    // A block named as its own parent is at the root, as the link's
+                    // convention has it.
+                    None => {
+                        self.links.insert(Id::plain(slot).0, parent);
+                    }
+                }
+                Id::plain(slot)
             }
         };
-        vacant.insert(slot);
-        let s = slot as usize;
-        match prev {
-            Some((_, Some(p))) if p + 1 == s => set_bit(&mut self.parent_before, s, true),
-            Some((_, Some(p))) if p == s + 1 => set_bit(&mut self.parent_after, s, true),
-            // A block named as its own parent is at the root, as the link's convention has it.
-            Some((parent, _)) => {
-                self.links.insert(slot, parent);
-            }
-            None => {
-                self.links.insert(slot, record.engine);
-            }
-        }
-        (s, true)
+        vacant.insert(id.0);
+        (id, true)
     }
 
     /// Removes the record of `engine`; its router hash.
     pub(super) fn remove(&mut self, engine: u64) -> Option<BlockHash> {
-        let slots = &self.slots;
+        let arenas = &self.arenas;
         let entry = self
             .index
-            .find_entry(hash(engine), |&s| slots[s as usize].engine == engine)
+            .find_entry(hash(engine), |&i| arenas.record(Id(i)).engine == engine)
             .ok()?;
-        let (slot, _) = entry.remove();
-        self.free_slot(slot);
-        Some(self.slots[slot as usize].router)
+        let (id, _) = entry.remove();
+        let router = self.arenas.record(Id(id)).router;
+        self.free(Id(id));
+        Some(router)
     }
 
-    /// The slot of the parent of live record `s` when `s` follows it.
+    /// The plain slot of the parent of live plain record `s` when `s` follows it.
     #[inline]
     fn neighbour_parent(&self, s: usize) -> Option<usize> {
         if bit(&self.parent_before, s) {
@@ -222,10 +344,17 @@ impl EngineBlocks {
         }
     }
 
-    /// Frees `slot`, whose record has left the index: its link goes, and a record that
-    /// follows it gets the slot's engine hash as an entry.
-    fn free_slot(&mut self, slot: u32) {
-        let s = slot as usize;
+    /// Frees the slot of `id`, whose record has left the index. A plain record's link goes,
+    /// and a record that follows it gets the slot's engine hash as an entry.
+    fn free(&mut self, id: Id) {
+        let s = match id.place() {
+            Place::Linked(_) => {
+                self.arenas.linked_free.push(id.0 & (LINKED - 1));
+                return;
+            }
+            Place::Plain(s) => s,
+        };
+        let slot = id.0;
         let (word, mask) = (s / 64, 1u64 << (s % 64));
         let (before, after) = (&mut self.parent_before[word], &mut self.parent_after[word]);
         if (*before | *after) & mask != 0 {
@@ -234,37 +363,40 @@ impl EngineBlocks {
         } else {
             self.links.remove(&slot);
         }
-        if s + 1 < self.slots.len() && bit(&self.parent_before, s + 1) {
+        let engine = self.arenas.plain[s].engine;
+        if s + 1 < self.arenas.plain.len() && bit(&self.parent_before, s + 1) {
             set_bit(&mut self.parent_before, s + 1, false);
-            self.links.insert(slot + 1, self.slots[s].engine);
+            self.links.insert(slot + 1, engine);
         }
         if s > 0 && bit(&self.parent_after, s - 1) {
             set_bit(&mut self.parent_after, s - 1, false);
-            self.links.insert(slot - 1, self.slots[s].engine);
+            self.links.insert(slot - 1, engine);
         }
-        self.free.push(slot);
+        self.arenas.plain_free.push(slot);
     }
 
     /// Keeps only the records whose router hash `keep` accepts.
     pub(super) fn retain(&mut self, mut keep: impl FnMut(BlockHash) -> bool) {
-        let slots = &self.slots;
+        let arenas = &self.arenas;
         let mut freed = Vec::new();
-        self.index.retain(|&mut s| {
-            let kept = keep(slots[s as usize].router);
+        self.index.retain(|&mut i| {
+            let kept = keep(arenas.record(Id(i)).router);
             if !kept {
-                freed.push(s);
+                freed.push(Id(i));
             }
             kept
         });
-        for slot in freed {
-            self.free_slot(slot);
+        for id in freed {
+            self.free(id);
         }
     }
 
     /// Removes every record, keeping the allocations.
     pub(super) fn clear(&mut self) {
-        self.slots.clear();
-        self.free.clear();
+        self.arenas.plain.clear();
+        self.arenas.plain_free.clear();
+        self.arenas.linked.clear();
+        self.arenas.linked_free.clear();
         self.index.clear();
         self.parent_before.clear();
         self.parent_after.clear();
@@ -273,8 +405,10 @@ impl EngineBlocks {
 
     /// Bytes allocated.
     pub(super) fn allocation_size(&self) -> usize {
-        self.slots.allocation_size()
-            + self.free.capacity() * core::mem::size_of::<u32>()
+        let a = &self.arenas;
+        a.plain.allocation_size()
+            + a.linked.allocation_size()
+            + (a.plain_free.capacity() + a.linked_free.capacity()) * core::mem::size_of::<u32>()
             + self.index.allocation_size()
             + (self.parent_before.capacity() + self.parent_after.capacity())
                 * core::mem::size_of::<u64>()
@@ -348,15 +482,27 @@ mod tests {
     }
 
     impl EngineBlocks {
-        /// Checks the module's invariant: a live record follows its parent in the slot
-        /// before, or in the slot after, or it has an entry, one of the three; a free
-        /// slot has none.
+        /// Checks the module's invariant: a live plain record follows its parent in the
+        /// slot before, or in the slot after, or it has an entry, one of the three; a free
+        /// plain slot has none. Every id in the index names a live slot.
         fn validate(&self) {
-            let mut live = vec![true; self.slots.len()];
-            for &s in &self.free {
+            let a = &self.arenas;
+            let mut live = vec![true; a.plain.len()];
+            for &s in &a.plain_free {
                 live[s as usize] = false;
             }
-            assert_eq!(live.iter().filter(|&&l| l).count(), self.len());
+            let mut linked_live = vec![true; a.linked.len()];
+            for &s in &a.linked_free {
+                linked_live[s as usize] = false;
+            }
+            let count = |v: &[bool]| v.iter().filter(|&&l| l).count();
+            assert_eq!(count(&live) + count(&linked_live), self.len());
+            for &i in &self.index {
+                match Id(i).place() {
+                    Place::Plain(s) => assert!(live[s], "index names free plain slot {s}"),
+                    Place::Linked(s) => assert!(linked_live[s], "index names free slot {s}"),
+                }
+            }
             for (s, &l) in live.iter().enumerate() {
                 let before = bit(&self.parent_before, s);
                 let after = bit(&self.parent_after, s);
@@ -407,7 +553,9 @@ mod tests {
                 blocks.validate();
                 prop_assert_eq!(blocks.len(), model.len());
                 // Freed slots are reused: the arena never holds more than the most live.
-                prop_assert!(blocks.slots.len() - blocks.free.len() == model.len());
+                let a = &blocks.arenas;
+                let held = a.plain.len() - a.plain_free.len() + a.linked.len() - a.linked_free.len();
+                prop_assert_eq!(held, model.len());
                 for k in 0..48 {
                     prop_assert_eq!(blocks.router(k), model.get(&k).map(|&(r, _)| r));
                     let found = blocks.path_to(k, &mut path);
@@ -460,12 +608,49 @@ mod tests {
             }
             blocks.insert_run(None, &next, &next_routers, &mut outcome);
             assert_eq!(blocks.links.len(), 1, "evicted last first: {last_first}");
-            assert_eq!(blocks.slots.len(), 20);
+            assert_eq!(blocks.arenas.plain.len(), 20);
             let mut path = Vec::new();
             assert!(blocks.path_to(120, &mut path));
             assert_eq!(path, next_routers);
             blocks.validate();
         }
+    }
+
+    #[test]
+    fn blocks_stored_alone_carry_their_links() {
+        // Two requests prefill eight blocks each, then decode, storing a block at a time in
+        // turns: each decoded block's parent is the other request's neighbour, never its own.
+        let mut blocks = EngineBlocks::default();
+        let mut outcome = SyncOutcome::default();
+        let mut tips = [0u64; 2];
+        for (r, tip) in tips.iter_mut().enumerate() {
+            let engines: Vec<u64> = (0..8).map(|k| 100 * (r as u64 + 1) + k).collect();
+            let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+            blocks.insert_run(None, &engines, &routers, &mut outcome);
+            *tip = engines[7];
+        }
+        for step in 0..10u64 {
+            for (r, tip) in tips.iter_mut().enumerate() {
+                let engine = 1_000 * (r as u64 + 1) + step;
+                blocks.insert_run(Some(*tip), &[engine], &[router(engine)], &mut outcome);
+                *tip = engine;
+            }
+        }
+        blocks.validate();
+        // The prefills are plain runs with an entry each at the root. The first request's
+        // decoded blocks are linked records; the second's take the plain slots after its
+        // prefill, free since the first's went elsewhere, and follow. No entry was made for
+        // either.
+        assert_eq!(blocks.links.len(), 2);
+        assert_eq!(blocks.arenas.linked.len(), 10);
+        assert_eq!(blocks.arenas.plain.len(), 26);
+        let mut path = Vec::new();
+        assert!(blocks.path_to(tips[1], &mut path));
+        let expected: Vec<BlockHash> = (200..208)
+            .chain((0..10).map(|s| 2_000 + s))
+            .map(router)
+            .collect();
+        assert_eq!(path, expected);
     }
 
     #[test]
