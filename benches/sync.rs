@@ -13,6 +13,10 @@
 //!   more than the sync state remembers tips for). Each turn is routed first (untimed), so
 //!   the mirror already holds the whole prompt and the previous turn's last block is inside
 //!   an edge; the timed event stores the turn's 8 new blocks below that block.
+//! - `apply_stored_decode`: 256 requests decoding at once, each storing one block at a time
+//!   below its previous one, in turns (as an engine publishes a block each time a request's
+//!   decoding fills one), after a 128-block prefill stored untimed; a request that has
+//!   decoded 32 blocks is evicted and a new one takes its place.
 //! - `map_insert_8_random`: a floor under any design with one hash-map insert per stored
 //!   block: 8 inserts of random keys into a hashbrown map of 10^6 entries with 24-byte slots
 //!   (the engine-hash map's shape before its records moved to an arena), with no hashing,
@@ -26,7 +30,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Rng, event_fed_index, prompt_events};
+use common::{PROMPT_BLOCKS, Rng, event_fed_index, prompt_events};
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use prefix_router::*;
 
@@ -197,6 +201,72 @@ fn apply_interleaved(c: &mut Criterion) {
     );
     group.finish();
     print_memory("apply_stored_8_blocks_interleaved", &index);
+}
+
+/// Blocks a request decodes in `apply_stored_decode` before it finishes.
+const DECODED: usize = 32;
+
+/// One request of `apply_stored_decode`: the engine hashes it holds, the last one last.
+struct Decoding {
+    blocks: Vec<u64>,
+}
+
+impl Decoding {
+    /// Prefills a new request: its 128 blocks stored (untimed).
+    fn start(index: &CacheIndex, rng: &mut Rng) -> Self {
+        let (stores, removal) = prompt_events(rng);
+        for e in &stores {
+            index.apply_event(WorkerId::new(0), 0, e).unwrap();
+        }
+        let CacheEvent::Removed { blocks, .. } = removal else {
+            unreachable!()
+        };
+        Decoding { blocks }
+    }
+
+    /// The store of its next decoded block.
+    fn next(&mut self, rng: &mut Rng) -> CacheEvent {
+        let block = rng.next_u64();
+        let tokens = (0..16).map(|_| rng.below(151_936) as u32).collect();
+        let parent = self.blocks.last().copied();
+        self.blocks.push(block);
+        CacheEvent::stored(parent, vec![block], tokens)
+    }
+}
+
+/// Requests decoding at once, one block each per round (timed); see the file's docs.
+fn apply_decode(c: &mut Criterion) {
+    let mut rng = Rng(7);
+    let index = event_fed_index(&mut rng, 1_000_000);
+    let mut running: Vec<Decoding> = (0..CONCURRENT)
+        .map(|_| Decoding::start(&index, &mut rng))
+        .collect();
+    let mut group = sync_group(c);
+    group.throughput(Throughput::Elements(1));
+    group.bench_function(
+        BenchmarkId::new("apply_stored_decode", "256_requests"),
+        |b| {
+            b.iter_custom(|iters| {
+                in_rounds(iters, CONCURRENT, |n| {
+                    let events: Vec<CacheEvent> =
+                        running[..n].iter_mut().map(|r| r.next(&mut rng)).collect();
+                    let start = Instant::now();
+                    apply_timed(&index, &events);
+                    let timed = start.elapsed();
+                    for r in &mut running[..n] {
+                        if r.blocks.len() >= PROMPT_BLOCKS + DECODED {
+                            let removal = CacheEvent::removed(core::mem::take(&mut r.blocks));
+                            index.apply_event(WorkerId::new(0), 0, &removal).unwrap();
+                            *r = Decoding::start(&index, &mut rng);
+                        }
+                    }
+                    timed
+                })
+            });
+        },
+    );
+    group.finish();
+    print_memory("apply_stored_decode", &index);
 }
 
 /// Conversations taking turns in `apply_stored_next_turn`.
@@ -376,6 +446,7 @@ criterion_group!(
     apply_stores,
     apply_interleaved,
     apply_next_turn,
+    apply_decode,
     map_floor
 );
 criterion_main!(benches);
