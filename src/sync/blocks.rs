@@ -63,6 +63,13 @@ const LINKED: u32 = 1 << 31;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Id(u32);
 
+/// Which neighbouring plain slot a record's parent is in, when it follows it.
+#[derive(Clone, Copy)]
+enum Side {
+    Before,
+    After,
+}
+
 /// An [`Id`] taken apart.
 enum Place {
     Plain(usize),
@@ -279,13 +286,12 @@ impl EngineBlocks {
             hashbrown::hash_table::Entry::Occupied(o) => return (Id(*o.get()), false),
             hashbrown::hash_table::Entry::Vacant(vacant) => vacant,
         };
-        // Whether the record can follow its parent from the next plain slot: `true` when
-        // the parent is in the slot before it, `false` when in the slot after.
+        // Whether the record can follow its parent from the next plain slot.
         let next = arenas.next_plain();
         let neighbour = match prev {
             Some((_, Some(parent))) => match parent.place() {
-                Place::Plain(p) if p + 1 == next => Some(true),
-                Place::Plain(p) if p == next + 1 => Some(false),
+                Place::Plain(p) if p + 1 == next => Some(Side::Before),
+                Place::Plain(p) if p == next + 1 => Some(Side::After),
                 _ => None,
             },
             _ => None,
@@ -304,8 +310,8 @@ impl EngineBlocks {
                     self.parent_after.push(0);
                 }
                 match neighbour {
-                    Some(true) => set_bit(&mut self.parent_before, slot, true),
-                    Some(false) => set_bit(&mut self.parent_after, slot, true),
+                    Some(Side::Before) => set_bit(&mut self.parent_before, slot, true),
+                    Some(Side::After) => set_bit(&mut self.parent_after, slot, true),
                     // A block named as its own parent is at the root, as the link's
                     // convention has it.
                     None => {
