@@ -255,8 +255,20 @@ impl EngineBlocks {
         // The parent's id, so that a store continuing next to it follows it.
         let mut prev = parent.map(|engine| (engine, self.find(engine)));
         let last = blocks.len().min(routers.len()).saturating_sub(1);
+        // Whether the previous block of the store was recorded already.
+        let mut after_duplicate = false;
         for (k, (&engine, &router)) in blocks.iter().zip(routers).enumerate() {
-            let (id, added) = self.insert(Record { engine, router }, prev, k == last);
+            // A block after a duplicate (a prefix hit reported again) is usually recorded
+            // next to it: found there, the index is not read.
+            let found = match prev {
+                Some((_, Some(parent))) if after_duplicate => self.follower(parent, engine),
+                _ => None,
+            };
+            let (id, added) = match found {
+                Some(id) => (id, false),
+                None => self.insert(Record { engine, router }, prev, k == last),
+            };
+            after_duplicate = !added;
             if added {
                 outcome.stored_blocks += 1;
             } else {
@@ -340,6 +352,25 @@ impl EngineBlocks {
 
     /// The plain slot of the parent of live plain record `s` when `s` follows it.
     #[inline]
+    /// The live record of `engine` when it follows `parent` from a neighbouring slot (a
+    /// live record's engine hash is unique, and a slot whose record follows is live).
+    #[inline]
+    fn follower(&self, parent: Id, engine: u64) -> Option<Id> {
+        let Place::Plain(p) = parent.place() else {
+            return None;
+        };
+        let after = p + 1;
+        if after < self.arenas.plain.len()
+            && self.arenas.plain[after].engine == engine
+            && bit(&self.parent_before, after)
+        {
+            return Some(Id::plain(after));
+        }
+        let before = p.checked_sub(1)?;
+        (self.arenas.plain[before].engine == engine && bit(&self.parent_after, before))
+            .then(|| Id::plain(before))
+    }
+
     fn neighbour_parent(&self, s: usize) -> Option<usize> {
         if bit(&self.parent_before, s) {
             Some(s - 1)
@@ -592,6 +623,29 @@ mod tests {
         assert_eq!(blocks.remove(30), Some(router(30)));
         assert_eq!(blocks.links.len(), 2);
         assert!(!blocks.path_to(100, &mut path));
+        blocks.validate();
+    }
+
+    #[test]
+    fn a_run_reported_again_is_found_beside_its_records_never_in_a_free_slot() {
+        let engines: Vec<u64> = (1..=10).collect();
+        let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+        let mut blocks = EngineBlocks::default();
+        let mut outcome = SyncOutcome::default();
+        blocks.insert_run(None, &engines, &routers, &mut outcome);
+        let mut again = SyncOutcome::default();
+        blocks.insert_run(None, &engines, &routers, &mut again);
+        assert_eq!((again.stored_blocks, again.duplicate_blocks), (0, 10));
+        assert_eq!(blocks.arenas.plain.len(), 10);
+        // Block 5's slot is freed and keeps its stale record: the block is stored anew.
+        assert_eq!(blocks.remove(5), Some(router(5)));
+        let mut third = SyncOutcome::default();
+        blocks.insert_run(None, &engines, &routers, &mut third);
+        assert_eq!((third.stored_blocks, third.duplicate_blocks), (1, 9));
+        assert_eq!(blocks.len(), 10);
+        let mut path = Vec::new();
+        assert!(blocks.path_to(10, &mut path));
+        assert_eq!(path, routers);
         blocks.validate();
     }
 
