@@ -350,8 +350,6 @@ impl EngineBlocks {
         Some(router)
     }
 
-    /// The plain slot of the parent of live plain record `s` when `s` follows it.
-    #[inline]
     /// The live record of `engine` when it follows `parent` from a neighbouring slot (a
     /// live record's engine hash is unique, and a slot whose record follows is live).
     #[inline]
@@ -371,6 +369,8 @@ impl EngineBlocks {
             .then(|| Id::plain(before))
     }
 
+    /// The plain slot of the parent of live plain record `s` when `s` follows it.
+    #[inline]
     fn neighbour_parent(&self, s: usize) -> Option<usize> {
         if bit(&self.parent_before, s) {
             Some(s - 1)
