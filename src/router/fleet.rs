@@ -264,17 +264,20 @@ impl Fleet {
         let mut all: SmallVec<[Least; 8]> = smallvec::smallvec![Least::default(); classes + 1];
         let least = all.as_mut_slice();
         let nothing = classes;
-        for (i, slot) in slots.iter().enumerate() {
-            let Some(s) = slot else { continue };
-            if !s.available.load(Relaxed) {
-                continue;
+        // Workers past `class_of` are of no class.
+        let split = class_of.len().min(slots.len());
+        for ((i, slot), &class) in slots[..split].iter().enumerate().zip(class_of) {
+            if let Some(s) = slot.as_ref().filter(|s| s.available.load(Relaxed)) {
+                if let Some(l) = least.get_mut(usize::from(class).min(nothing)) {
+                    l.offer(i, s, salt);
+                }
             }
-            let class = match class_of.get(i) {
-                Some(&c) if usize::from(c) < classes => usize::from(c),
-                _ => nothing,
-            };
-            if let Some(l) = least.get_mut(class) {
-                l.offer(i, s, salt);
+        }
+        if let Some(l) = least.get_mut(nothing) {
+            for (i, slot) in slots.iter().enumerate().skip(split) {
+                if let Some(s) = slot.as_ref().filter(|s| s.available.load(Relaxed)) {
+                    l.offer(i, s, salt);
+                }
             }
         }
         let mut winners: SmallVec<[usize; 8]> = all.iter().filter_map(Least::slot).collect();
@@ -411,7 +414,7 @@ impl Default for Least {
 
 impl Least {
     /// Offers slot `i`; each field is read only where the ones before it tie.
-    #[inline]
+    #[inline(always)]
     fn offer(&mut self, i: usize, s: &Slot, salt: u64) {
         let prefill = s.prefill_tokens.load(Relaxed);
         if prefill != self.key.0 {
