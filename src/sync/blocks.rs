@@ -486,6 +486,11 @@ mod tests {
         BlockHash::new(engine.wrapping_mul(0x9E37_79B9_7F4A_7C15) | u64::from(engine % 3 == 0))
     }
 
+    /// The router hashes the tests give `engines`.
+    fn routers_of(engines: &[u64]) -> Vec<BlockHash> {
+        engines.iter().map(|&e| router(e)).collect()
+    }
+
     /// The model: engine hash → (router hash, parent link).
     type Model = HashMap<u64, (BlockHash, Option<u64>)>;
 
@@ -567,7 +572,7 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Store(parent, engines) => {
-                        let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+                        let routers = routers_of(&engines);
                         let mut outcome = SyncOutcome::default();
                         blocks.insert_run(parent, &engines, &routers, &mut outcome);
                         let added = model_store(&mut model, parent, &engines);
@@ -610,7 +615,7 @@ mod tests {
     fn a_run_after_its_parent_costs_one_bit_a_block() {
         let mut blocks = EngineBlocks::default();
         let engines: Vec<u64> = (1..=100).collect();
-        let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+        let routers = routers_of(&engines);
         let mut outcome = SyncOutcome::default();
         blocks.insert_run(None, &engines[..50], &routers[..50], &mut outcome);
         blocks.insert_run(Some(50), &engines[50..], &routers[50..], &mut outcome);
@@ -629,7 +634,7 @@ mod tests {
     #[test]
     fn a_run_reported_again_is_found_beside_its_records_never_in_a_free_slot() {
         let engines: Vec<u64> = (1..=10).collect();
-        let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+        let routers = routers_of(&engines);
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
         blocks.insert_run(None, &engines, &routers, &mut outcome);
@@ -652,9 +657,9 @@ mod tests {
     #[test]
     fn evictions_in_either_order_leave_slots_a_new_run_follows() {
         let engines: Vec<u64> = (1..=20).collect();
-        let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+        let routers = routers_of(&engines);
         let next: Vec<u64> = (101..=120).collect();
-        let next_routers: Vec<BlockHash> = next.iter().map(|&e| router(e)).collect();
+        let next_routers = routers_of(&next);
         for last_first in [false, true] {
             let mut blocks = EngineBlocks::default();
             let mut outcome = SyncOutcome::default();
@@ -685,7 +690,7 @@ mod tests {
         let mut tips = [0u64; 2];
         for (r, tip) in tips.iter_mut().enumerate() {
             let engines: Vec<u64> = (0..8).map(|k| 100 * (r as u64 + 1) + k).collect();
-            let routers: Vec<BlockHash> = engines.iter().map(|&e| router(e)).collect();
+            let routers = routers_of(&engines);
             blocks.insert_run(None, &engines, &routers, &mut outcome);
             *tip = engines[7];
         }
