@@ -491,6 +491,15 @@ mod tests {
         engines.iter().map(|&e| router(e)).collect()
     }
 
+    /// Asserts that the path through the links to `engine` is `expected`, and that the
+    /// invariants hold.
+    fn assert_path(blocks: &EngineBlocks, engine: u64, expected: &[BlockHash]) {
+        let mut path = Vec::new();
+        assert!(blocks.path_to(engine, &mut path), "no path to {engine}");
+        assert_eq!(path, expected);
+        blocks.validate();
+    }
+
     /// The model: engine hash → (router hash, parent link).
     type Model = HashMap<u64, (BlockHash, Option<u64>)>;
 
@@ -621,13 +630,11 @@ mod tests {
         blocks.insert_run(Some(50), &engines[50..], &routers[50..], &mut outcome);
         // The block at the root keeps an entry; the rest follow, across stores.
         assert_eq!(blocks.links.len(), 1);
-        let mut path = Vec::new();
-        assert!(blocks.path_to(100, &mut path));
-        assert_eq!(path, routers);
+        assert_path(&blocks, 100, &routers);
         // Evicting from the middle gives the next block an entry.
         assert_eq!(blocks.remove(30), Some(router(30)));
         assert_eq!(blocks.links.len(), 2);
-        assert!(!blocks.path_to(100, &mut path));
+        assert!(!blocks.path_to(100, &mut Vec::new()));
         blocks.validate();
     }
 
@@ -648,10 +655,7 @@ mod tests {
         blocks.insert_run(None, &engines, &routers, &mut third);
         assert_eq!((third.stored_blocks, third.duplicate_blocks), (1, 9));
         assert_eq!(blocks.len(), 10);
-        let mut path = Vec::new();
-        assert!(blocks.path_to(10, &mut path));
-        assert_eq!(path, routers);
-        blocks.validate();
+        assert_path(&blocks, 10, &routers);
     }
 
     #[test]
@@ -674,10 +678,7 @@ mod tests {
             blocks.insert_run(None, &next, &next_routers, &mut outcome);
             assert_eq!(blocks.links.len(), 1, "evicted last first: {last_first}");
             assert_eq!(blocks.arenas.plain.len(), 20);
-            let mut path = Vec::new();
-            assert!(blocks.path_to(120, &mut path));
-            assert_eq!(path, next_routers);
-            blocks.validate();
+            assert_path(&blocks, 120, &next_routers);
         }
     }
 
@@ -709,13 +710,11 @@ mod tests {
         assert_eq!(blocks.links.len(), 2);
         assert_eq!(blocks.arenas.linked.len(), 10);
         assert_eq!(blocks.arenas.plain.len(), 26);
-        let mut path = Vec::new();
-        assert!(blocks.path_to(tips[1], &mut path));
         let expected: Vec<BlockHash> = (200..208)
             .chain((0..10).map(|s| 2_000 + s))
             .map(router)
             .collect();
-        assert_eq!(path, expected);
+        assert_path(&blocks, tips[1], &expected);
     }
 
     #[test]
@@ -723,9 +722,7 @@ mod tests {
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
         blocks.insert_run(Some(7), &[7], &[router(7)], &mut outcome);
-        let mut path = Vec::new();
-        assert!(blocks.path_to(7, &mut path));
-        assert_eq!(path, [router(7)]);
+        assert_path(&blocks, 7, &[router(7)]);
     }
 
     #[test]
