@@ -165,10 +165,11 @@ proptest::proptest! {
 
     /// `BalancedRouter` scores a shortlist (the least loaded worker of each amount cached,
     /// and of none): it decides exactly as the same policy scoring every worker, through
-    /// shared prefixes, loads that come and go, and unavailable workers.
+    /// shared prefixes, loads that come and go, unavailable workers, and workers removed
+    /// and added again (ids with no worker among those with one).
     #[test]
     fn the_shortlist_decides_as_every_worker_does(
-        ops in proptest::collection::vec((0u32..6, 1usize..6, 0u8..4), 1..120),
+        ops in proptest::collection::vec((0u32..6, 1usize..6, 0u8..5), 1..120),
         workers in 2u32..12,
     ) {
         let shortlist = BalancedRouter::new(workers).unwrap();
@@ -205,8 +206,17 @@ proptest::proptest! {
                 2 => {
                     let w = WorkerId::new(i as u32 % workers);
                     let available = i % 3 != 0 || w.get() == 0;
+                    // A removed worker is unknown to both.
+                    let set = routers.map(|r| r.set_available(w, available).is_ok());
+                    proptest::prop_assert_eq!(set[0], set[1]);
+                }
+                3 => {
+                    // Worker 0 stays, so that a route always has a worker.
+                    let w = WorkerId::new(1 + i as u32 % (workers - 1));
                     for r in routers {
-                        r.set_available(w, available).unwrap();
+                        if r.remove_worker(w).is_err() {
+                            r.add_worker(w).unwrap();
+                        }
                     }
                 }
                 _ => {}

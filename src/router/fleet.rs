@@ -60,16 +60,47 @@ pub struct WorkerLoad {
     pub mispredicted_reports: u64,
 }
 
-/// One registered worker: lock-free counters read and written under the registry's read lock.
-/// The fields a shortlist scans come first, so that the scan mostly reads one cache line a
-/// worker.
+/// One registered worker's counters that the least-loaded pass compares, in the order it
+/// compares them: lock-free, read and written under the registry's read lock.
 #[derive(Debug)]
-#[repr(C)]
-struct Slot {
+struct LoadKey {
     prefill_tokens: AtomicU64,
     /// Uncached prompt tokens of every request routed to it since it was added.
     assigned_prefill: AtomicU64,
     routed: AtomicU64,
+}
+
+impl LoadKey {
+    /// The key of an id with no worker: above every registered worker's.
+    fn vacant() -> Self {
+        LoadKey {
+            prefill_tokens: AtomicU64::new(u64::MAX),
+            assigned_prefill: AtomicU64::new(u64::MAX),
+            routed: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// A new registration's key.
+    fn zero() -> Self {
+        LoadKey {
+            prefill_tokens: AtomicU64::new(0),
+            assigned_prefill: AtomicU64::new(0),
+            routed: AtomicU64::new(0),
+        }
+    }
+
+    fn get(&self) -> (u64, u64, u64) {
+        (
+            self.prefill_tokens.load(Relaxed),
+            self.assigned_prefill.load(Relaxed),
+            self.routed.load(Relaxed),
+        )
+    }
+}
+
+/// One registered worker's other counters, lock-free like its [`LoadKey`].
+#[derive(Debug)]
+struct Slot {
     available: AtomicBool,
     /// Distinguishes this registration from an earlier one of the same id, so that a
     /// decision made before a remove / add does not release the new registration's load.
@@ -87,13 +118,54 @@ struct Slot {
 /// Candidates of one route call; on the stack for fleets of up to 64 workers.
 pub(crate) type Candidates = SmallVec<[Candidate; 64]>;
 
+/// The workers by id: a slot per id (`None` where no worker is registered) and, apart, the
+/// column of their load keys, which the least-loaded pass reads from end to end.
+///
+/// Invariant: `keys.len() == slots.len()`, and the key of an id with no worker is
+/// [`LoadKey::vacant`].
+#[derive(Debug, Default)]
+struct Registry {
+    slots: Vec<Option<Slot>>,
+    keys: Vec<LoadKey>,
+}
+
+/// A registered worker's slot and load key.
+#[derive(Clone, Copy)]
+struct Registered<'a> {
+    slot: &'a Slot,
+    key: &'a LoadKey,
+}
+
+impl Registry {
+    /// Worker `i`, if registered.
+    #[inline]
+    fn get(&self, i: usize) -> Option<Registered<'_>> {
+        let slot = self.slots.get(i)?.as_ref()?;
+        Some(Registered {
+            slot,
+            key: &self.keys[i],
+        })
+    }
+
+    /// Worker `i`, if registered and available.
+    #[inline]
+    fn available(&self, i: usize) -> Option<Registered<'_>> {
+        self.get(i).filter(|r| r.slot.available.load(Relaxed))
+    }
+
+    /// Registered workers by id, in id order.
+    fn iter(&self) -> impl Iterator<Item = (usize, Registered<'_>)> {
+        (0..self.slots.len()).filter_map(|i| Some((i, self.get(i)?)))
+    }
+}
+
 /// Registry of workers plus per-worker load counters, shared by every policy.
 ///
 /// The registry is behind a `RwLock` taken for writing only by add / remove; routing takes
 /// it for reading, and the counters are atomics.
 #[derive(Debug)]
 pub(crate) struct Fleet {
-    slots: RwLock<Vec<Option<Slot>>>,
+    registry: RwLock<Registry>,
     epochs: AtomicU64,
 }
 
@@ -102,7 +174,7 @@ impl Fleet {
     pub(crate) fn new(num_workers: u32) -> Result<Self, Error> {
         check_id(num_workers.saturating_sub(1))?;
         let fleet = Self {
-            slots: RwLock::new(Vec::new()),
+            registry: RwLock::new(Registry::default()),
             epochs: AtomicU64::new(0),
         };
         for w in 0..num_workers {
@@ -111,36 +183,36 @@ impl Fleet {
         Ok(fleet)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<Slot>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
         // Nothing panics while holding the lock; a poisoned lock still holds valid data.
-        self.slots
+        self.registry
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Option<Slot>>> {
-        self.slots
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.registry
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn add(&self, worker: WorkerId) -> Result<(), Error> {
         check_id(worker.get())?;
-        let mut slots = self.write();
+        let mut registry = self.write();
+        let registry = &mut *registry;
         let i = worker.index();
-        if slots.len() <= i {
-            slots.resize_with(i + 1, || None);
+        if registry.slots.len() <= i {
+            registry.slots.resize_with(i + 1, || None);
+            registry.keys.resize_with(i + 1, LoadKey::vacant);
         }
-        if slots[i].is_some() {
+        if registry.slots[i].is_some() {
             return Err(Error::WorkerExists(worker));
         }
-        slots[i] = Some(Slot {
+        registry.keys[i] = LoadKey::zero();
+        registry.slots[i] = Some(Slot {
             epoch: self.epochs.fetch_add(1, Relaxed) + 1,
             available: AtomicBool::new(true),
             in_flight: AtomicU64::new(0),
-            prefill_tokens: AtomicU64::new(0),
-            routed: AtomicU64::new(0),
-            assigned_prefill: AtomicU64::new(0),
             predicted_cached: AtomicU64::new(0),
             queue_len: AtomicU64::new(0),
             kv_usage_bits: AtomicU32::new(0),
@@ -153,21 +225,27 @@ impl Fleet {
     }
 
     pub(crate) fn remove(&self, worker: WorkerId) -> Result<(), Error> {
-        let mut slots = self.write();
-        match slots.get_mut(worker.index()) {
+        let mut registry = self.write();
+        let i = worker.index();
+        match registry.slots.get_mut(i) {
             Some(slot @ Some(_)) => {
                 *slot = None;
+                registry.keys[i] = LoadKey::vacant();
                 Ok(())
             }
             _ => Err(Error::UnknownWorker(worker)),
         }
     }
 
-    fn with_slot<T>(&self, worker: WorkerId, f: impl FnOnce(&Slot) -> T) -> Result<T, Error> {
-        let slots = self.read();
-        match slots.get(worker.index()) {
-            Some(Some(slot)) => Ok(f(slot)),
-            _ => Err(Error::UnknownWorker(worker)),
+    fn with_slot<T>(
+        &self,
+        worker: WorkerId,
+        f: impl FnOnce(Registered<'_>) -> T,
+    ) -> Result<T, Error> {
+        let registry = self.read();
+        match registry.get(worker.index()) {
+            Some(r) => Ok(f(r)),
+            None => Err(Error::UnknownWorker(worker)),
         }
     }
 
@@ -177,7 +255,7 @@ impl Fleet {
     }
 
     pub(crate) fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
-        self.with_slot(worker, |s| s.available.store(available, Relaxed))
+        self.with_slot(worker, |r| r.slot.available.store(available, Relaxed))
     }
 
     pub(crate) fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
@@ -188,18 +266,18 @@ impl Fleet {
                 allowed: "a fraction between 0.0 and 1.0",
             });
         }
-        self.with_slot(worker, |s| {
+        self.with_slot(worker, |Registered { slot: s, .. }| {
             s.queue_len.store(load.queue_len, Relaxed);
             s.kv_usage_bits.store(load.kv_usage.to_bits(), Relaxed);
         })
     }
 
     pub(crate) fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
-        self.with_slot(worker, |s| WorkerLoad {
+        self.with_slot(worker, |Registered { slot: s, key }| WorkerLoad {
             available: s.available.load(Relaxed),
             in_flight: s.in_flight.load(Relaxed),
-            prefill_tokens: s.prefill_tokens.load(Relaxed),
-            routed: s.routed.load(Relaxed),
+            prefill_tokens: key.prefill_tokens.load(Relaxed),
+            routed: key.routed.load(Relaxed),
             predicted_cached_tokens: s.predicted_cached.load(Relaxed),
             reported: ReportedLoad {
                 queue_len: s.queue_len.load(Relaxed),
@@ -216,7 +294,7 @@ impl Fleet {
     /// Counts a cached-token report for `worker`: the mirror predicted `predicted` tokens,
     /// the worker reported `reported` (both in whole blocks of the mirror).
     pub(crate) fn reported(&self, worker: WorkerId, predicted: usize, reported: usize) {
-        let _ = self.with_slot(worker, |s| {
+        let _ = self.with_slot(worker, |Registered { slot: s, .. }| {
             s.reports.fetch_add(1, Relaxed);
             s.reported_cached.fetch_add(reported as u64, Relaxed);
             s.predicted_for_reports.fetch_add(predicted as u64, Relaxed);
@@ -228,21 +306,21 @@ impl Fleet {
 
     /// Registered workers (available or not), in id order.
     pub(crate) fn workers(&self) -> Vec<WorkerId> {
-        let slots = self.read();
-        (0..slots.len())
-            .filter(|&i| slots[i].is_some())
-            .map(|i| WorkerId::new(i as u32))
+        let registry = self.read();
+        registry
+            .iter()
+            .map(|(i, _)| WorkerId::new(i as u32))
             .collect()
     }
 
     /// Fills `out` with the available workers, in id order.
     pub(crate) fn candidates(&self, out: &mut Candidates) {
         out.clear();
-        let slots = self.read();
-        out.reserve(slots.len());
-        for (i, slot) in slots.iter().enumerate() {
-            if let Some(s) = slot.as_ref().filter(|s| s.available.load(Relaxed)) {
-                out.push(snapshot(i, s));
+        let registry = self.read();
+        out.reserve(registry.slots.len());
+        for (i, r) in registry.iter() {
+            if r.slot.available.load(Relaxed) {
+                out.push(snapshot(i, r));
             }
         }
     }
@@ -260,31 +338,29 @@ impl Fleet {
         out: &mut Candidates,
     ) {
         out.clear();
-        let slots = self.read();
+        let registry = self.read();
         let mut all: SmallVec<[Least; 8]> = smallvec::smallvec![Least::default(); classes + 1];
         let least = all.as_mut_slice();
-        let nothing = classes;
+        let keys = &registry.keys;
+        // The least of no class stays in registers through the pass: most workers hold nothing.
+        let mut nothing = Least::default();
         // Workers past `class_of` are of no class.
-        let split = class_of.len().min(slots.len());
-        for ((i, slot), &class) in slots[..split].iter().enumerate().zip(class_of) {
-            if let Some(s) = slot.as_ref().filter(|s| s.available.load(Relaxed)) {
-                if let Some(l) = least.get_mut(usize::from(class).min(nothing)) {
-                    l.offer(i, s, salt);
-                }
+        let split = class_of.len().min(keys.len());
+        for ((i, key), &class) in keys[..split].iter().enumerate().zip(class_of) {
+            match least.get_mut(usize::from(class)) {
+                Some(l) if class != NO_CLASS => l.offer(i, key, &registry, salt),
+                _ => nothing.offer(i, key, &registry, salt),
             }
         }
-        if let Some(l) = least.get_mut(nothing) {
-            for (i, slot) in slots.iter().enumerate().skip(split) {
-                if let Some(s) = slot.as_ref().filter(|s| s.available.load(Relaxed)) {
-                    l.offer(i, s, salt);
-                }
-            }
+        for (i, key) in keys.iter().enumerate().skip(split) {
+            nothing.offer(i, key, &registry, salt);
         }
+        least[classes] = nothing;
         let mut winners: SmallVec<[usize; 8]> = all.iter().filter_map(Least::slot).collect();
         winners.sort_unstable();
         for i in winners {
-            if let Some(s) = &slots[i] {
-                out.push(snapshot(i, s));
+            if let Some(r) = registry.available(i) {
+                out.push(snapshot(i, r));
             }
         }
     }
@@ -300,8 +376,8 @@ impl Fleet {
         let (matched_blocks, cached_tokens) =
             (candidate.matched_blocks(), candidate.cached_tokens());
         let by_tier = candidate.cached_by_tier;
-        let slots = self.read();
-        let slot = slots.get(candidate.worker.index())?.as_ref()?;
+        let registry = self.read();
+        let Registered { slot, key } = registry.get(candidate.worker.index())?;
         if slot.epoch != candidate.epoch {
             return None;
         }
@@ -309,11 +385,11 @@ impl Fleet {
         let cached_tokens = cached_tokens.min(prompt_tokens);
         let prefill = (prompt_tokens - cached_tokens) as u64;
         slot.in_flight.fetch_add(1, Relaxed);
-        slot.prefill_tokens.fetch_add(prefill, Relaxed);
+        key.prefill_tokens.fetch_add(prefill, Relaxed);
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
-        slot.routed.fetch_add(1, Relaxed);
-        slot.assigned_prefill.fetch_add(prefill, Relaxed);
+        key.routed.fetch_add(1, Relaxed);
+        key.assigned_prefill.fetch_add(prefill, Relaxed);
         Some(RouteDecision::new(
             candidate.worker,
             candidate.epoch,
@@ -329,17 +405,17 @@ impl Fleet {
         if !decision.mark_prefilled() {
             return;
         }
-        self.with_current(decision, |slot| {
-            sub(&slot.prefill_tokens, decision.prefill_tokens() as u64);
+        self.with_current(decision, |r| {
+            sub(&r.key.prefill_tokens, decision.prefill_tokens() as u64);
         });
     }
 
     /// Runs `f` on the decision's worker slot if it is still the same registration.
-    fn with_current(&self, decision: &RouteDecision, f: impl FnOnce(&Slot)) {
-        let slots = self.read();
-        if let Some(Some(slot)) = slots.get(decision.worker().index()) {
-            if slot.epoch == decision.epoch() {
-                f(slot);
+    fn with_current(&self, decision: &RouteDecision, f: impl FnOnce(Registered<'_>)) {
+        let registry = self.read();
+        if let Some(r) = registry.get(decision.worker().index()) {
+            if r.slot.epoch == decision.epoch() {
+                f(r);
             }
         }
     }
@@ -355,9 +431,9 @@ impl Fleet {
         } else {
             0
         };
-        self.with_current(decision, |slot| {
+        self.with_current(decision, |Registered { slot, key }| {
             sub(&slot.in_flight, 1);
-            sub(&slot.prefill_tokens, prefill);
+            sub(&key.prefill_tokens, prefill);
             sub(&slot.predicted_cached, decision.cached_tokens() as u64);
         });
     }
@@ -393,61 +469,56 @@ pub(crate) const NO_CLASS: u16 = u16::MAX;
 
 /// The least loaded slot offered so far, by (prefill tokens, prefill handed out, routed),
 /// then the per-request rotation: [`pick_min`]'s order among workers a policy scores alike.
-/// `slot` is `usize::MAX` until a slot is offered (whose key is then below the initial one).
+/// `slot` is `usize::MAX` until a slot is offered (whose order is then below the initial
+/// one).
 #[derive(Clone, Copy)]
 struct Least {
     slot: usize,
-    key: (u64, u64, u64),
-    /// The slot's rotation, computed when it became the least.
-    spread: u64,
+    /// The slot's place in the order: (prefill tokens, prefill handed out) and (routed,
+    /// rotation), each pair as one number, compared in that order.
+    order: (u128, u128),
 }
 
 impl Default for Least {
     fn default() -> Self {
         Least {
             slot: usize::MAX,
-            key: (u64::MAX, u64::MAX, u64::MAX),
-            spread: u64::MAX,
+            order: (u128::MAX, u128::MAX),
         }
     }
 }
 
+/// Id `i`'s place in [`Least`]'s order.
+#[inline(always)]
+fn order(i: usize, (prefill, assigned, routed): (u64, u64, u64), salt: u64) -> (u128, u128) {
+    (
+        u128::from(prefill) << 64 | u128::from(assigned),
+        u128::from(routed) << 64 | u128::from(spread(salt, i)),
+    )
+}
+
 impl Least {
-    /// Offers slot `i`; each field is read only where the ones before it tie.
+    /// Offers id `i`, whose key is `key`. The comparison takes no branch: idle workers tie
+    /// in ways no predictor learns. Whether a worker is registered and available is read
+    /// only when it would become the least (an id with no worker has the highest key).
     #[inline(always)]
-    fn offer(&mut self, i: usize, s: &Slot, salt: u64) {
-        let prefill = s.prefill_tokens.load(Relaxed);
-        if prefill != self.key.0 {
-            if prefill < self.key.0 {
-                self.take(i, s, salt);
-            }
-            return;
-        }
-        let assigned = s.assigned_prefill.load(Relaxed);
-        if assigned != self.key.1 {
-            if assigned < self.key.1 {
-                self.take(i, s, salt);
-            }
-            return;
-        }
-        let routed = s.routed.load(Relaxed);
-        if routed < self.key.2 || (routed == self.key.2 && spread(salt, i) < self.spread) {
-            self.take(i, s, salt);
+    fn offer(&mut self, i: usize, key: &LoadKey, registry: &Registry, salt: u64) {
+        let (first, second) = order(i, key.get(), salt);
+        let below = (first < self.order.0) | ((first == self.order.0) & (second < self.order.1));
+        if below {
+            self.take(i, registry, salt);
         }
     }
 
-    /// Slot `i` becomes the least.
+    /// Id `i` becomes the least if it is an available worker.
     #[cold]
-    fn take(&mut self, i: usize, s: &Slot, salt: u64) {
-        *self = Least {
-            slot: i,
-            key: (
-                s.prefill_tokens.load(Relaxed),
-                s.assigned_prefill.load(Relaxed),
-                s.routed.load(Relaxed),
-            ),
-            spread: spread(salt, i),
-        };
+    fn take(&mut self, i: usize, registry: &Registry, salt: u64) {
+        if let Some(r) = registry.available(i) {
+            *self = Least {
+                slot: i,
+                order: order(i, r.key.get(), salt),
+            };
+        }
     }
 
     fn slot(&self) -> Option<usize> {
@@ -457,14 +528,15 @@ impl Least {
 
 /// A candidate snapshot of slot `i`.
 #[inline]
-fn snapshot(i: usize, s: &Slot) -> Candidate {
+fn snapshot(i: usize, Registered { slot: s, key }: Registered<'_>) -> Candidate {
+    let (prefill_tokens, assigned_prefill, routed) = key.get();
     Candidate {
         worker: WorkerId::new(i as u32),
         epoch: s.epoch,
         in_flight: s.in_flight.load(Relaxed),
-        prefill_tokens: s.prefill_tokens.load(Relaxed),
-        routed: s.routed.load(Relaxed),
-        assigned_prefill: s.assigned_prefill.load(Relaxed),
+        prefill_tokens,
+        routed,
+        assigned_prefill,
         queue_len: s.queue_len.load(Relaxed),
         matched_blocks: 0,
         cached_tokens: 0,
@@ -472,10 +544,13 @@ fn snapshot(i: usize, s: &Slot) -> Candidate {
     }
 }
 
-/// The per-request rotation that breaks a full tie in favour of worker `i`.
+/// The per-request rotation that breaks a full tie in favour of worker `i`: the id, xored
+/// with the request's salt, times an odd constant. For each salt it orders the ids
+/// differently (a bijection), and it costs two instructions a worker in the
+/// least-loaded pass, where idle workers all tie.
 #[inline]
 fn spread(salt: u64, i: usize) -> u64 {
-    mix64(salt ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    ((i as u64) ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Picks the candidate with the smallest `key`; remaining ties go to the worker that has
