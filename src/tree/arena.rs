@@ -8,8 +8,9 @@
 //! - a live node's edge is `pool[start..start + len]`, `len ≥ 1` (the root's is empty);
 //! - `last` is the edge's last block, `depth` the number of blocks above the edge;
 //! - `pool.len() = live blocks + garbage`: a slot no live edge uses is garbage, and the pool
-//!   is rewritten without it when it would grow, so its capacity stays within 1.5 × the live
-//!   blocks (plus what one operation appends);
+//!   is rewritten without it, in place, when it would grow; after a rewrite its capacity is
+//!   between 1.5 and 3 times the live blocks (plus what the operation appends), and it is
+//!   reallocated only to stay in that range;
 //! - a node's holder bitset has `stride` words; a free node's is all zero.
 //!
 //! Links between nodes (`parent`, children, siblings) belong to the shape layer and recency
@@ -441,21 +442,32 @@ impl Arena {
         }
     }
 
-    /// Rewrites the edge pool without garbage, with room for the live blocks, half as many
-    /// more (at least 64) and `additional`.
+    /// Rewrites the edge pool without garbage, in place: each live edge slides down to the
+    /// end of the one before it in the pool. The pool then has room for the live blocks,
+    /// half as many more (at least 64) and `additional`; it is reallocated only to grow to
+    /// that, or to shrink to it from more than twice as much, so a tree of steady size
+    /// rewrites its pool in the same allocation.
     fn compact(&mut self, additional: usize) {
-        let live = self.pool.len() - self.garbage;
-        let mut pool = Vec::with_capacity(live + (live / 2).max(64) + additional);
-        for node in &mut self.nodes {
-            if node.edge_len > 0 {
-                let start = node.edge_start as usize;
-                let new_start = pool.len() as u32;
-                pool.extend_from_slice(&self.pool[start..start + node.edge_len as usize]);
-                node.edge_start = new_start;
-            }
+        let mut edges: Vec<(u32, NodeId)> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].edge_len > 0)
+            .map(|i| (self.nodes[i].edge_start, NodeId(i as u32)))
+            .collect();
+        edges.sort_unstable();
+        let mut end = 0;
+        for (start, id) in edges {
+            let (start, len) = (start as usize, self.nodes[id.index()].len());
+            self.pool.copy_within(start..start + len, end);
+            self.nodes[id.index()].edge_start = end as u32;
+            end += len;
         }
-        self.pool = pool;
+        self.pool.truncate(end);
         self.garbage = 0;
+        let room = end + (end / 2).max(64) + additional;
+        if self.pool.capacity() < room {
+            self.pool.reserve_exact(room - end);
+        } else if self.pool.capacity() > 2 * room {
+            self.pool.shrink_to(room);
+        }
     }
 
     /// The pool's capacity in blocks.
