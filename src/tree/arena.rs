@@ -443,10 +443,10 @@ impl Arena {
     }
 
     /// Rewrites the edge pool without garbage, in place: each live edge slides down to the
-    /// end of the one before it in the pool. The pool then has room for the live blocks,
-    /// half as many more (at least 64) and `additional`; it is reallocated only to grow to
-    /// that, or to shrink to it from more than twice as much, so a tree of steady size
-    /// rewrites its pool in the same allocation.
+    /// end of the one before it in the pool (edges below the first garbage stay). The pool
+    /// then has room for the live blocks, half as many more (at least 64) and `additional`;
+    /// it is reallocated only to grow to that, or to shrink to it from more than twice as
+    /// much, so a tree of steady size rewrites its pool in the same allocation.
     fn compact(&mut self, additional: usize) {
         let mut edges: Vec<(u32, NodeId)> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].edge_len > 0)
@@ -456,8 +456,11 @@ impl Arena {
         let mut end = 0;
         for (start, id) in edges {
             let (start, len) = (start as usize, self.nodes[id.index()].len());
-            self.pool.copy_within(start..start + len, end);
-            self.nodes[id.index()].edge_start = end as u32;
+            // Edges below the first garbage stay where they are.
+            if start != end {
+                self.pool.copy_within(start..start + len, end);
+                self.nodes[id.index()].edge_start = end as u32;
+            }
             end += len;
         }
         self.pool.truncate(end);
