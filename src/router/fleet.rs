@@ -342,24 +342,23 @@ impl Fleet {
         let mut all: SmallVec<[Least; 8]> = smallvec::smallvec![Least::default(); classes + 1];
         let least = all.as_mut_slice();
         let keys = &registry.keys;
-        // The least of no class stays in registers through the pass: most workers hold nothing.
-        let mut nothing = Least::default();
+        let nothing = classes;
         // Workers past `class_of` are of no class.
         let split = class_of.len().min(keys.len());
         for ((i, key), &class) in keys[..split].iter().enumerate().zip(class_of) {
-            match least.get_mut(usize::from(class)) {
-                Some(l) if class != NO_CLASS => l.offer(i, key, &registry, salt),
-                _ => nothing.offer(i, key, &registry, salt),
+            if let Some(l) = least.get_mut(usize::from(class).min(nothing)) {
+                l.offer(i, key, &registry, salt);
             }
         }
-        for (i, key) in keys.iter().enumerate().skip(split) {
-            nothing.offer(i, key, &registry, salt);
+        if let Some(l) = least.get_mut(nothing) {
+            for (i, key) in keys.iter().enumerate().skip(split) {
+                l.offer(i, key, &registry, salt);
+            }
         }
-        least[classes] = nothing;
         let mut winners: SmallVec<[usize; 8]> = all.iter().filter_map(Least::slot).collect();
         winners.sort_unstable();
         for i in winners {
-            if let Some(r) = registry.available(i) {
+            if let Some(r) = registry.get(i) {
                 out.push(snapshot(i, r));
             }
         }
@@ -469,43 +468,47 @@ pub(crate) const NO_CLASS: u16 = u16::MAX;
 
 /// The least loaded slot offered so far, by (prefill tokens, prefill handed out, routed),
 /// then the per-request rotation: [`pick_min`]'s order among workers a policy scores alike.
-/// `slot` is `usize::MAX` until a slot is offered (whose order is then below the initial
-/// one).
+/// `slot` is `usize::MAX` until a slot is offered (whose key is then below the initial one).
 #[derive(Clone, Copy)]
 struct Least {
     slot: usize,
-    /// The slot's place in the order: (prefill tokens, prefill handed out) and (routed,
-    /// rotation), each pair as one number, compared in that order.
-    order: (u128, u128),
+    key: (u64, u64, u64),
+    /// The slot's rotation, computed when it became the least.
+    spread: u64,
 }
 
 impl Default for Least {
     fn default() -> Self {
         Least {
             slot: usize::MAX,
-            order: (u128::MAX, u128::MAX),
+            key: (u64::MAX, u64::MAX, u64::MAX),
+            spread: u64::MAX,
         }
     }
 }
 
-/// Id `i`'s place in [`Least`]'s order.
-#[inline(always)]
-fn order(i: usize, (prefill, assigned, routed): (u64, u64, u64), salt: u64) -> (u128, u128) {
-    (
-        u128::from(prefill) << 64 | u128::from(assigned),
-        u128::from(routed) << 64 | u128::from(spread(salt, i)),
-    )
-}
-
 impl Least {
-    /// Offers id `i`, whose key is `key`. The comparison takes no branch: idle workers tie
-    /// in ways no predictor learns. Whether a worker is registered and available is read
-    /// only when it would become the least (an id with no worker has the highest key).
+    /// Offers id `i`, whose key is `key`; each field is read only where the ones before it
+    /// tie. Whether a worker is registered and available is read only when it would become
+    /// the least (an id with no worker has the highest key).
     #[inline(always)]
     fn offer(&mut self, i: usize, key: &LoadKey, registry: &Registry, salt: u64) {
-        let (first, second) = order(i, key.get(), salt);
-        let below = (first < self.order.0) | ((first == self.order.0) & (second < self.order.1));
-        if below {
+        let prefill = key.prefill_tokens.load(Relaxed);
+        if prefill != self.key.0 {
+            if prefill < self.key.0 {
+                self.take(i, registry, salt);
+            }
+            return;
+        }
+        let assigned = key.assigned_prefill.load(Relaxed);
+        if assigned != self.key.1 {
+            if assigned < self.key.1 {
+                self.take(i, registry, salt);
+            }
+            return;
+        }
+        let routed = key.routed.load(Relaxed);
+        if routed < self.key.2 || (routed == self.key.2 && spread(salt, i) < self.spread) {
             self.take(i, registry, salt);
         }
     }
@@ -516,7 +519,8 @@ impl Least {
         if let Some(r) = registry.available(i) {
             *self = Least {
                 slot: i,
-                order: order(i, r.key.get(), salt),
+                key: r.key.get(),
+                spread: spread(salt, i),
             };
         }
     }
