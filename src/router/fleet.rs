@@ -141,10 +141,8 @@ impl Registry {
     #[inline]
     fn get(&self, i: usize) -> Option<Registered<'_>> {
         let slot = self.slots.get(i)?.as_ref()?;
-        Some(Registered {
-            slot,
-            key: &self.keys[i],
-        })
+        let key = self.keys.get(i)?;
+        Some(Registered { slot, key })
     }
 
     /// Worker `i`, if registered and available.
@@ -230,7 +228,9 @@ impl Fleet {
         match registry.slots.get_mut(i) {
             Some(slot @ Some(_)) => {
                 *slot = None;
-                registry.keys[i] = LoadKey::vacant();
+                if let Some(key) = registry.keys.get_mut(i) {
+                    *key = LoadKey::vacant();
+                }
                 Ok(())
             }
             _ => Err(Error::UnknownWorker(worker)),
