@@ -71,24 +71,20 @@ struct LoadKey {
 }
 
 impl LoadKey {
-    /// The key of an id with no worker: above every registered worker's.
-    fn vacant() -> Self {
+    /// A key with `value` in every field: [`LoadKey::VACANT`] for an id with no worker
+    /// (above every registered worker's key), 0 for a new registration.
+    fn filled(value: u64) -> Self {
         LoadKey {
-            prefill_tokens: AtomicU64::new(u64::MAX),
-            assigned_prefill: AtomicU64::new(u64::MAX),
-            routed: AtomicU64::new(u64::MAX),
+            prefill_tokens: AtomicU64::new(value),
+            assigned_prefill: AtomicU64::new(value),
+            routed: AtomicU64::new(value),
         }
     }
 
-    /// A new registration's key.
-    fn zero() -> Self {
-        LoadKey {
-            prefill_tokens: AtomicU64::new(0),
-            assigned_prefill: AtomicU64::new(0),
-            routed: AtomicU64::new(0),
-        }
-    }
+    /// The value of every field of an id with no worker.
+    const VACANT: u64 = u64::MAX;
 
+    /// The fields, in the order the least-loaded pass compares them.
     fn get(&self) -> (u64, u64, u64) {
         (
             self.prefill_tokens.load(Relaxed),
@@ -122,7 +118,7 @@ pub(crate) type Candidates = SmallVec<[Candidate; 64]>;
 /// column of their load keys, which the least-loaded pass reads from end to end.
 ///
 /// Invariant: `keys.len() == slots.len()`, and the key of an id with no worker is
-/// [`LoadKey::vacant`].
+/// filled with [`LoadKey::VACANT`].
 #[derive(Debug, Default)]
 struct Registry {
     slots: Vec<Option<Slot>>,
@@ -201,12 +197,14 @@ impl Fleet {
         let i = worker.index();
         if registry.slots.len() <= i {
             registry.slots.resize_with(i + 1, || None);
-            registry.keys.resize_with(i + 1, LoadKey::vacant);
+            registry
+                .keys
+                .resize_with(i + 1, || LoadKey::filled(LoadKey::VACANT));
         }
         if registry.slots[i].is_some() {
             return Err(Error::WorkerExists(worker));
         }
-        registry.keys[i] = LoadKey::zero();
+        registry.keys[i] = LoadKey::filled(0);
         registry.slots[i] = Some(Slot {
             epoch: self.epochs.fetch_add(1, Relaxed) + 1,
             available: AtomicBool::new(true),
@@ -229,7 +227,7 @@ impl Fleet {
             Some(slot @ Some(_)) => {
                 *slot = None;
                 if let Some(key) = registry.keys.get_mut(i) {
-                    *key = LoadKey::vacant();
+                    *key = LoadKey::filled(LoadKey::VACANT);
                 }
                 Ok(())
             }
