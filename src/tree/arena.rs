@@ -169,6 +169,34 @@ pub(super) fn bits(words: &[u64]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
+/// Bits of an edge's start that one pass of [`sort_by_start`] sorts by.
+const DIGIT: u32 = 11;
+
+/// Sorts `edges` (distinct starts below `bound`) by start: a stable counting sort on each
+/// [`DIGIT`] bits of the start, lowest first, as many passes as `bound` needs.
+fn sort_by_start(edges: &mut Vec<(u32, NodeId)>, bound: usize) {
+    let mask = (1u32 << DIGIT) - 1;
+    let mut scratch = vec![(0, NodeId::NONE); edges.len()];
+    let mut shift = 0;
+    while shift < u32::BITS && (bound.saturating_sub(1) as u64) >> shift != 0 {
+        let mut next = [0u32; 1 << DIGIT];
+        for &(start, _) in edges.iter() {
+            next[((start >> shift) & mask) as usize] += 1;
+        }
+        let mut sum = 0;
+        for n in &mut next {
+            (*n, sum) = (sum, sum + *n);
+        }
+        for &edge in edges.iter() {
+            let digit = ((edge.0 >> shift) & mask) as usize;
+            scratch[next[digit] as usize] = edge;
+            next[digit] += 1;
+        }
+        core::mem::swap(edges, &mut scratch);
+        shift += DIGIT;
+    }
+}
+
 impl Arena {
     /// An arena holding only the root.
     pub(super) fn new() -> Self {
@@ -452,7 +480,7 @@ impl Arena {
             .filter(|&i| self.nodes[i].edge_len > 0)
             .map(|i| (self.nodes[i].edge_start, NodeId(i as u32)))
             .collect();
-        edges.sort_unstable();
+        sort_by_start(&mut edges, self.pool.len());
         let mut end = 0;
         for (start, id) in edges {
             let (start, len) = (start as usize, self.nodes[id.index()].len());
@@ -521,5 +549,32 @@ impl Arena {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The radix sort orders edges as a comparison sort does, over one pass and several.
+        #[test]
+        fn sort_by_start_agrees_with_a_comparison_sort(
+            starts in proptest::collection::hash_set(0u32..(1 << 24), 0..300),
+            small in any::<bool>(),
+        ) {
+            let bound = if small { 1 << 11 } else { 1 << 24 };
+            let mut edges: Vec<(u32, NodeId)> = starts
+                .iter()
+                .map(|&s| (s % bound, NodeId(s)))
+                .collect::<std::collections::HashMap<_, _>>()
+                .into_iter()
+                .collect();
+            let mut expected = edges.clone();
+            expected.sort_unstable();
+            sort_by_start(&mut edges, bound as usize);
+            prop_assert_eq!(edges, expected);
+        }
     }
 }
