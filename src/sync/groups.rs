@@ -42,7 +42,9 @@ struct Group {
 /// The blocks before a hit's end a group of `kind` needs, at `block_size` tokens a block.
 fn window(kind: GroupKind, block_size: usize) -> usize {
     match kind {
-        GroupKind::SlidingWindow { tokens } => tokens.div_ceil(block_size).max(1),
+        // vLLM's `cdiv(sliding_window - 1, block_size)`: the hit's last token is the
+        // window's newest, so the window reaches `w - 1` tokens behind it.
+        GroupKind::SlidingWindow { tokens } => tokens.saturating_sub(1).div_ceil(block_size).max(1),
         GroupKind::Mamba => 1,
         _ => usize::MAX,
     }
@@ -111,14 +113,41 @@ impl Groups {
         group
     }
 
-    /// How many of the first `hit` blocks of `blocks` every group lets `worker` hit.
+    /// How many of the first `hit` blocks of `blocks` every group lets `worker` hit: vLLM's
+    /// fixed point, each group cutting the hit in turn until none cuts it further (a group
+    /// that allows a shorter hit may need another group's window to end there too).
     pub(crate) fn allows(&self, worker: WorkerId, blocks: &[BlockHash], hit: usize) -> usize {
-        self.groups.iter().fold(hit, |hit, g| {
-            if hit == 0 {
-                0
-            } else {
-                g.allows(worker, blocks, hit)
+        let mut hit = hit;
+        loop {
+            let cut = self.groups.iter().fold(hit, |hit, g| {
+                if hit == 0 {
+                    0
+                } else {
+                    g.allows(worker, blocks, hit)
+                }
+            });
+            if cut == hit {
+                return hit;
             }
+            hit = cut;
+        }
+    }
+
+    /// The router hash of the engine block `engine` as any group of `worker` knows it,
+    /// `main` (the main group's engine blocks) first. An engine hash names a prompt
+    /// position whatever the group (vLLM's hashes carry no group id), so a group whose own
+    /// copy of a block is gone still continues from the position another group knows.
+    fn router(
+        &self,
+        worker: WorkerId,
+        main: Option<&EngineBlocks>,
+        engine: u64,
+    ) -> Option<BlockHash> {
+        main.and_then(|m| m.router(engine)).or_else(|| {
+            self.groups
+                .iter()
+                .filter_map(|g| g.workers.get(worker.index()))
+                .find_map(|state| state.blocks.router(engine))
         })
     }
 
@@ -132,21 +161,24 @@ impl Groups {
         }
     }
 
-    /// Applies a device-tier store of group `group` (at least 1).
+    /// Applies a device-tier store of group `group` (at least 1). The parent is looked up
+    /// in every group's blocks, `main`'s first (see [`Self::router`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn store(
         &mut self,
         hasher: &PrefixHasher,
         worker: WorkerId,
         group: u32,
         event: &Stored<'_>,
+        main: Option<&EngineBlocks>,
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
         let window = window(event.kind, hasher.block_size());
-        let state = self.group(group, window).worker(worker);
+        self.group(group, window).worker(worker);
         let root = match event.parent {
             None => hasher.root(event.salt),
-            Some(p) => match state.blocks.router(p) {
+            Some(p) => match self.router(worker, main, p) {
                 Some(parent) => parent,
                 None => {
                     outcome.unknown_parent_blocks += event.blocks.len();
@@ -154,6 +186,7 @@ impl Groups {
                 }
             },
         };
+        let state = self.group(group, window).worker(worker);
         path.clear();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
         state

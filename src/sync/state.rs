@@ -35,11 +35,16 @@ pub(super) struct Stored<'e> {
 pub(crate) struct SyncConfig {
     /// Groups mirrored: events of groups at or beyond it are skipped and counted.
     pub(crate) max_groups: u32,
+    /// Blocks per chunk of a lower tier (at least 1).
+    pub(crate) chunk_blocks: usize,
 }
 
 impl Default for SyncConfig {
     fn default() -> Self {
-        Self { max_groups: 8 }
+        Self {
+            max_groups: 8,
+            chunk_blocks: 1,
+        }
     }
 }
 
@@ -53,6 +58,8 @@ pub(crate) struct SyncState {
     workers: Vec<WorkerSync>,
     groups: Groups,
     scratch: Scratch,
+    /// Whether a store below the device tier was ever applied.
+    lower: bool,
 }
 
 fn check_worker(worker: WorkerId) -> Result<(), Error> {
@@ -97,6 +104,23 @@ impl SyncState {
             self.seqs.resize(w + 1, None);
         }
         &mut self.workers[w]
+    }
+
+    /// How the state treats events.
+    pub(super) fn config(&self) -> &SyncConfig {
+        &self.config
+    }
+
+    /// The main group's state of `worker`, if it has one.
+    pub(super) fn worker_sync(&self, worker: WorkerId) -> Option<&WorkerSync> {
+        self.workers.get(worker.index())
+    }
+
+    /// Whether what the tree holds can differ from what a worker would reuse beyond the
+    /// device cap: groups beyond the main one are mirrored, or a lower tier was reported.
+    #[inline]
+    pub(crate) fn refines(&self) -> bool {
+        self.lower || self.groups.any()
     }
 
     /// The groups beyond the main one.
@@ -216,6 +240,7 @@ impl SyncState {
             outcome.skipped_blocks += blocks.len();
             return;
         }
+        self.lower |= *tier != Tier::Device;
         if tokens.is_empty() {
             if *group == 0 {
                 let ws = &mut self.workers[worker.index()];
@@ -251,9 +276,10 @@ impl SyncState {
             let ws = &mut self.workers[worker.index()];
             ws.store(hasher, tree, worker, &stored, &mut self.scratch, outcome);
         } else {
+            let main = self.workers.get(worker.index()).map(|ws| &ws.blocks);
             let path = &mut self.scratch.path;
             self.groups
-                .store(hasher, worker, *group, &stored, path, outcome);
+                .store(hasher, worker, *group, &stored, main, path, outcome);
         }
         self.scratch.coarse = coarse;
     }
