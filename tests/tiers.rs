@@ -34,9 +34,14 @@ fn demotion_keeps_the_prefix_at_the_host_tier_and_promotion_brings_it_back() {
             &CacheEvent::stored(None, vec![1, 2, 3, 4], t.clone()),
         )
         .unwrap();
-    // vLLM 0.33 copies blocks to the CPU as they are computed: a placeholder per chunk.
+    // vLLM 0.33 copies blocks to the CPU as they are computed: a placeholder per chunk
+    // (of one block here).
     let o = router
-        .apply_event(W0, 0, &CacheEvent::placeholder(vec![4], Tier::Host))
+        .apply_event(
+            W0,
+            0,
+            &CacheEvent::placeholder(vec![1, 2, 3, 4], Tier::Host),
+        )
         .unwrap();
     assert_eq!(o.unknown_blocks, 0);
     assert_eq!(
@@ -96,7 +101,7 @@ fn a_reset_clears_the_device_tier_only() {
         .apply_event(W0, 0, &CacheEvent::stored(None, vec![3, 4], b.clone()))
         .unwrap();
     router
-        .apply_event(W0, 0, &CacheEvent::placeholder(vec![2], Tier::Host))
+        .apply_event(W0, 0, &CacheEvent::placeholder(vec![1, 2], Tier::Host))
         .unwrap();
     router.apply_event(W0, 1, &CacheEvent::Cleared).unwrap();
     assert_eq!(by_tier(&router, W0, &a), [0, 32, 0, 0]);

@@ -121,8 +121,6 @@ pub struct CacheIndex {
     mirror: Mutex<Mirror>,
     capacity: Option<usize>,
     ttl: Option<u64>,
-    /// Blocks per chunk of a lower tier ([`IndexConfig::host_chunk_blocks`]).
-    chunk: usize,
 }
 
 /// What the index's lock guards: the tree and the event-sync state that feeds it.
@@ -148,11 +146,11 @@ impl CacheIndex {
                 tree: RadixTree::with_config(config.tree)?,
                 sync: SyncState::new(SyncConfig {
                     max_groups: config.max_groups,
+                    chunk_blocks: config.host_chunk_blocks,
                 }),
             }),
             capacity: config.worker_capacity_blocks,
             ttl: config.ttl,
-            chunk: config.host_chunk_blocks,
         })
     }
 
@@ -180,12 +178,43 @@ impl CacheIndex {
     }
 
     /// How many leading tokens of `tokens` (salted with `salt`) `worker` is believed to hold
-    /// (at any tier, and as far as every KV-cache group allows).
+    /// (at any tier, as far as every KV-cache group allows, and below the device tier in
+    /// whole chunks as the engine loads them back).
     #[must_use]
     pub fn cached_tokens(&self, worker: WorkerId, salt: &[u8], tokens: &[crate::TokenId]) -> usize {
         let mut blocks = Blocks::new();
         self.hasher.hash_salted_small(salt, tokens, &mut blocks);
-        self.held(worker, &blocks).blocks as usize * self.hasher.block_size()
+        self.held(worker, &blocks, usize::MAX).blocks as usize * self.hasher.block_size()
+    }
+
+    /// How many leading tokens of `tokens` (salted with `salt`) `worker` would reuse if the
+    /// request ran there now, as vLLM computes its prefix-cache hit: [`Self::cached_tokens`]
+    /// with the prompt's last token always computed (vLLM needs it for the first output
+    /// token), so a prompt of whole blocks cached to its end reuses one block less, and a
+    /// hybrid model's sliding windows must end where that shorter hit ends.
+    ///
+    /// ```
+    /// use prefix_router::{CacheEvent, CacheIndex, CacheSync, IndexConfig, WorkerId};
+    ///
+    /// let index = CacheIndex::new(IndexConfig::default())?;
+    /// let tokens: Vec<u32> = (0..32).collect(); // two blocks of 16
+    /// index.apply_event(WorkerId::new(0), 0, &CacheEvent::stored(None, vec![1, 2], tokens.clone()))?;
+    /// assert_eq!(index.cached_tokens(WorkerId::new(0), &[], &tokens), 32);
+    /// assert_eq!(index.reusable_tokens(WorkerId::new(0), &[], &tokens), 16);
+    /// assert_eq!(index.reusable_tokens(WorkerId::new(0), &[], &[&tokens[..], &[7]].concat()), 32);
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
+    #[must_use]
+    pub fn reusable_tokens(
+        &self,
+        worker: WorkerId,
+        salt: &[u8],
+        tokens: &[crate::TokenId],
+    ) -> usize {
+        let mut blocks = Blocks::new();
+        self.hasher.hash_salted_small(salt, tokens, &mut blocks);
+        let max_device = tokens.len().saturating_sub(1) / self.hasher.block_size();
+        self.held(worker, &blocks, max_device).blocks as usize * self.hasher.block_size()
     }
 
     /// How many leading tokens of the request's prompt `worker` is believed to hold at each
@@ -198,13 +227,13 @@ impl CacheIndex {
     ) -> [usize; 4] {
         let mut blocks = Blocks::new();
         self.hash_request(request, &mut blocks);
-        let found = self.held(worker, &blocks);
+        let found = self.held(worker, &blocks, usize::MAX);
         found.by_tier.map(|b| b as usize * self.hasher.block_size())
     }
 
-    /// What `worker` holds of `blocks`, cut where a KV-cache group stops it and to whole
-    /// chunks below the device tier.
-    fn held(&self, worker: WorkerId, blocks: &[BlockHash]) -> Held {
+    /// What `worker` holds of `blocks` and the engine would reuse (see
+    /// `SyncState::reusable`), with at most `max_device` blocks from the device tier.
+    fn held(&self, worker: WorkerId, blocks: &[BlockHash], max_device: usize) -> Held {
         let mut found = Held::default();
         let mirror = self.lock();
         mirror.tree.for_each_held(blocks, |w, held| {
@@ -212,13 +241,7 @@ impl CacheIndex {
                 found = held;
             }
         });
-        let allowed = mirror
-            .sync
-            .groups()
-            .allows(worker, blocks, found.blocks as usize);
-        clip(&mut found, allowed);
-        whole_chunks(&mut found, self.chunk);
-        found
+        mirror.sync.reusable(worker, blocks, found, max_device)
     }
 
     /// Hashes the request's full blocks into `out` (no lock held).
@@ -250,15 +273,13 @@ impl CacheIndex {
     ) -> Result<T, Error> {
         let mut mirror = self.lock();
         let Mirror { tree, sync } = &mut *mirror;
-        let groups = sync.groups();
         let mut holders: Holders = SmallVec::new();
-        let chunk = self.chunk;
-        tree.for_each_held(blocks, |worker, mut held| {
-            if groups.any() {
-                let allowed = groups.allows(worker, blocks, held.blocks as usize);
-                clip(&mut held, allowed);
-            }
-            whole_chunks(&mut held, chunk);
+        tree.for_each_held(blocks, |worker, held| {
+            let held = if held.blocks == held.by_tier[0] && !sync.refines() {
+                held
+            } else {
+                sync.reusable(worker, blocks, held, usize::MAX)
+            };
             holders.push((worker, held));
         });
         let (chosen, worker) = choose(&holders)?;
@@ -346,28 +367,4 @@ impl CacheSync for CacheIndex {
     ) -> Result<(), Error> {
         self.report(worker, salt, tokens, cached_tokens).map(|_| ())
     }
-}
-
-/// Cuts a hit that goes on below the device tier to whole chunks of `chunk` blocks, counted
-/// from the prompt's start: a lower tier loads back whole chunks only, and the chunk a
-/// lower-tier run ends in may belong to another prompt that shares only its first blocks.
-/// The device tier's blocks are a prefix of the hit and stay.
-fn whole_chunks(held: &mut Held, chunk: usize) {
-    let device = held.by_tier[0] as usize;
-    let total = held.blocks as usize;
-    if chunk > 1 && total > device {
-        clip(held, device.max(total / chunk * chunk));
-    }
-}
-
-/// Cuts `held` to its first `blocks` blocks, taking the cut blocks from the lowest tiers
-/// first (the deepest blocks of a chain leave the device first).
-fn clip(held: &mut Held, blocks: usize) {
-    let mut excess = (held.blocks as usize).saturating_sub(blocks);
-    for tier in held.by_tier.iter_mut().rev() {
-        let cut = excess.min(*tier as usize);
-        *tier -= cut as u32;
-        excess -= cut;
-    }
-    held.blocks = held.blocks.min(u32::try_from(blocks).unwrap_or(u32::MAX));
 }

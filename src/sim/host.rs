@@ -13,7 +13,8 @@
 //! drops the deepest first. A chunk above that the tier no longer holds is copied again (the
 //! device holds it: the sequence is using it); this model's simplification keeps the tier a
 //! prefix of every sequence, which is also what a router's mirror of tiers assumes. A request
-//! can load back the chunks that continue its device hit, whole chunks only; loaded blocks
+//! can load back the chunks that continue its device hit, whole chunks only, from the chunk
+//! holding the hit's end and only when they add at least a chunk (as vLLM's connector); loaded blocks
 //! cost their reload time ([`ReloadConfig`](crate::ReloadConfig), host tier) in the step that
 //! admits it.
 //!
@@ -77,7 +78,9 @@ impl HostTier {
     }
 
     /// How far the tier continues a hit of `from` leading blocks of `hashes`, in whole
-    /// chunks, up to `max` blocks: the end of the last chunk it can give (at least `from`).
+    /// chunks, up to `max` blocks: the end of the last chunk of the run it holds from the
+    /// chunk holding block `from`, when that is at least a chunk beyond `from` (vLLM's
+    /// offloading connector loads less than a chunk never); else `from`.
     pub(crate) fn continues(&self, hashes: &[BlockHash], from: usize, max: usize) -> usize {
         let max = max.min(hashes.len());
         let mut end = from;
@@ -86,7 +89,7 @@ impl HostTier {
             end = next;
             next += self.chunk;
         }
-        end
+        if end >= from + self.chunk { end } else { from }
     }
 
     /// A request loads back blocks up to `to` of `hashes` (see
@@ -188,8 +191,8 @@ mod tests {
         assert_eq!(host.continues(&hashes, 0, 8), 4);
         assert_eq!(
             host.continues(&hashes, 2, 8),
-            4,
-            "from inside the first chunk"
+            2,
+            "from inside the first chunk, less than a chunk is not loaded"
         );
         assert_eq!(
             host.continues(&hashes, 4, 8),

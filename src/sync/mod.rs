@@ -20,6 +20,7 @@
 mod blocks;
 mod event;
 mod groups;
+mod hit;
 mod state;
 mod tips;
 #[cfg(feature = "vllm")]

@@ -4,16 +4,22 @@
 //! Glossary: an **engine block** is a block the worker reported, under its engine hash; its
 //! **record** holds the router's hash of the same block and a link to its parent (see
 //! `blocks`). A **chunk** is a run of blocks a lower tier copies and drops together, named
-//! by its last block (vLLM's CPU offloading). A chunk's placeholder marks the whole path
+//! by its last block (vLLM's CPU offloading).
+//!
+//! Below the device tier the tree holds a hint (a chunk's placeholder marks the whole path
 //! above its last block at the tier; its removal unmarks the last block and what hangs
-//! below, since two chunks can share their first blocks. A hit is cut to whole chunks below
-//! the device tier when it is matched ([`CacheIndex`](crate::CacheIndex)), so a first block
-//! left marked by a dropped chunk never counts alone.
+//! below); what a lower tier really holds is counted apart, in [`WorkerSync::lower`]: each
+//! block by the number of lower-tier stores that announced it and were not removed since.
+//! vLLM announces a block once per chunk that carries it (chunks that share a prefix not
+//! aligned to chunks both carry its blocks) and fans a chunk's removal out to the same
+//! blocks, so a count, not a flag, says whether a chunk is still there; and a chunk stays
+//! loadable when an earlier one is dropped, which the tree's prefix-closed tiers cannot say.
 
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
 use super::state::{Scratch, Stored};
 use super::tips::{Tip, Tips};
+use crate::fold::FoldMap;
 use crate::tree::{Position, Tier};
 use crate::{BlockHash, PrefixHasher, RadixTree, WorkerId};
 
@@ -23,6 +29,9 @@ pub(super) struct WorkerSync {
     pub(super) blocks: EngineBlocks,
     /// Chain tips most likely named by the next events.
     recent: Tips,
+    /// Blocks held below the device tier, by router hash: how many lower-tier stores
+    /// announced each and were not removed since (absent: none).
+    lower: FoldMap<BlockHash, u32>,
 }
 
 impl WorkerSync {
@@ -75,13 +84,46 @@ impl WorkerSync {
 
     /// Bytes allocated.
     pub(super) fn allocation_size(&self) -> usize {
-        self.blocks.allocation_size() + self.recent.allocation_size()
+        self.blocks.allocation_size() + self.recent.allocation_size() + self.lower.allocation_size()
     }
 
     /// Forgets every engine block and tip.
     pub(super) fn clear(&mut self) {
         self.blocks.clear();
         self.recent.clear();
+        self.lower.clear();
+    }
+
+    /// Whether a lower tier holds `router` (a store announced it and was not removed).
+    #[inline]
+    pub(super) fn lower_holds(&self, router: BlockHash) -> bool {
+        self.lower.contains_key(&router)
+    }
+
+    /// Whether the worker holds anything below the device tier.
+    #[inline]
+    pub(super) fn has_lower(&self) -> bool {
+        !self.lower.is_empty()
+    }
+
+    /// A lower-tier store announced `router` once more.
+    fn announce(&mut self, router: BlockHash) {
+        *self.lower.entry(router).or_insert(0) += 1;
+    }
+
+    /// A lower-tier removal withdrew one announcement of `router`; `true` while others stand.
+    fn withdraw(&mut self, router: BlockHash) -> bool {
+        match self.lower.get_mut(&router) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                self.lower.remove(&router);
+                false
+            }
+            None => false,
+        }
     }
 
     /// Applies a `Stored` event with tokens: finds where its blocks go (below the parent's
@@ -113,6 +155,11 @@ impl WorkerSync {
         hasher.continue_keyed(root, event.tokens, event.keys, path);
         self.blocks
             .insert_run(event.parent, event.blocks, &path[start..], outcome);
+        if event.tier != Tier::Device {
+            for &router in &path[start..start + event.blocks.len()] {
+                self.announce(router);
+            }
+        }
         let tip = match below {
             Some(at) => tree.insert_below(worker, at, path, event.tier).or_else(|| {
                 // The parent is inside an edge the store diverges from: the whole path.
@@ -144,6 +191,9 @@ impl WorkerSync {
                 outcome.unknown_blocks += 1;
                 continue;
             };
+            if tier != Tier::Device {
+                self.announce(at.block());
+            }
             tree.path_to(at, &mut scratch.full);
             if let Some(position) = tree.insert_path(worker, &scratch.full, tier) {
                 outcome.duplicate_blocks += 1;
@@ -152,9 +202,10 @@ impl WorkerSync {
         }
     }
 
-    /// Applies the removal of one block from `tier` (a chunk's last block below the device
-    /// tier): the block and what hangs below leave the tier; a block left at no tier is
-    /// gone, and so is its record.
+    /// Applies the removal of one block from `tier` (below the device tier, one
+    /// announcement withdrawn): the block and what hangs below leave the tier in the tree;
+    /// a block left at no tier, and announced by no lower-tier store, is gone, and so is
+    /// its record.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn remove(
         &mut self,
@@ -175,14 +226,20 @@ impl WorkerSync {
         // Whether the block stays held at another tier (read before the tree changes: its
         // node may merge away). In a tree without lower tiers a block is held at the device
         // tier alone, so a lower tier's removal keeps it.
-        let kept = found.is_some_and(|at| {
-            if tree.tiered() {
-                tree.tiers_at(worker, at)
-                    .is_some_and(|tiers| !tiers.without(tier).is_empty())
-            } else {
-                tier != Tier::Device
-            }
-        });
+        let announced = if tier == Tier::Device {
+            self.lower_holds(router)
+        } else {
+            self.withdraw(router)
+        };
+        let kept = announced
+            || found.is_some_and(|at| {
+                if tree.tiered() {
+                    tree.tiers_at(worker, at)
+                        .is_some_and(|tiers| !tiers.without(tier).is_empty())
+                } else {
+                    tier != Tier::Device
+                }
+            });
         if let Some(at) = found {
             tree.remove_tier_at(worker, at, tier);
         }
@@ -196,14 +253,16 @@ impl WorkerSync {
     /// tier go; tips are forgotten.
     pub(super) fn cleared_device(&mut self, tree: &RadixTree, worker: WorkerId) {
         self.recent.clear();
-        if tree.worker_block_count(worker) == 0 {
+        if tree.worker_block_count(worker) == 0 && self.lower.is_empty() {
             self.blocks.clear();
             return;
         }
-        let mut held = crate::fold::FoldMap::default();
+        let mut held = FoldMap::default();
         tree.for_each_held_block(worker, |block| {
             held.insert(block, ());
         });
-        self.blocks.retain(|router| held.contains_key(&router));
+        let lower = &self.lower;
+        self.blocks
+            .retain(|router| held.contains_key(&router) || lower.contains_key(&router));
     }
 }
