@@ -242,10 +242,13 @@ fn next_turns_after_forgotten_tips_land_exactly() {
 }
 
 /// vLLM with `kv_cache_report_mode=full` reports a prefix hit again as a store of blocks the
-/// worker already holds: that is not a second copy, and one removal removes the block.
+/// worker already holds: with `full_reports` that is not a second copy, and one removal
+/// removes the block.
 #[test]
-fn a_store_of_a_held_block_is_not_a_second_copy() {
-    let router = CacheAwareRouter::new(1).unwrap();
+fn a_prefix_hit_reported_again_is_not_a_second_copy() {
+    let config =
+        CacheAwareConfig::default().with_index(IndexConfig::default().with_full_reports(true));
+    let router = CacheAwareRouter::with_config(1, config).unwrap();
     let t = tokens(2, 2);
     router
         .apply_event(W0, 0, &stored(None, &[7, 8], &t))
@@ -270,6 +273,40 @@ fn a_store_of_a_held_block_is_not_a_second_copy() {
     assert_eq!(
         o.unknown_removed_blocks, 1,
         "a second removal names an unknown block"
+    );
+    router.index().with_tree(|t| t.validate()).unwrap();
+}
+
+/// vLLM caches a block again when it recomputes it (here a prompt of two whole blocks:
+/// vLLM always computes the last token, so it recomputes the second block), and reports
+/// each copy's eviction: the block stays held until the last copy goes.
+#[test]
+fn a_recomputed_block_is_a_second_copy_until_its_last_eviction() {
+    let router = CacheAwareRouter::new(1).unwrap();
+    let t = tokens(2, 2);
+    router
+        .apply_event(W0, 0, &stored(None, &[7, 8], &t))
+        .unwrap();
+    let o = router
+        .apply_event(W0, 1, &stored(Some(7), &[8], &t[16..]))
+        .unwrap();
+    assert_eq!((o.stored_blocks, o.duplicate_blocks), (0, 1));
+    let o = router
+        .apply_event(W0, 2, &CacheEvent::removed(vec![8]))
+        .unwrap();
+    assert_eq!(o.removed_blocks, 1);
+    assert_eq!(
+        router.index().cached_tokens(W0, &[], &t),
+        32,
+        "one copy is left"
+    );
+    router
+        .apply_event(W0, 3, &CacheEvent::removed(vec![8]))
+        .unwrap();
+    assert_eq!(
+        router.index().cached_tokens(W0, &[], &t),
+        16,
+        "the last copy went"
     );
     router.index().with_tree(|t| t.validate()).unwrap();
 }

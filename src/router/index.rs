@@ -40,6 +40,12 @@ pub struct IndexConfig {
     /// chunks of this many blocks, each named by its last block (its offloaded block size
     /// over the GPU's). At least 1; default 1.
     pub host_chunk_blocks: usize,
+    /// Whether engines report each request's prefix hit again as a store (vLLM's
+    /// `kv_cache_report_mode=full`, set per request): such a store, from the root, of
+    /// blocks the worker would reuse whole, only refreshes them. Otherwise every store of
+    /// blocks already held is a second copy, whose eviction the engine reports apart (vLLM
+    /// caches a block again when it recomputes it). Default `false`.
+    pub full_reports: bool,
 }
 
 impl Default for IndexConfig {
@@ -56,6 +62,7 @@ impl Default for IndexConfig {
             ttl: None,
             max_groups: 8,
             host_chunk_blocks: 1,
+            full_reports: false,
         }
     }
 }
@@ -78,6 +85,8 @@ impl IndexConfig {
         with_max_groups: max_groups: u32;
         /// Sets [`host_chunk_blocks`](Self::host_chunk_blocks).
         with_host_chunk_blocks: host_chunk_blocks: usize;
+        /// Sets [`full_reports`](Self::full_reports).
+        with_full_reports: full_reports: bool;
     }
 
     /// Checks every field.
@@ -147,6 +156,7 @@ impl CacheIndex {
                 sync: SyncState::new(SyncConfig {
                     max_groups: config.max_groups,
                     chunk_blocks: config.host_chunk_blocks,
+                    full_reports: config.full_reports,
                 }),
             }),
             capacity: config.worker_capacity_blocks,

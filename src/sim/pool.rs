@@ -13,7 +13,7 @@
 //! ones out of the queue; a finished or preempted request frees its blocks last block
 //! first, so that a prompt's tail is evicted before its head; a block is cached when it is
 //! full, without checking whether another block holds the same hash (both stay cached, the
-//! first one cached is the one a hit takes).
+//! first one cached is the one a hit takes, and each one's eviction is reported).
 //!
 //! Invariants (checked by [`BlockPool::validate`]): a block is in the free queue exactly
 //! when it has no references; the hash index names every block with a hash, and only those.
@@ -57,7 +57,7 @@ pub(crate) enum PoolChange {
         parent: Option<BlockHash>,
         tokens: Vec<TokenId>,
     },
-    /// The cached block of this hash was evicted.
+    /// A cached block of this hash was evicted (another copy may still be cached).
     Evicted(BlockHash),
 }
 
@@ -255,9 +255,10 @@ impl BlockPool {
             self.cached.insert(hash, next);
         } else {
             self.cached.remove(&hash);
-            if let Some(changes) = &mut self.changes {
-                changes.push(PoolChange::Evicted(hash));
-            }
+        }
+        // vLLM reports every cached block it evicts, a copy of a hash still cached too.
+        if let Some(changes) = &mut self.changes {
+            changes.push(PoolChange::Evicted(hash));
         }
     }
 
@@ -541,7 +542,10 @@ mod tests {
             .into_iter()
             .filter(|c| matches!(c, PoolChange::Evicted(_)))
             .count();
-        assert_eq!(evictions, 1);
+        assert_eq!(
+            evictions, 2,
+            "each copy's eviction is reported, as vLLM does"
+        );
         pool.validate().unwrap();
     }
 }

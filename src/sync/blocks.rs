@@ -236,14 +236,16 @@ impl EngineBlocks {
 
     /// Records the blocks of one store (engine hashes with their router hashes, each the
     /// parent of the next, the first one's parent `parent`): new ones, and blocks already
-    /// recorded (a prefix hit reported again, a copy at another tier) counted as
-    /// duplicates, their links unchanged.
+    /// recorded (a prefix hit reported again, a copy at another tier, a second copy)
+    /// counted as duplicates, their links unchanged, each passed to `duplicate` by its
+    /// index in the run.
     pub(super) fn insert_run(
         &mut self,
         parent: Option<u64>,
         blocks: &[u64],
         routers: &[BlockHash],
         outcome: &mut SyncOutcome,
+        mut duplicate: impl FnMut(usize),
     ) {
         if self.index.capacity() > TOUCH_FROM {
             // Reading the index where each block goes lets the CPU overlap their cache
@@ -273,6 +275,7 @@ impl EngineBlocks {
                 outcome.stored_blocks += 1;
             } else {
                 outcome.duplicate_blocks += 1;
+                duplicate(k);
             }
             prev = Some((engine, Some(id)));
         }
@@ -412,12 +415,13 @@ impl EngineBlocks {
         self.arenas.plain_free.push(slot);
     }
 
-    /// Keeps only the records whose router hash `keep` accepts.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(BlockHash) -> bool) {
+    /// Keeps only the records `keep` accepts, by engine and router hash.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(u64, BlockHash) -> bool) {
         let arenas = &self.arenas;
         let mut freed = Vec::new();
         self.index.retain(|&mut i| {
-            let kept = keep(arenas.record(Id(i)).router);
+            let record = arenas.record(Id(i));
+            let kept = keep(record.engine, record.router);
             if !kept {
                 freed.push(Id(i));
             }
@@ -583,7 +587,7 @@ mod tests {
                     Op::Store(parent, engines) => {
                         let routers = routers_of(&engines);
                         let mut outcome = SyncOutcome::default();
-                        blocks.insert_run(parent, &engines, &routers, &mut outcome);
+                        blocks.insert_run(parent, &engines, &routers, &mut outcome, |_| {});
                         let added = model_store(&mut model, parent, &engines);
                         prop_assert_eq!(outcome.stored_blocks, added);
                         prop_assert_eq!(outcome.duplicate_blocks, engines.len() - added);
@@ -593,7 +597,7 @@ mod tests {
                         prop_assert_eq!(blocks.remove(k), expected);
                     }
                     Op::RetainOdd => {
-                        blocks.retain(|r| r.get() % 2 == 1);
+                        blocks.retain(|_, r| r.get() % 2 == 1);
                         model.retain(|_, (r, _)| r.get() % 2 == 1);
                     }
                     Op::Clear => {
@@ -626,8 +630,14 @@ mod tests {
         let engines: Vec<u64> = (1..=100).collect();
         let routers = routers_of(&engines);
         let mut outcome = SyncOutcome::default();
-        blocks.insert_run(None, &engines[..50], &routers[..50], &mut outcome);
-        blocks.insert_run(Some(50), &engines[50..], &routers[50..], &mut outcome);
+        blocks.insert_run(None, &engines[..50], &routers[..50], &mut outcome, |_| {});
+        blocks.insert_run(
+            Some(50),
+            &engines[50..],
+            &routers[50..],
+            &mut outcome,
+            |_| {},
+        );
         // The block at the root keeps an entry; the rest follow, across stores.
         assert_eq!(blocks.links.len(), 1);
         assert_path(&blocks, 100, &routers);
@@ -644,15 +654,15 @@ mod tests {
         let routers = routers_of(&engines);
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
-        blocks.insert_run(None, &engines, &routers, &mut outcome);
+        blocks.insert_run(None, &engines, &routers, &mut outcome, |_| {});
         let mut again = SyncOutcome::default();
-        blocks.insert_run(None, &engines, &routers, &mut again);
+        blocks.insert_run(None, &engines, &routers, &mut again, |_| {});
         assert_eq!((again.stored_blocks, again.duplicate_blocks), (0, 10));
         assert_eq!(blocks.arenas.plain.len(), 10);
         // Block 5's slot is freed and keeps its stale record: the block is stored anew.
         assert_eq!(blocks.remove(5), Some(router(5)));
         let mut third = SyncOutcome::default();
-        blocks.insert_run(None, &engines, &routers, &mut third);
+        blocks.insert_run(None, &engines, &routers, &mut third, |_| {});
         assert_eq!((third.stored_blocks, third.duplicate_blocks), (1, 9));
         assert_eq!(blocks.len(), 10);
         assert_path(&blocks, 10, &routers);
@@ -667,7 +677,7 @@ mod tests {
         for last_first in [false, true] {
             let mut blocks = EngineBlocks::default();
             let mut outcome = SyncOutcome::default();
-            blocks.insert_run(None, &engines, &routers, &mut outcome);
+            blocks.insert_run(None, &engines, &routers, &mut outcome, |_| {});
             let mut order = engines.clone();
             if last_first {
                 order.reverse();
@@ -675,7 +685,7 @@ mod tests {
             for e in order {
                 blocks.remove(e);
             }
-            blocks.insert_run(None, &next, &next_routers, &mut outcome);
+            blocks.insert_run(None, &next, &next_routers, &mut outcome, |_| {});
             assert_eq!(blocks.links.len(), 1, "evicted last first: {last_first}");
             assert_eq!(blocks.arenas.plain.len(), 20);
             assert_path(&blocks, 120, &next_routers);
@@ -692,13 +702,19 @@ mod tests {
         for (r, tip) in tips.iter_mut().enumerate() {
             let engines: Vec<u64> = (0..8).map(|k| 100 * (r as u64 + 1) + k).collect();
             let routers = routers_of(&engines);
-            blocks.insert_run(None, &engines, &routers, &mut outcome);
+            blocks.insert_run(None, &engines, &routers, &mut outcome, |_| {});
             *tip = engines[7];
         }
         for step in 0..10u64 {
             for (r, tip) in tips.iter_mut().enumerate() {
                 let engine = 1_000 * (r as u64 + 1) + step;
-                blocks.insert_run(Some(*tip), &[engine], &[router(engine)], &mut outcome);
+                blocks.insert_run(
+                    Some(*tip),
+                    &[engine],
+                    &[router(engine)],
+                    &mut outcome,
+                    |_| {},
+                );
                 *tip = engine;
             }
         }
@@ -721,7 +737,7 @@ mod tests {
     fn a_block_named_as_its_own_parent_is_at_the_root() {
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
-        blocks.insert_run(Some(7), &[7], &[router(7)], &mut outcome);
+        blocks.insert_run(Some(7), &[7], &[router(7)], &mut outcome, |_| {});
         assert_path(&blocks, 7, &[router(7)]);
     }
 
@@ -730,8 +746,8 @@ mod tests {
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
         // 2's parent is 1 and 1's parent is 2: a hostile stream.
-        blocks.insert_run(Some(1), &[2], &[router(2)], &mut outcome);
-        blocks.insert_run(Some(2), &[1], &[router(1)], &mut outcome);
+        blocks.insert_run(Some(1), &[2], &[router(2)], &mut outcome, |_| {});
+        blocks.insert_run(Some(2), &[1], &[router(1)], &mut outcome, |_| {});
         assert!(!blocks.path_to(1, &mut Vec::new()));
     }
 }

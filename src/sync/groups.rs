@@ -26,8 +26,9 @@ use crate::{BlockHash, PrefixHasher, WorkerId};
 #[derive(Debug, Default)]
 struct GroupWorker {
     blocks: EngineBlocks,
-    /// Router blocks held, by hash.
-    present: FoldMap<BlockHash, ()>,
+    /// Router blocks held, by hash, with how many copies the engine reported stored and
+    /// not removed since (0 for a block only routed there).
+    present: FoldMap<BlockHash, u32>,
 }
 
 /// One group beyond the main one.
@@ -156,13 +157,19 @@ impl Groups {
         for g in &mut self.groups {
             let state = g.worker(worker);
             for &b in blocks {
-                state.present.insert(b, ());
+                state.present.entry(b).or_insert(0);
             }
         }
     }
 
-    /// Applies a device-tier store of group `group` (at least 1). The parent is looked up
-    /// in every group's blocks, `main`'s first (see [`Self::router`]).
+    /// Applies a device-tier store of group `group` (at least 1).
+    ///
+    /// A store that names every block of its tokens is chained from its parent, looked up
+    /// in every group's blocks, `main`'s first (see [`Self::router`]). A sliding-window
+    /// group's store may name only some blocks of its tokens (vLLM caches only the blocks
+    /// a later hit could use, and skips those already freed): each named block is then
+    /// found by its engine hash, as the full-attention group stored it just before. Blocks
+    /// found neither way are counted as of an unknown parent.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn store(
         &mut self,
@@ -176,24 +183,39 @@ impl Groups {
     ) {
         let window = window(event.kind, hasher.block_size());
         self.group(group, window).worker(worker);
-        let root = match event.parent {
-            None => hasher.root(event.salt),
-            Some(p) => match self.router(worker, main, p) {
-                Some(parent) => parent,
-                None => {
-                    outcome.unknown_parent_blocks += event.blocks.len();
-                    return;
-                }
-            },
-        };
-        let state = self.group(group, window).worker(worker);
         path.clear();
-        hasher.continue_keyed(root, event.tokens, event.keys, path);
+        let mut named = Vec::new();
+        let whole = event.tokens.len() == event.blocks.len() * hasher.block_size();
+        let root = match event.parent {
+            None => Some(hasher.root(event.salt)),
+            Some(p) => self.router(worker, main, p),
+        };
+        match root {
+            Some(root) if whole => {
+                hasher.continue_keyed(root, event.tokens, event.keys, path);
+                path.truncate(event.blocks.len());
+                named.extend_from_slice(event.blocks);
+            }
+            _ => {
+                for &engine in event.blocks {
+                    match self.router(worker, main, engine) {
+                        Some(router) => {
+                            named.push(engine);
+                            path.push(router);
+                        }
+                        None => outcome.unknown_parent_blocks += 1,
+                    }
+                }
+            }
+        }
+        // The group's engine blocks are looked up by hash only, never walked by their
+        // links, so a run with gaps is recorded as one.
+        let state = self.group(group, window).worker(worker);
         state
             .blocks
-            .insert_run(event.parent, event.blocks, path, outcome);
-        for &router in path.iter().take(event.blocks.len()) {
-            state.present.insert(router, ());
+            .insert_run(event.parent, &named, path, outcome, |_| {});
+        for &router in path.iter() {
+            *state.present.entry(router).or_insert(0) += 1;
         }
     }
 
@@ -215,12 +237,18 @@ impl Groups {
             return;
         };
         for &engine in blocks {
-            match state.blocks.remove(engine) {
-                Some(router) => {
+            let Some(router) = state.blocks.router(engine) else {
+                outcome.unknown_removed_blocks += 1;
+                continue;
+            };
+            outcome.removed_blocks += 1;
+            match state.present.get_mut(&router) {
+                // One of several copies went: the block stays held.
+                Some(n) if *n > 1 => *n -= 1,
+                _ => {
                     state.present.remove(&router);
-                    outcome.removed_blocks += 1;
+                    state.blocks.remove(engine);
                 }
-                None => outcome.unknown_removed_blocks += 1,
             }
         }
     }

@@ -19,6 +19,7 @@
 
 mod blocks;
 mod event;
+mod gone;
 mod groups;
 mod hit;
 mod state;

@@ -28,6 +28,9 @@ pub(super) struct Stored<'e> {
     pub(super) salt: &'e [u8],
     pub(super) keys: &'e [BlockKey],
     pub(super) kind: GroupKind,
+    /// Whether blocks already held are stored again as second copies (`false` for a
+    /// prefix hit reported again: see `SyncState::reported_again`).
+    pub(super) copies: bool,
 }
 
 /// How a sync state treats events beyond their block hashes.
@@ -37,6 +40,9 @@ pub(crate) struct SyncConfig {
     pub(crate) max_groups: u32,
     /// Blocks per chunk of a lower tier (at least 1).
     pub(crate) chunk_blocks: usize,
+    /// Whether engines report prefix hits again as stores (see
+    /// `SyncState::reported_again`).
+    pub(crate) full_reports: bool,
 }
 
 impl Default for SyncConfig {
@@ -44,6 +50,7 @@ impl Default for SyncConfig {
         Self {
             max_groups: 8,
             chunk_blocks: 1,
+            full_reports: false,
         }
     }
 }
@@ -60,6 +67,9 @@ pub(crate) struct SyncState {
     scratch: Scratch,
     /// Whether a store below the device tier was ever applied.
     lower: bool,
+    /// The main group's last store, when it was a prefix hit reported again: its worker,
+    /// first engine block and token count (the other groups' reports of it follow).
+    reported: Option<(WorkerId, u64, usize)>,
 }
 
 fn check_worker(worker: WorkerId) -> Result<(), Error> {
@@ -205,7 +215,7 @@ impl SyncState {
             }
             CacheEvent::Cleared => {
                 tree.clear_tier(worker, Tier::Device);
-                self.workers[w].cleared_device(tree, worker);
+                self.workers[w].cleared_device();
                 self.groups.forget(worker);
             }
         }
@@ -262,8 +272,14 @@ impl SyncState {
             coarse.extend(blocks[..whole].iter().skip(ratio - 1).step_by(ratio));
             coarse.as_slice()
         };
-        let router_tokens = blocks.len() * hasher.block_size();
-        let stored = Stored {
+        // A group beyond the main one may name only some blocks of its tokens (see
+        // `Groups::store`): it keeps them all.
+        let router_tokens = if *group > 0 && ratio == 1 {
+            tokens.len()
+        } else {
+            blocks.len() * hasher.block_size()
+        };
+        let mut stored = Stored {
             parent: *parent,
             blocks,
             tokens: &tokens[..router_tokens],
@@ -271,7 +287,18 @@ impl SyncState {
             salt,
             keys,
             kind: *kind,
+            copies: true,
         };
+        if self.reported_again(hasher, tree, worker, *group, &stored) {
+            stored.copies = false;
+            if *group > 0 {
+                // It names blocks of the hit the group does not hold (vLLM reports the
+                // group's hit whole, window or not): nothing to learn.
+                outcome.duplicate_blocks += blocks.len();
+                self.scratch.coarse = coarse;
+                return;
+            }
+        }
         if *group == 0 {
             let ws = &mut self.workers[worker.index()];
             ws.store(hasher, tree, worker, &stored, &mut self.scratch, outcome);
@@ -282,6 +309,60 @@ impl SyncState {
                 .store(hasher, worker, *group, &stored, main, path, outcome);
         }
         self.scratch.coarse = coarse;
+    }
+
+    /// Whether a device store is a prefix hit reported again (vLLM's
+    /// `kv_cache_report_mode=full` reports each request's hit as a store from the root),
+    /// when engines are configured to report so: a store from the root whose whole span
+    /// `worker` would reuse already, every group's window included. A store from the root
+    /// of blocks the device holds but would not reuse whole (a hybrid hit cut short, then
+    /// recomputed) makes second copies. Without full reports every store of held blocks
+    /// makes second copies: nothing on the wire tells a report from a copy of a block
+    /// recomputed because vLLM always computes a prompt's last token (a one-block prompt
+    /// cached whole), so the configuration says which engines send.
+    fn reported_again(
+        &mut self,
+        hasher: &PrefixHasher,
+        tree: &RadixTree,
+        worker: WorkerId,
+        group: u32,
+        event: &Stored<'_>,
+    ) -> bool {
+        let first_known = event.blocks.first().is_some_and(|&first| {
+            self.workers
+                .get(worker.index())
+                .is_some_and(|ws| ws.blocks.router(first).is_some())
+        });
+        let candidate = self.config.full_reports
+            && event.parent.is_none()
+            && event.tier == Tier::Device
+            && first_known;
+        let key = event
+            .blocks
+            .first()
+            .map(|&b| (worker, b, event.tokens.len()));
+        if group > 0 {
+            // A group's report follows the main group's report of the same hit.
+            return candidate && self.reported.is_some() && self.reported == key;
+        }
+        self.reported = None;
+        if !candidate {
+            return false;
+        }
+        let path = &mut self.scratch.full;
+        path.clear();
+        hasher.continue_keyed(hasher.root(event.salt), event.tokens, event.keys, path);
+        let mut device = 0;
+        tree.for_each_held(path, |w, held| {
+            if w == worker {
+                device = held.by_tier[0] as usize;
+            }
+        });
+        let again = device == path.len() && self.groups.allows(worker, path, device) == device;
+        if again {
+            self.reported = key;
+        }
+        again
     }
 
     /// Applies a `Removed` event.
@@ -360,6 +441,7 @@ fn check(hasher: &PrefixHasher, event: &CacheEvent) -> Result<usize, Error> {
         blocks,
         tokens,
         block_size,
+        group,
         ..
     } = event
     else {
@@ -374,7 +456,15 @@ fn check(hasher: &PrefixHasher, event: &CacheEvent) -> Result<usize, Error> {
         None if blocks.is_empty() => router,
         None => tokens.len() / blocks.len(),
     };
-    if engine == 0 || tokens.len() != blocks.len() * engine {
+    // A group beyond the main one may name only some of its tokens' blocks (a sliding
+    // window's store), never more.
+    let sparse = *group > 0 && block_size.is_some();
+    let fits = if sparse {
+        tokens.len() % engine == 0 && tokens.len() >= blocks.len() * engine
+    } else {
+        tokens.len() == blocks.len() * engine
+    };
+    if engine == 0 || !fits {
         return Err(Error::InvalidEvent(format!(
             "a stored event has {} token ids for {} blocks: expected {} tokens per block",
             tokens.len(),

@@ -17,8 +17,11 @@
 
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
+use super::gone::Gone;
 use super::state::{Scratch, Stored};
 use super::tips::{Tip, Tips};
+use smallvec::SmallVec;
+
 use crate::fold::FoldMap;
 use crate::tree::{Position, Tier};
 use crate::{BlockHash, PrefixHasher, RadixTree, WorkerId};
@@ -32,6 +35,17 @@ pub(super) struct WorkerSync {
     /// Blocks held below the device tier, by router hash: how many lower-tier stores
     /// announced each and were not removed since (absent: none).
     lower: FoldMap<BlockHash, u32>,
+    /// Device blocks held more than once, by engine hash: how many copies beyond the first
+    /// (vLLM caches a block again when a hit was cut short and recomputes it; each copy's
+    /// eviction is reported).
+    copies: FoldMap<u64, u32>,
+    /// Recorded blocks the device does not hold (only a lower tier does), by engine hash:
+    /// every other record's block is on the device.
+    lower_only: FoldMap<u64, ()>,
+    /// Records dropped lately, once the worker reported a lower tier (see `gone`).
+    gone: Gone,
+    /// Whether the worker ever reported a lower tier.
+    tiered: bool,
 }
 
 impl WorkerSync {
@@ -84,7 +98,12 @@ impl WorkerSync {
 
     /// Bytes allocated.
     pub(super) fn allocation_size(&self) -> usize {
-        self.blocks.allocation_size() + self.recent.allocation_size() + self.lower.allocation_size()
+        self.blocks.allocation_size()
+            + self.recent.allocation_size()
+            + self.lower.allocation_size()
+            + self.copies.allocation_size()
+            + self.lower_only.allocation_size()
+            + self.gone.allocation_size()
     }
 
     /// Forgets every engine block and tip.
@@ -92,6 +111,9 @@ impl WorkerSync {
         self.blocks.clear();
         self.recent.clear();
         self.lower.clear();
+        self.copies.clear();
+        self.lower_only.clear();
+        self.gone.clear();
     }
 
     /// Whether a lower tier holds `router` (a store announced it and was not removed).
@@ -108,7 +130,18 @@ impl WorkerSync {
 
     /// A lower-tier store announced `router` once more.
     fn announce(&mut self, router: BlockHash) {
+        self.tiered = true;
         *self.lower.entry(router).or_insert(0) += 1;
+    }
+
+    /// Drops the record of `engine` (router hash `router`), keeping it a while among the
+    /// gone once the worker has a lower tier.
+    fn drop_record(&mut self, engine: u64, router: BlockHash) {
+        self.blocks.remove(engine);
+        if self.tiered {
+            let bound = self.blocks.len() / 2;
+            self.gone.keep(engine, router, bound);
+        }
     }
 
     /// A lower-tier removal withdrew one announcement of `router`; `true` while others stand.
@@ -145,19 +178,39 @@ impl WorkerSync {
             Some(p) => match self.locate(tree, p, None, worker) {
                 Some(at) => (at.block(), Some(at)),
                 None if self.blocks.path_to(p, path) => (path[path.len() - 1], None),
-                None => {
-                    outcome.unknown_parent_blocks += event.blocks.len();
-                    return;
-                }
+                None => match self.blocks.router(p).or_else(|| self.gone.router(p)) {
+                    // A lower tier's copy of blocks after one the tree has no path for (the
+                    // device dropped it, or it is held below the device only): recorded and
+                    // announced, not put in the tree.
+                    Some(parent) if event.tier != Tier::Device => {
+                        self.store_detached(hasher, parent, event, path, outcome);
+                        return;
+                    }
+                    _ => {
+                        outcome.unknown_parent_blocks += event.blocks.len();
+                        return;
+                    }
+                },
             },
         };
         let start = path.len();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
+        let mut again: SmallVec<[u32; 16]> = SmallVec::new();
         self.blocks
-            .insert_run(event.parent, event.blocks, &path[start..], outcome);
+            .insert_run(event.parent, event.blocks, &path[start..], outcome, |k| {
+                again.push(k as u32);
+            });
+        let routers = &path[start..start + event.blocks.len()];
         if event.tier != Tier::Device {
-            for &router in &path[start..start + event.blocks.len()] {
-                self.announce(router);
+            self.announce_run(event.blocks, routers, &again);
+        } else {
+            for k in again {
+                let engine = event.blocks[k as usize];
+                // Back on the device from a lower tier; or, on the device already, a
+                // second copy (unless the store only reports a hit again).
+                if self.lower_only.remove(&engine).is_none() && event.copies {
+                    *self.copies.entry(engine).or_insert(0) += 1;
+                }
             }
         }
         let tip = match below {
@@ -174,6 +227,41 @@ impl WorkerSync {
         }
     }
 
+    /// A lower-tier store of `blocks` (router hashes `routers`), of which those at the
+    /// indices `again` were recorded before: every block is announced, and a block newly
+    /// recorded is held below the device only.
+    fn announce_run(&mut self, blocks: &[u64], routers: &[BlockHash], again: &[u32]) {
+        let mut again = again.iter().map(|&k| k as usize).peekable();
+        for (k, (&engine, &router)) in blocks.iter().zip(routers).enumerate() {
+            if again.peek() == Some(&k) {
+                again.next();
+            } else {
+                self.lower_only.insert(engine, ());
+            }
+            self.announce(router);
+        }
+    }
+
+    /// Records and announces a lower-tier store below `parent`, a router hash with no path
+    /// in the tree.
+    fn store_detached(
+        &mut self,
+        hasher: &PrefixHasher,
+        parent: BlockHash,
+        event: &Stored<'_>,
+        path: &mut Vec<BlockHash>,
+        outcome: &mut SyncOutcome,
+    ) {
+        path.clear();
+        hasher.continue_keyed(parent, event.tokens, event.keys, path);
+        let mut again: SmallVec<[u32; 16]> = SmallVec::new();
+        self.blocks
+            .insert_run(event.parent, event.blocks, path, outcome, |k| {
+                again.push(k as u32);
+            });
+        self.announce_run(event.blocks, &path[..event.blocks.len()], &again);
+    }
+
     /// Applies a placeholder store: each named block (a chunk's last) the worker reported
     /// before is held at `tier` too, with the path above it.
     pub(super) fn store_placeholder(
@@ -188,7 +276,22 @@ impl WorkerSync {
         for &engine in blocks {
             let found = self.locate_or_walk(tree, engine, None, worker, &mut scratch.path);
             let Some(at) = found else {
-                outcome.unknown_blocks += 1;
+                // Not in the tree: a block recorded for a lower tier, or copied before the
+                // device dropped it and reported after.
+                let recorded = self.blocks.router(engine);
+                match recorded.or_else(|| self.gone.router(engine)) {
+                    Some(router) if tier != Tier::Device => {
+                        if recorded.is_none() {
+                            let mut quiet = SyncOutcome::default();
+                            self.blocks
+                                .insert_run(None, &[engine], &[router], &mut quiet, |_| {});
+                            self.lower_only.insert(engine, ());
+                        }
+                        self.announce(router);
+                        outcome.duplicate_blocks += 1;
+                    }
+                    _ => outcome.unknown_blocks += 1,
+                }
                 continue;
             };
             if tier != Tier::Device {
@@ -216,6 +319,17 @@ impl WorkerSync {
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
+        if tier == Tier::Device {
+            if let Some(n) = self.copies.get_mut(&engine) {
+                // One of several copies went: the block stays held.
+                *n -= 1;
+                if *n == 0 {
+                    self.copies.remove(&engine);
+                }
+                outcome.removed_blocks += 1;
+                return;
+            }
+        }
         let Some(router) = self.blocks.router(engine) else {
             outcome.unknown_removed_blocks += 1;
             return;
@@ -226,43 +340,40 @@ impl WorkerSync {
         // Whether the block stays held at another tier (read before the tree changes: its
         // node may merge away). In a tree without lower tiers a block is held at the device
         // tier alone, so a lower tier's removal keeps it.
-        let announced = if tier == Tier::Device {
-            self.lower_holds(router)
+        // The record stays while the block is held elsewhere: a device block while a lower
+        // tier announces it, a lower tier's while other announcements stand or the device
+        // holds it.
+        let kept = if tier == Tier::Device {
+            let lower = self.lower_holds(router);
+            if lower {
+                self.lower_only.insert(engine, ());
+            }
+            lower
         } else {
-            self.withdraw(router)
+            self.withdraw(router) || self.lower_only.remove(&engine).is_none()
         };
-        let kept = announced
-            || found.is_some_and(|at| {
-                if tree.tiered() {
-                    tree.tiers_at(worker, at)
-                        .is_some_and(|tiers| !tiers.without(tier).is_empty())
-                } else {
-                    tier != Tier::Device
-                }
-            });
         if let Some(at) = found {
             tree.remove_tier_at(worker, at, tier);
         }
         if !kept {
-            self.blocks.remove(engine);
+            self.drop_record(engine, router);
         }
         outcome.removed_blocks += 1;
     }
 
     /// The worker's device tier was cleared: records of blocks it no longer holds at any
     /// tier go; tips are forgotten.
-    pub(super) fn cleared_device(&mut self, tree: &RadixTree, worker: WorkerId) {
+    pub(super) fn cleared_device(&mut self) {
         self.recent.clear();
-        if tree.worker_block_count(worker) == 0 && self.lower.is_empty() {
-            self.blocks.clear();
-            return;
-        }
-        let mut held = FoldMap::default();
-        tree.for_each_held_block(worker, |block| {
-            held.insert(block, ());
+        self.copies.clear();
+        self.lower_only.clear();
+        let (lower, lower_only) = (&self.lower, &mut self.lower_only);
+        self.blocks.retain(|engine, router| {
+            let kept = lower.contains_key(&router);
+            if kept {
+                lower_only.insert(engine, ());
+            }
+            kept
         });
-        let lower = &self.lower;
-        self.blocks
-            .retain(|router| held.contains_key(&router) || lower.contains_key(&router));
     }
 }

@@ -523,28 +523,6 @@ impl RadixTree {
         self.arena.maybe_compact();
     }
 
-    /// Calls `f` with every block `worker` holds (at any tier).
-    pub(crate) fn for_each_held_block(&self, worker: WorkerId, mut f: impl FnMut(BlockHash)) {
-        for node in self.recency.nodes_of(worker.index()) {
-            self.arena.edge(node).iter().copied().for_each(&mut f);
-        }
-    }
-
-    /// Whether any block is held below the device tier (else every holding is at the device
-    /// tier alone).
-    pub(crate) fn tiered(&self) -> bool {
-        self.arena.tiered()
-    }
-
-    /// The tiers `worker` holds the block at `at` at, when it holds it there.
-    pub(crate) fn tiers_at(&self, worker: WorkerId, at: Position) -> Option<TierSet> {
-        let (node, block) = Position::containing(&self.arena, at.node, at.depth())?;
-        if block != at.block {
-            return None;
-        }
-        self.recency.tiers(node, worker.index())
-    }
-
     /// What a truncation does once it has found the first dropped block: `node`'s block at
     /// `offset` in its edge.
     fn drop_held_from(&mut self, w: usize, node: NodeId, offset: usize) {
