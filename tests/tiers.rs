@@ -590,3 +590,180 @@ fn a_one_block_host_tier_under_a_larger_device() {
         }
     }
 }
+
+/// vLLM's connector looks up CPU chunks from the one holding the device hit's end, and
+/// loads them only when they add a whole chunk; a chunk stays loadable when an earlier one
+/// is dropped, as long as the device covers it.
+#[test]
+fn host_chunks_continue_the_device_hit_as_vllms_connector_loads_them() {
+    let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(2)).unwrap();
+    let prompt = tokens(9, 6); // blocks 1..=6, chunks (1 2) (3 4) (5 6)
+    let mut seq = 0;
+    let mut apply = |e: CacheEvent| {
+        index.apply_event(W0, seq, &e).unwrap();
+        seq += 1;
+    };
+    apply(CacheEvent::stored(None, (1..=6).collect(), prompt.clone()));
+    apply(CacheEvent::placeholder(vec![2, 4, 6], Tier::Host));
+    apply(CacheEvent::removed(vec![6, 5, 4]));
+    // Device 3 blocks; chunk (3 4) holds block 3, then (5 6): 6 blocks.
+    assert_eq!(index.cached_tokens(W0, &[], &prompt), 96);
+    apply(CacheEvent::removed(vec![6]).with_tier(Tier::Host));
+    // Chunk (3 4) would add one block only: less than a chunk, not loaded.
+    assert_eq!(index.cached_tokens(W0, &[], &prompt), 48);
+    apply(CacheEvent::placeholder(vec![6], Tier::Host));
+    apply(CacheEvent::removed(vec![2]).with_tier(Tier::Host));
+    // Chunk (1 2) gone from the host, but the device covers it.
+    assert_eq!(index.cached_tokens(W0, &[], &prompt), 96);
+    apply(CacheEvent::removed(vec![3, 2, 1]));
+    assert_eq!(
+        index.cached_tokens(W0, &[], &prompt),
+        0,
+        "the lookup starts at chunk (1 2), gone"
+    );
+    // The prompt's last token is always computed: a whole-block prompt reuses one less.
+    apply(CacheEvent::stored(
+        None,
+        vec![1, 2, 3],
+        prompt[..48].to_vec(),
+    ));
+    assert_eq!(index.reusable_tokens(W0, &[], &prompt[..48]), 32);
+    assert_eq!(index.reusable_tokens(W0, &[], &prompt), 96);
+}
+
+/// With self-describing events a chunk carries its blocks; two chunks that share a prefix
+/// not aligned to chunks both announce its blocks, and each one's removal names them.
+#[test]
+fn chunks_sharing_blocks_are_counted_per_announcement() {
+    let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(2)).unwrap();
+    let (a, b, c) = (tokens(1, 1), tokens(2, 1), tokens(3, 1));
+    let ab: Vec<u32> = [a.clone(), b.clone()].concat();
+    let ac: Vec<u32> = [a.clone(), c.clone()].concat();
+    let host = |blocks: Vec<u64>, t: &[u32]| {
+        CacheEvent::stored(None, blocks, t.to_vec()).with_tier(Tier::Host)
+    };
+    index.apply_event(W0, 0, &host(vec![1, 2], &ab)).unwrap();
+    index.apply_event(W0, 0, &host(vec![1, 3], &ac)).unwrap();
+    assert_eq!(index.cached_tokens(W0, &[], &ac), 32);
+    let o = index
+        .apply_event(
+            W0,
+            1,
+            &CacheEvent::removed(vec![1, 2]).with_tier(Tier::Host),
+        )
+        .unwrap();
+    assert_eq!(o.unknown_removed_blocks, 0);
+    assert_eq!(index.cached_tokens(W0, &[], &ab), 0);
+    assert_eq!(
+        index.cached_tokens(W0, &[], &ac),
+        32,
+        "block 1 is still announced by (1 3)"
+    );
+    index
+        .apply_event(
+            W0,
+            2,
+            &CacheEvent::removed(vec![1, 3]).with_tier(Tier::Host),
+        )
+        .unwrap();
+    assert_eq!(index.cached_tokens(W0, &[], &ac), 0);
+    let o = index
+        .apply_event(W0, 3, &CacheEvent::removed(vec![1]).with_tier(Tier::Host))
+        .unwrap();
+    assert_eq!(o.unknown_removed_blocks, 1, "nothing is left of block 1");
+}
+
+/// vLLM reports a CPU copy when its transfer completes, a few steps after it began: the GPU
+/// may have dropped the block (a placeholder) or the block before a chunk (a self-describing
+/// store) by then. Both are still followed.
+#[test]
+fn copies_reported_after_the_device_dropped_their_blocks_are_followed() {
+    let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(1)).unwrap();
+    let prompt = tokens(4, 3);
+    // The worker's host tier is known by a first copy.
+    index
+        .apply_event(W0, 0, &CacheEvent::stored(None, vec![9], tokens(5, 1)))
+        .unwrap();
+    index
+        .apply_event(W0, 0, &CacheEvent::placeholder(vec![9], Tier::Host))
+        .unwrap();
+    index
+        .apply_event(
+            W0,
+            1,
+            &CacheEvent::stored(None, vec![1, 2, 3], prompt.clone()),
+        )
+        .unwrap();
+    index
+        .apply_event(W0, 2, &CacheEvent::removed(vec![3, 2, 1]))
+        .unwrap();
+    let o = index
+        .apply_event(W0, 3, &CacheEvent::placeholder(vec![1], Tier::Host))
+        .unwrap();
+    assert_eq!(o.unknown_blocks, 0);
+    let o = index
+        .apply_event(
+            W0,
+            3,
+            &CacheEvent::stored(Some(1), vec![2, 3], prompt[16..].to_vec()).with_tier(Tier::Host),
+        )
+        .unwrap();
+    assert_eq!(o.unknown_parent_blocks, 0);
+    assert_eq!(
+        index.cached_tokens_by_tier(W0, &RouteRequest::new(&prompt)),
+        [0, 48, 0, 0]
+    );
+}
+
+/// A sliding-window group frees blocks that leave its window, so its store's parent is often
+/// gone from that group; the hash names a position in every group, so the full-attention
+/// group's block continues it. vLLM caches only the window blocks a later hit can use: such a
+/// store names fewer blocks than its tokens, each matched by hash.
+#[test]
+fn a_sliding_window_store_continues_where_its_own_group_forgot() {
+    let index = CacheIndex::new(IndexConfig::default()).unwrap();
+    let prompt = tokens(6, 4);
+    let window = |e: CacheEvent| {
+        e.with_group(1)
+            .with_group_kind(GroupKind::SlidingWindow { tokens: 32 })
+    };
+    let apply = |e: CacheEvent| index.apply_event(W0, 0, &e).unwrap();
+    apply(CacheEvent::stored(None, vec![1, 2], prompt[..32].to_vec()));
+    apply(window(CacheEvent::stored(
+        None,
+        vec![1, 2],
+        prompt[..32].to_vec(),
+    )));
+    apply(window(CacheEvent::removed(vec![1, 2])));
+    apply(CacheEvent::stored(
+        Some(2),
+        vec![3, 4],
+        prompt[32..].to_vec(),
+    ));
+    let o = apply(window(CacheEvent::stored(
+        Some(2),
+        vec![3, 4],
+        prompt[32..].to_vec(),
+    )));
+    assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (2, 0));
+    // A window of 32 tokens needs the ⌈31 / 16⌉ = 2 blocks before the hit's end.
+    assert_eq!(index.cached_tokens(W0, &[], &prompt), 64);
+    // A store naming only the last block of its two.
+    let more = tokens(7, 2);
+    let longer = [prompt.clone(), more.clone()].concat();
+    apply(CacheEvent::stored(Some(4), vec![5, 6], more.clone()));
+    let sparse = window(CacheEvent::stored(Some(4), vec![6], more.clone()).with_block_size(16));
+    let o = apply(sparse);
+    assert_eq!((o.stored_blocks, o.unknown_parent_blocks), (1, 0));
+    assert_eq!(
+        index.cached_tokens(W0, &[], &longer),
+        64,
+        "block 5 is not in the window group: a hit can end at 4 blocks, not 6"
+    );
+    // The main group may not name fewer blocks than its tokens.
+    let bad = CacheEvent::stored(Some(4), vec![6], more).with_block_size(16);
+    assert!(matches!(
+        index.apply_event(W0, 0, &bad),
+        Err(Error::InvalidEvent(_))
+    ));
+}
