@@ -237,15 +237,15 @@ impl EngineBlocks {
     /// Records the blocks of one store (engine hashes with their router hashes, each the
     /// parent of the next, the first one's parent `parent`): new ones, and blocks already
     /// recorded (a prefix hit reported again, a copy at another tier, a second copy)
-    /// counted as duplicates, their links unchanged, each passed to `duplicate` by its
-    /// index in the run.
+    /// counted as duplicates, their links unchanged, and their indices in the run appended
+    /// to `again`.
     pub(super) fn insert_run(
         &mut self,
         parent: Option<u64>,
         blocks: &[u64],
         routers: &[BlockHash],
         outcome: &mut SyncOutcome,
-        mut duplicate: impl FnMut(usize),
+        again: &mut Vec<u32>,
     ) {
         if self.index.capacity() > TOUCH_FROM {
             // Reading the index where each block goes lets the CPU overlap their cache
@@ -275,7 +275,7 @@ impl EngineBlocks {
                 outcome.stored_blocks += 1;
             } else {
                 outcome.duplicate_blocks += 1;
-                duplicate(k);
+                again.push(k as u32);
             }
             prev = Some((engine, Some(id)));
         }
@@ -284,7 +284,7 @@ impl EngineBlocks {
     /// Adds `record` unless a record of its engine hash exists, linked to `prev` (the
     /// parent's engine hash, with its id when known); `ends_run` when no block of the
     /// store comes after it. Returns the record's id and whether it was added.
-    #[inline]
+    #[inline(always)]
     fn insert(
         &mut self,
         record: Record,
@@ -587,7 +587,7 @@ mod tests {
                     Op::Store(parent, engines) => {
                         let routers = routers_of(&engines);
                         let mut outcome = SyncOutcome::default();
-                        blocks.insert_run(parent, &engines, &routers, &mut outcome, |_| {});
+                        blocks.insert_run(parent, &engines, &routers, &mut outcome, &mut Vec::new());
                         let added = model_store(&mut model, parent, &engines);
                         prop_assert_eq!(outcome.stored_blocks, added);
                         prop_assert_eq!(outcome.duplicate_blocks, engines.len() - added);
@@ -630,13 +630,19 @@ mod tests {
         let engines: Vec<u64> = (1..=100).collect();
         let routers = routers_of(&engines);
         let mut outcome = SyncOutcome::default();
-        blocks.insert_run(None, &engines[..50], &routers[..50], &mut outcome, |_| {});
+        blocks.insert_run(
+            None,
+            &engines[..50],
+            &routers[..50],
+            &mut outcome,
+            &mut Vec::new(),
+        );
         blocks.insert_run(
             Some(50),
             &engines[50..],
             &routers[50..],
             &mut outcome,
-            |_| {},
+            &mut Vec::new(),
         );
         // The block at the root keeps an entry; the rest follow, across stores.
         assert_eq!(blocks.links.len(), 1);
@@ -654,15 +660,15 @@ mod tests {
         let routers = routers_of(&engines);
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
-        blocks.insert_run(None, &engines, &routers, &mut outcome, |_| {});
+        blocks.insert_run(None, &engines, &routers, &mut outcome, &mut Vec::new());
         let mut again = SyncOutcome::default();
-        blocks.insert_run(None, &engines, &routers, &mut again, |_| {});
+        blocks.insert_run(None, &engines, &routers, &mut again, &mut Vec::new());
         assert_eq!((again.stored_blocks, again.duplicate_blocks), (0, 10));
         assert_eq!(blocks.arenas.plain.len(), 10);
         // Block 5's slot is freed and keeps its stale record: the block is stored anew.
         assert_eq!(blocks.remove(5), Some(router(5)));
         let mut third = SyncOutcome::default();
-        blocks.insert_run(None, &engines, &routers, &mut third, |_| {});
+        blocks.insert_run(None, &engines, &routers, &mut third, &mut Vec::new());
         assert_eq!((third.stored_blocks, third.duplicate_blocks), (1, 9));
         assert_eq!(blocks.len(), 10);
         assert_path(&blocks, 10, &routers);
@@ -677,7 +683,7 @@ mod tests {
         for last_first in [false, true] {
             let mut blocks = EngineBlocks::default();
             let mut outcome = SyncOutcome::default();
-            blocks.insert_run(None, &engines, &routers, &mut outcome, |_| {});
+            blocks.insert_run(None, &engines, &routers, &mut outcome, &mut Vec::new());
             let mut order = engines.clone();
             if last_first {
                 order.reverse();
@@ -685,7 +691,7 @@ mod tests {
             for e in order {
                 blocks.remove(e);
             }
-            blocks.insert_run(None, &next, &next_routers, &mut outcome, |_| {});
+            blocks.insert_run(None, &next, &next_routers, &mut outcome, &mut Vec::new());
             assert_eq!(blocks.links.len(), 1, "evicted last first: {last_first}");
             assert_eq!(blocks.arenas.plain.len(), 20);
             assert_path(&blocks, 120, &next_routers);
@@ -702,7 +708,7 @@ mod tests {
         for (r, tip) in tips.iter_mut().enumerate() {
             let engines: Vec<u64> = (0..8).map(|k| 100 * (r as u64 + 1) + k).collect();
             let routers = routers_of(&engines);
-            blocks.insert_run(None, &engines, &routers, &mut outcome, |_| {});
+            blocks.insert_run(None, &engines, &routers, &mut outcome, &mut Vec::new());
             *tip = engines[7];
         }
         for step in 0..10u64 {
@@ -713,7 +719,7 @@ mod tests {
                     &[engine],
                     &[router(engine)],
                     &mut outcome,
-                    |_| {},
+                    &mut Vec::new(),
                 );
                 *tip = engine;
             }
@@ -737,7 +743,7 @@ mod tests {
     fn a_block_named_as_its_own_parent_is_at_the_root() {
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
-        blocks.insert_run(Some(7), &[7], &[router(7)], &mut outcome, |_| {});
+        blocks.insert_run(Some(7), &[7], &[router(7)], &mut outcome, &mut Vec::new());
         assert_path(&blocks, 7, &[router(7)]);
     }
 
@@ -746,8 +752,8 @@ mod tests {
         let mut blocks = EngineBlocks::default();
         let mut outcome = SyncOutcome::default();
         // 2's parent is 1 and 1's parent is 2: a hostile stream.
-        blocks.insert_run(Some(1), &[2], &[router(2)], &mut outcome, |_| {});
-        blocks.insert_run(Some(2), &[1], &[router(1)], &mut outcome, |_| {});
+        blocks.insert_run(Some(1), &[2], &[router(2)], &mut outcome, &mut Vec::new());
+        blocks.insert_run(Some(2), &[1], &[router(1)], &mut outcome, &mut Vec::new());
         assert!(!blocks.path_to(1, &mut Vec::new()));
     }
 }

@@ -213,7 +213,7 @@ impl Groups {
         let state = self.group(group, window).worker(worker);
         state
             .blocks
-            .insert_run(event.parent, &named, path, outcome, |_| {});
+            .insert_run(event.parent, &named, path, outcome, &mut Vec::new());
         for &router in path.iter() {
             *state.present.entry(router).or_insert(0) += 1;
         }

@@ -16,6 +16,8 @@ pub(super) struct Scratch {
     pub(super) full: Vec<BlockHash>,
     /// A finer-grained store's engine hashes, one per router block.
     coarse: Vec<u64>,
+    /// The indices, in a store, of blocks recorded before it.
+    pub(super) again: Vec<u32>,
 }
 
 /// The fields of a `Stored` event with tokens, in the router's block size.
@@ -156,7 +158,8 @@ impl SyncState {
     pub(crate) fn memory_bytes(&self) -> usize {
         let s = &self.scratch;
         let paths = (s.path.capacity() + s.full.capacity()) * core::mem::size_of::<BlockHash>()
-            + s.coarse.capacity() * 8;
+            + s.coarse.capacity() * 8
+            + s.again.capacity() * 4;
         self.workers.capacity() * core::mem::size_of::<WorkerSync>()
             + self.seqs.capacity() * core::mem::size_of::<Option<u64>>()
             + self
@@ -328,15 +331,14 @@ impl SyncState {
         group: u32,
         event: &Stored<'_>,
     ) -> bool {
-        let first_known = event.blocks.first().is_some_and(|&first| {
-            self.workers
-                .get(worker.index())
-                .is_some_and(|ws| ws.blocks.router(first).is_some())
-        });
         let candidate = self.config.full_reports
             && event.parent.is_none()
             && event.tier == Tier::Device
-            && first_known;
+            && event.blocks.first().is_some_and(|&first| {
+                self.workers
+                    .get(worker.index())
+                    .is_some_and(|ws| ws.blocks.router(first).is_some())
+            });
         let key = event
             .blocks
             .first()

@@ -20,8 +20,6 @@ use super::blocks::EngineBlocks;
 use super::gone::Gone;
 use super::state::{Scratch, Stored};
 use super::tips::{Tip, Tips};
-use smallvec::SmallVec;
-
 use crate::fold::FoldMap;
 use crate::tree::{Position, Tier};
 use crate::{BlockHash, PrefixHasher, RadixTree, WorkerId};
@@ -195,16 +193,15 @@ impl WorkerSync {
         };
         let start = path.len();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
-        let mut again: SmallVec<[u32; 16]> = SmallVec::new();
+        let again = &mut scratch.again;
+        again.clear();
         self.blocks
-            .insert_run(event.parent, event.blocks, &path[start..], outcome, |k| {
-                again.push(k as u32);
-            });
+            .insert_run(event.parent, event.blocks, &path[start..], outcome, again);
         let routers = &path[start..start + event.blocks.len()];
         if event.tier != Tier::Device {
-            self.announce_run(event.blocks, routers, &again);
+            self.announce_run(event.blocks, routers, again);
         } else {
-            for k in again {
+            for &k in again.iter() {
                 let engine = event.blocks[k as usize];
                 // Back on the device from a lower tier; or, on the device already, a
                 // second copy (unless the store only reports a hit again).
@@ -254,11 +251,9 @@ impl WorkerSync {
     ) {
         path.clear();
         hasher.continue_keyed(parent, event.tokens, event.keys, path);
-        let mut again: SmallVec<[u32; 16]> = SmallVec::new();
+        let mut again = Vec::new();
         self.blocks
-            .insert_run(event.parent, event.blocks, path, outcome, |k| {
-                again.push(k as u32);
-            });
+            .insert_run(event.parent, event.blocks, path, outcome, &mut again);
         self.announce_run(event.blocks, &path[..event.blocks.len()], &again);
     }
 
@@ -283,8 +278,13 @@ impl WorkerSync {
                     Some(router) if tier != Tier::Device => {
                         if recorded.is_none() {
                             let mut quiet = SyncOutcome::default();
-                            self.blocks
-                                .insert_run(None, &[engine], &[router], &mut quiet, |_| {});
+                            self.blocks.insert_run(
+                                None,
+                                &[engine],
+                                &[router],
+                                &mut quiet,
+                                &mut Vec::new(),
+                            );
                             self.lower_only.insert(engine, ());
                         }
                         self.announce(router);
