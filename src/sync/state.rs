@@ -263,18 +263,8 @@ impl SyncState {
             }
             return;
         }
-        // Engine blocks finer than the router's: each router block is named by the last of
-        // its engine blocks. A run that does not end on a router block is cut there.
         let mut coarse = core::mem::take(&mut self.scratch.coarse);
-        let blocks = if ratio == 1 {
-            blocks.as_slice()
-        } else {
-            let whole = blocks.len() / ratio * ratio;
-            outcome.skipped_blocks += blocks.len() - whole;
-            coarse.clear();
-            coarse.extend(blocks[..whole].iter().skip(ratio - 1).step_by(ratio));
-            coarse.as_slice()
-        };
+        let blocks = router_blocks(blocks, ratio, &mut coarse, outcome);
         // A group beyond the main one may name only some blocks of its tokens (see
         // `Groups::store`): it keeps them all.
         let router_tokens = if *group > 0 && ratio == 1 {
@@ -434,6 +424,25 @@ impl SyncState {
         tree.insert(worker, path);
         Ok(held * hasher.block_size())
     }
+}
+
+/// The engine blocks of a store that name router blocks: all of them, or for engine blocks
+/// `ratio` times finer than the router's, the last of each router block's (into `coarse`);
+/// a run that does not end on a router block is cut there.
+fn router_blocks<'b>(
+    blocks: &'b [u64],
+    ratio: usize,
+    coarse: &'b mut Vec<u64>,
+    outcome: &mut SyncOutcome,
+) -> &'b [u64] {
+    if ratio == 1 {
+        return blocks;
+    }
+    let whole = blocks.len() / ratio * ratio;
+    outcome.skipped_blocks += blocks.len() - whole;
+    coarse.clear();
+    coarse.extend(blocks[..whole].iter().skip(ratio - 1).step_by(ratio));
+    coarse.as_slice()
 }
 
 /// Checks an event against the router's block size before anything changes; returns how
