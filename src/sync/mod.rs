@@ -105,9 +105,11 @@ pub struct SyncOutcome {
     pub stored_blocks: usize,
     /// Blocks removed from the mirror.
     pub removed_blocks: usize,
-    /// Stores of blocks the worker was already known to hold (a prefix hit reported again, a
-    /// copy at another tier): recency and tiers change, nothing is stored twice, and one
-    /// removal removes the block.
+    /// Stores of blocks the worker was already known to hold: a second copy on the device
+    /// (vLLM recomputed the block; each copy's eviction is reported, and the block stays
+    /// held until the last one), a copy at another tier, or a prefix hit reported again
+    /// (with [`IndexConfig::full_reports`](crate::IndexConfig::full_reports): recency
+    /// changes, nothing else).
     pub duplicate_blocks: usize,
     /// Blocks skipped because their parent is unknown (never stored, or removed): nothing
     /// is corrupted; a snapshot or replay repairs the mirror.
