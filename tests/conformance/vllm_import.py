@@ -83,17 +83,23 @@ def _touch(name):
         TOUCHES[name] += 1
 
 
+def _stub_attribute(owner, owner_name, module, name):
+    """A stand-in class for ``owner.name`` (a stand-in module or class), made once and kept
+    on ``owner``; dunder names stay missing so that Python's protocols fall back."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    _touch(f"{owner_name}.{name}")
+    attr = _StubType(name, (_Stub,), {"__module__": module})
+    attr.__qualname__ = f"{owner_name}.{name}"
+    setattr(owner, name, attr)
+    return attr
+
+
 class _StubType(type):
     """Metaclass of every stand-in: a stand-in class answers any attribute."""
 
     def __getattr__(cls, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        _touch(f"{cls.__qualname__}.{name}")
-        attr = _StubType(name, (_Stub,), {"__module__": cls.__module__})
-        attr.__qualname__ = f"{cls.__qualname__}.{name}"
-        setattr(cls, name, attr)
-        return attr
+        return _stub_attribute(cls, cls.__qualname__, cls.__module__, name)
 
     def __call__(cls, *args, **kwargs):
         _touch(f"{cls.__qualname__}()")
@@ -142,13 +148,7 @@ for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv"
 
 class _StubModule(types.ModuleType):
     def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        _touch(f"{self.__name__}.{name}")
-        attr = _StubType(name, (_Stub,), {"__module__": self.__name__})
-        attr.__qualname__ = f"{self.__name__}.{name}"
-        setattr(self, name, attr)
-        return attr
+        return _stub_attribute(self, self.__name__, self.__name__, name)
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
