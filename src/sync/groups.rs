@@ -55,6 +55,10 @@ fn window(kind: GroupKind, block_size: usize) -> usize {
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
     groups: Vec<Group>,
+    /// A store's engine blocks found, reused from event to event.
+    named: Vec<u64>,
+    /// The indices of blocks a store had recorded (unused by groups), reused likewise.
+    again: Vec<u32>,
 }
 
 impl Group {
@@ -184,7 +188,8 @@ impl Groups {
         let window = window(event.kind, hasher.block_size());
         self.group(group, window).worker(worker);
         path.clear();
-        let mut named = Vec::new();
+        let mut named = core::mem::take(&mut self.named);
+        named.clear();
         let whole = event.tokens.len() == event.blocks.len() * hasher.block_size();
         let root = match event.parent {
             None => Some(hasher.root(event.salt)),
@@ -210,13 +215,17 @@ impl Groups {
         }
         // The group's engine blocks are looked up by hash only, never walked by their
         // links, so a run with gaps is recorded as one.
+        let mut again = core::mem::take(&mut self.again);
         let state = self.group(group, window).worker(worker);
         state
             .blocks
-            .insert_run(event.parent, &named, path, outcome, &mut Vec::new());
+            .insert_run(event.parent, &named, path, outcome, &mut again);
         for &router in path.iter() {
             *state.present.entry(router).or_insert(0) += 1;
         }
+        again.clear();
+        self.again = again;
+        self.named = named;
     }
 
     /// Applies a device-tier removal of group `group` (at least 1).
@@ -269,6 +278,8 @@ impl Groups {
             .iter()
             .flat_map(|g| &g.workers)
             .map(|w| w.blocks.allocation_size() + w.present.allocation_size())
-            .sum()
+            .sum::<usize>()
+            + self.named.capacity() * 8
+            + self.again.capacity() * 4
     }
 }
