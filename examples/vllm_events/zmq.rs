@@ -111,13 +111,11 @@ pub(crate) async fn replay(
 /// expected: the batches the replay socket still holds between the two come first, then the
 /// batch that showed the gap. A gap the replay cannot fill (no replay socket, no answer, or
 /// batches gone from its buffer) is counted and the stream goes on: the mirror sees and
-/// reports the gap itself. A batch whose seq is below the next one expected was replayed
-/// already and is skipped, except seq 0, which starts a restarted engine's stream.
+/// reports the gap itself. Batches already returned are skipped (see [`Order`]).
 pub(crate) struct Follower {
     socket: SubSocket,
     replay: Option<String>,
-    /// The seq expected next; `None` before the first batch.
-    next: Option<u64>,
+    order: Order,
     /// Replayed batches not returned yet.
     pending: Vec<Frame>,
     /// Batches received from the replay socket.
@@ -143,9 +141,13 @@ impl Follower {
                 .unwrap_or_default(),
             None => Vec::new(),
         };
+        let mut order = Order::default();
+        for frame in &pending {
+            order.place(frame);
+        }
         Ok(Self {
             socket,
-            next: pending.last().map(|f| f.seq + 1),
+            order,
             replayed: pending.len() as u64,
             pending,
             replay,
@@ -166,17 +168,15 @@ impl Follower {
             Ok(frame) => frame,
             Err(e) => return Ok(vec![Err(e)]),
         };
-        let expected = self.next.unwrap_or(0);
-        if frame.seq < expected && frame.seq > 0 {
-            return Ok(Vec::new()); // replayed already
+        match self.order.place(&frame) {
+            Place::Seen => Ok(Vec::new()),
+            Place::Next => Ok(vec![Ok(frame)]),
+            Place::After(from) => {
+                let mut batches = self.fill(from, frame.seq).await;
+                batches.push(Ok(frame));
+                Ok(batches)
+            }
         }
-        self.next = Some(frame.seq.saturating_add(1));
-        if frame.seq <= expected {
-            return Ok(vec![Ok(frame)]); // in order, or a restart (seq 0)
-        }
-        let mut batches = self.fill(expected, frame.seq).await;
-        batches.push(Ok(frame));
-        Ok(batches)
     }
 
     /// The batches `from..to` from the replay socket, counting the gap unfilled when they
@@ -192,10 +192,110 @@ impl Follower {
             .into_iter()
             .filter(|f| (from..to).contains(&f.seq))
             .collect();
+        for frame in &filled {
+            self.order.filled(frame);
+        }
         self.replayed += filled.len() as u64;
         if filled.len() as u64 != to - from {
             self.unfilled += 1;
         }
         filled.into_iter().map(Ok).collect()
+    }
+}
+
+/// Where a batch falls in its stream.
+#[derive(Debug, PartialEq, Eq)]
+enum Place {
+    /// Returned already (it came from the replay socket, then from the subscription too).
+    Seen,
+    /// The next one expected, or the first of a restarted engine's stream.
+    Next,
+    /// Past the next one expected, which is this seq: the batches between are missing.
+    After(u64),
+}
+
+/// The seq order of one engine's stream.
+///
+/// A seq below the next one expected was returned already, except seq 0: that starts a
+/// restarted engine's stream, unless its payload is the one seq 0 already returned carried
+/// (the same batch, from the replay socket and the subscription both: vLLM's payloads carry
+/// a timestamp, so a restarted engine's first batch differs).
+#[derive(Default)]
+struct Order {
+    /// The seq expected next; `None` before the first batch.
+    next: Option<u64>,
+    /// The payload of the current stream's seq 0, once seen.
+    first: Option<Vec<u8>>,
+}
+
+impl Order {
+    /// Where `frame` falls; unless it was seen, the stream moves past it.
+    fn place(&mut self, frame: &Frame) -> Place {
+        let expected = self.next.unwrap_or(0);
+        if frame.seq == 0 && self.first.as_deref() == Some(frame.payload.as_slice()) {
+            return Place::Seen;
+        }
+        if frame.seq < expected && frame.seq > 0 {
+            return Place::Seen;
+        }
+        if frame.seq == 0 {
+            self.first = Some(frame.payload.clone());
+        }
+        self.next = Some(frame.seq.saturating_add(1));
+        if frame.seq <= expected {
+            Place::Next
+        } else {
+            Place::After(expected)
+        }
+    }
+
+    /// Notes `frame`, one of the batches a gap was filled with (the stream is past it).
+    fn filled(&mut self, frame: &Frame) {
+        if frame.seq == 0 {
+            self.first = Some(frame.payload.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(seq: u64, payload: &[u8]) -> Frame {
+        Frame {
+            seq,
+            payload: payload.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_batch_from_both_the_replay_and_the_subscription_is_returned_once() {
+        let mut order = Order::default();
+        assert_eq!(order.place(&frame(0, b"a")), Place::Next);
+        assert_eq!(order.place(&frame(1, b"b")), Place::Next);
+        assert_eq!(order.place(&frame(0, b"a")), Place::Seen);
+        assert_eq!(order.place(&frame(1, b"b")), Place::Seen);
+        assert_eq!(order.place(&frame(2, b"c")), Place::Next);
+    }
+
+    #[test]
+    fn a_restarted_engines_first_batch_starts_a_new_stream() {
+        let mut order = Order::default();
+        assert_eq!(order.place(&frame(0, b"a")), Place::Next);
+        assert_eq!(order.place(&frame(1, b"b")), Place::Next);
+        assert_eq!(order.place(&frame(0, b"z")), Place::Next);
+        assert_eq!(order.place(&frame(1, b"y")), Place::Next);
+        assert_eq!(order.place(&frame(0, b"z")), Place::Seen);
+    }
+
+    #[test]
+    fn a_seq_past_the_next_one_shows_where_the_gap_starts() {
+        let mut order = Order::default();
+        assert_eq!(order.place(&frame(3, b"d")), Place::After(0));
+        assert_eq!(order.place(&frame(4, b"e")), Place::Next);
+        assert_eq!(order.place(&frame(7, b"h")), Place::After(5));
+        order.filled(&frame(0, b"a"));
+        assert_eq!(order.place(&frame(0, b"a")), Place::Seen);
+        assert_eq!(order.place(&frame(8, b"i")), Place::Next);
     }
 }
