@@ -11,7 +11,7 @@ pub(crate) const USAGE: &str = "usage: simulate [--trace PATH] [--workers N] \
     [--sync optimistic|feedback|events] [--replicas N] [--front rr|random] \
     [--scrape-interval S] [--event-delay S] [--event-loss P] [--event-replay on|off] \
     [--fleet SPEC] [--faults SPEC] [--ttft-target S] [--tpot-target S] \
-    [--requests-out FILE] [--plot FILE.svg] [--matrix]";
+    [--requests-out FILE] [--plot FILE.svg] [--router-speeds known|unknown] [--matrix]";
 
 /// Everything the flags set.
 #[derive(Clone)]
@@ -32,6 +32,9 @@ pub(crate) struct Args {
     /// The KV capacity per worker the routers' mirrors are told; `None`: unknown
     /// (unbounded mirrors).
     pub(crate) router_capacity_tokens: Option<usize>,
+    /// Whether the routers are told each worker's speed (`--router-speeds known`); by
+    /// default they are not and learn it from the timings the simulation reports.
+    pub(crate) router_speeds_known: bool,
     pub(crate) matrix: bool,
 }
 
@@ -51,6 +54,7 @@ impl Default for Args {
             faults: None,
             replicas: 1,
             router_capacity_tokens: None,
+            router_speeds_known: false,
             matrix: false,
         }
     }
@@ -154,6 +158,10 @@ fn run_flag(args: &mut Args, flag: &str, v: &str) -> Result<(), String> {
         "--fleet" => args.fleet = Some(v.into()),
         "--faults" => args.faults = Some(v.into()),
         "--replicas" => args.replicas = num(flag, v)?,
+        "--router-speeds" => {
+            args.router_speeds_known =
+                choice(flag, v, &[("known", true), ("unknown", false)])?;
+        }
         "--router-capacity-tokens" => {
             args.router_capacity_tokens = if v == "unknown" {
                 None
