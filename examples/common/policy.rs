@@ -63,7 +63,7 @@ pub(crate) fn build(
     index.host_chunk_blocks = o.host_chunk_blocks;
     let mut balanced = BalancedConfig::default();
     balanced.index = index;
-    balanced.prefill_tokens_per_s = o.prefill_tokens_per_s;
+    balanced.load.prefill_tokens_per_s = o.prefill_tokens_per_s;
     if let Some(alpha) = o.alpha {
         balanced.alpha = alpha;
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::args::Args;
 use super::policy::{self, PolicyOptions};
 use prefix_router::sim::{Fault, Request, SimReport, Simulation, WorkerSpec};
-use prefix_router::{Error, Router};
+use prefix_router::{Error, Router, WorkerId, WorkerProfile};
 
 /// The simulation of `requests` on the fleet `args` describe (workers or `--fleet`, and
 /// `--faults`).
@@ -87,6 +87,15 @@ fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
     router
 }
 
+/// Tells `router` each worker's speed (`--router-speeds known`).
+fn tell_speeds(router: &dyn Router, sim: &Simulation) -> Result<(), Error> {
+    for (w, spec) in sim.fleet().iter().enumerate() {
+        let profile = WorkerProfile::default().with_speed(spec.speed);
+        router.set_profile(WorkerId::new(w as u32), profile)?;
+    }
+    Ok(())
+}
+
 /// Runs `policy` on `sim` with `args.replicas` replicas, calling `progress`.
 fn run_with(
     sim: &Simulation,
@@ -97,6 +106,11 @@ fn run_with(
     let replicas = (0..args.replicas)
         .map(|_| router(policy, args))
         .collect::<Result<Vec<_>, Error>>()?;
+    if args.router_speeds_known {
+        for r in &replicas {
+            tell_speeds(r.as_ref(), sim)?;
+        }
+    }
     let refs: Vec<&dyn Router> = replicas.iter().map(AsRef::as_ref).collect();
     sim.run_replicas_with_progress(&refs, progress)
 }

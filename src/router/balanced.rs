@@ -1,8 +1,8 @@
 //! Cache score against load score, or predicted time to first token.
 
 use super::{
-    Candidate, CandidateSet, Cost, IndexConfig, Policy, PolicyRouter, ReloadConfig, RouteRequest,
-    choose_min,
+    Candidate, CandidateSet, Cost, IndexConfig, LoadConfig, Policy, PolicyRouter, ReloadConfig,
+    RouteRequest, choose_min,
 };
 use crate::Error;
 use crate::config::float;
@@ -13,10 +13,12 @@ use crate::config::float;
 pub enum Scoring {
     /// `alpha · cache_score + (1 − alpha) · load_score`, highest wins.
     Weighted,
-    /// Predicted time to first token: (outstanding prefill tokens on the worker +
-    /// `miss_weight ×` this request's uncached tokens) / prefill rate, lowest wins; equal
-    /// costs go to the worker handed the least prefill work so far. The default, and the
-    /// crate's recommended policy (see the README's simulator results).
+    /// Predicted time: the request's time to first token on the worker (its queue and
+    /// `miss_weight ×` its uncached tokens at the worker's speed, among the worker's
+    /// decodes), then its decode in the worker's batch and what it adds to the batch's
+    /// other decodes, lowest wins; equal costs go to the worker handed the least prefill
+    /// work so far. The default, and the crate's recommended policy (see the README's
+    /// simulator results).
     #[default]
     PredictedTtft,
 }
@@ -30,10 +32,9 @@ pub struct BalancedConfig {
     pub alpha: f64,
     /// Scoring mode. Default [`Scoring::PredictedTtft`].
     pub scoring: Scoring,
-    /// Prefill throughput of one worker in tokens per second, for
-    /// [`Scoring::PredictedTtft`]. Positive. Default 33,000 (about 60 ms for 2,000 tokens of
-    /// a 70B model on one H100).
-    pub prefill_tokens_per_s: f64,
+    /// How load is read and predicted (the fleet's prefill rate, the step model, report
+    /// ages, learned speeds), for [`Scoring::PredictedTtft`].
+    pub load: LoadConfig,
     /// For [`Scoring::PredictedTtft`]: how much a token the worker must recompute weighs
     /// against a token already queued there, at least 1.0. Above 1 the router accepts some
     /// queueing for locality, since every recomputed token also costs the fleet capacity
@@ -52,7 +53,7 @@ impl Default for BalancedConfig {
         Self {
             alpha: 0.5,
             scoring: Scoring::PredictedTtft,
-            prefill_tokens_per_s: 33_000.0,
+            load: LoadConfig::default(),
             miss_weight: 10.0,
             reload: ReloadConfig::default(),
             index: IndexConfig::default(),
@@ -66,8 +67,8 @@ impl BalancedConfig {
         with_alpha: alpha: f64;
         /// Sets [`scoring`](Self::scoring).
         with_scoring: scoring: Scoring;
-        /// Sets [`prefill_tokens_per_s`](Self::prefill_tokens_per_s).
-        with_prefill_tokens_per_s: prefill_tokens_per_s: f64;
+        /// Sets [`load`](Self::load).
+        with_load: load: LoadConfig;
         /// Sets [`miss_weight`](Self::miss_weight).
         with_miss_weight: miss_weight: f64;
         /// Sets [`reload`](Self::reload).
@@ -76,21 +77,23 @@ impl BalancedConfig {
         with_index: index: IndexConfig;
     }
 
+    /// Sets the load model's [`prefill_tokens_per_s`](LoadConfig::prefill_tokens_per_s).
+    #[must_use]
+    pub fn with_prefill_tokens_per_s(mut self, rate: f64) -> Self {
+        self.load.prefill_tokens_per_s = rate;
+        self
+    }
+
     /// Checks every field.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] naming the first field out of its range (the index's
-    /// included); [`Error::InvalidBlockSize`] for a bad block size.
+    /// [`Error::InvalidConfig`] naming the first field out of its range (the index's and
+    /// the load model's included); [`Error::InvalidBlockSize`] for a bad block size.
     pub fn validate(&self) -> Result<(), Error> {
         float("alpha", self.alpha, 0.0..=1.0, "between 0.0 and 1.0")?;
         float("miss_weight", self.miss_weight, 1.0..=1e6, "at least 1.0")?;
-        float(
-            "prefill_tokens_per_s",
-            self.prefill_tokens_per_s,
-            f64::MIN_POSITIVE..=f64::MAX,
-            "a positive number of tokens per second",
-        )?;
+        self.load.validate()?;
         self.reload.validate()?;
         self.index.validate()
     }
@@ -189,27 +192,42 @@ impl Balanced {
         })
     }
 
-    /// [`Scoring::PredictedTtft`]: the least queued plus weighted recomputed work.
+    /// [`Scoring::PredictedTtft`]: the least predicted time.
     fn predicted_ttft(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
-        let tokens = request.tokens().len();
         choose_min(request, candidates, |c| {
             // Equal costs (an idle fleet, a new prefix): balance the prefill work handed
             // out so far.
-            (self.ttft_work(tokens, c), c.assigned_prefill_tokens())
+            (self.seconds(request, c), c.assigned_prefill_tokens())
         })
     }
 
-    /// [`Scoring::PredictedTtft`]'s cost in tokens of prefill work: the queue, the weighted
-    /// recomputation, and the reload of lower-tier hits at the prefill rate. Ordering by work
-    /// is ordering by time: the rate is the same for every worker.
+    /// [`Scoring::PredictedTtft`]'s cost in seconds: the load model's time to first token
+    /// ([`Candidate::predicted_ttft_s`]), plus the reload of lower-tier hits.
     #[inline]
-    fn ttft_work(&self, tokens: usize, c: &Candidate) -> f64 {
-        let miss = tokens.saturating_sub(c.cached_tokens()) as f64;
-        let mut work = c.prefill_tokens() as f64 + self.config.miss_weight * miss;
+    fn seconds(&self, request: &RouteRequest<'_>, c: &Candidate) -> f64 {
+        self.ttft_s(request, c) + self.reload_s(c)
+    }
+
+    /// The load model's time to first token of `c` for `request`.
+    #[inline]
+    fn ttft_s(&self, request: &RouteRequest<'_>, c: &Candidate) -> f64 {
+        let load = &self.config.load;
+        let tokens = request.tokens().len();
+        let miss = tokens.saturating_sub(c.cached_tokens());
+        let output = request
+            .expected_output()
+            .unwrap_or(load.default_output_tokens);
+        c.predicted_ttft_s(load, tokens, miss, output, self.config.miss_weight)
+    }
+
+    /// Seconds to reload the candidate's hits below the device tier.
+    #[inline]
+    fn reload_s(&self, c: &Candidate) -> f64 {
         if c.cached_tokens_at(crate::Tier::Device) < c.cached_tokens() {
-            work += self.config.reload.candidate_seconds(c) * self.config.prefill_tokens_per_s;
+            self.config.reload.candidate_seconds(c) / c.speed()
+        } else {
+            0.0
         }
-        work
     }
 }
 
@@ -230,7 +248,7 @@ impl PolicyRouter<Balanced> {
     ///
     /// As [`new`](Self::new); as [`BalancedConfig::validate`].
     pub fn with_config(num_workers: u32, config: BalancedConfig) -> Result<Self, Error> {
-        Self::with_policy(num_workers, Balanced::new(config)?, config.index)
+        Self::with_policy_and_load(num_workers, Balanced::new(config)?, config.index, config.load)
     }
 
     /// The configuration.
@@ -270,14 +288,11 @@ impl Policy for Balanced {
 
     fn cost(&self, request: &RouteRequest<'_>, c: &Candidate) -> Option<Cost> {
         let tokens = request.tokens().len();
-        let rate = self.config.prefill_tokens_per_s;
         Some(match self.config.scoring {
             Scoring::PredictedTtft => {
-                let miss = tokens.saturating_sub(c.cached_tokens()) as f64;
                 Cost::of(&[
-                    ("queue_s", c.prefill_tokens() as f64 / rate),
-                    ("recompute_s", self.config.miss_weight * miss / rate),
-                    ("reload_s", self.config.reload.candidate_seconds(c)),
+                    ("ttft_s", self.ttft_s(request, c)),
+                    ("reload_s", self.reload_s(c)),
                 ])
             }
             Scoring::Weighted => {

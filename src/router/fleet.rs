@@ -1,34 +1,14 @@
 //! The worker registry and load tracker every policy shares.
 
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use smallvec::SmallVec;
 
+use super::estimate::{Estimate, LoadState, nanos};
+use super::load::{EngineLoad, LoadConfig, WorkerProfile};
 use super::{Candidate, RouteDecision, RouteRequest};
 use crate::{Error, RadixTree, WorkerId};
-
-/// Load a host pushes from a worker's own metrics (for example its `/metrics` endpoint).
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
-#[non_exhaustive]
-pub struct ReportedLoad {
-    /// Requests waiting or running on the worker, as the worker counts them (this router's
-    /// and any other router's).
-    pub queue_len: u64,
-    /// Fraction of the worker's KV cache in use, `0.0..=1.0`.
-    pub kv_usage: f32,
-}
-
-impl ReportedLoad {
-    /// A report of `queue_len` requests and `kv_usage` (fraction of KV cache in use).
-    #[must_use]
-    pub fn new(queue_len: u64, kv_usage: f32) -> Self {
-        Self {
-            queue_len,
-            kv_usage,
-        }
-    }
-}
 
 /// A snapshot of one worker's load as the router sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,17 +16,27 @@ impl ReportedLoad {
 pub struct WorkerLoad {
     /// Whether the worker takes new requests.
     pub available: bool,
-    /// Requests routed to it and not yet completed.
+    /// Requests routed to it by this router and not yet completed.
     pub in_flight: u64,
     /// Uncached prompt tokens of those requests whose prefill is not known to be done
     /// (prefill work queued or running on it; see [`Router::first_token`](crate::Router::first_token)).
     pub prefill_tokens: u64,
+    /// Requests on the worker as the router estimates them: the engine's last report
+    /// reconciled with this router's counts since (see [`EngineLoad`]).
+    pub estimated_requests: u64,
+    /// Of those, requests decoding (past their first token).
+    pub estimated_decoding: u64,
+    /// Uncached prompt tokens to prefill before a new request's, as estimated.
+    pub estimated_prefill_tokens: u64,
+    /// The worker's speed relative to the configured one: its profile's, corrected by the
+    /// timings the host reported ([`Router::first_token_after`](crate::Router::first_token_after)).
+    pub speed: f64,
     /// Requests routed to it since it was added.
     pub routed: u64,
     /// Prompt tokens predicted cached, summed over those requests.
     pub predicted_cached_tokens: u64,
-    /// The last [`ReportedLoad`] pushed for it.
-    pub reported: ReportedLoad,
+    /// The last [`EngineLoad`] reported for it.
+    pub reported: Option<EngineLoad>,
     /// Cached-token reports received for it
     /// ([`CacheSync::report_cached`](crate::CacheSync::report_cached)).
     pub reports: u64,
@@ -64,7 +54,9 @@ pub struct WorkerLoad {
 /// compares them: lock-free, read and written under the registry's read lock.
 #[derive(Debug)]
 struct LoadKey {
-    prefill_tokens: AtomicU64,
+    /// The worker's cost with nothing of a new request's own (nanoseconds,
+    /// [`Estimate::cost_s`]), refreshed whenever its load changes.
+    load_ns: AtomicU64,
     /// Uncached prompt tokens of every request routed to it since it was added.
     assigned_prefill: AtomicU64,
     routed: AtomicU64,
@@ -75,7 +67,7 @@ impl LoadKey {
     /// (above every registered worker's key), 0 for a new registration.
     fn filled(value: u64) -> Self {
         LoadKey {
-            prefill_tokens: AtomicU64::new(value),
+            load_ns: AtomicU64::new(value),
             assigned_prefill: AtomicU64::new(value),
             routed: AtomicU64::new(value),
         }
@@ -87,7 +79,7 @@ impl LoadKey {
     /// The fields, in the order the least-loaded pass compares them.
     fn get(&self) -> (u64, u64, u64) {
         (
-            self.prefill_tokens.load(Relaxed),
+            self.load_ns.load(Relaxed),
             self.assigned_prefill.load(Relaxed),
             self.routed.load(Relaxed),
         )
@@ -101,10 +93,8 @@ struct Slot {
     /// Distinguishes this registration from an earlier one of the same id, so that a
     /// decision made before a remove / add does not release the new registration's load.
     epoch: u64,
-    in_flight: AtomicU64,
+    load: LoadState,
     predicted_cached: AtomicU64,
-    queue_len: AtomicU64,
-    kv_usage_bits: AtomicU32,
     reports: AtomicU64,
     reported_cached: AtomicU64,
     predicted_for_reports: AtomicU64,
@@ -161,15 +151,24 @@ impl Registry {
 pub(crate) struct Fleet {
     registry: RwLock<Registry>,
     epochs: AtomicU64,
+    config: LoadConfig,
+    /// Tokens per KV block of the workers' engines: reported blocks in tokens.
+    block_size: u64,
+    /// The router's clock: the latest time a report or a request carried (nanoseconds).
+    now_ns: AtomicU64,
 }
 
 impl Fleet {
     /// A fleet of workers `0..num_workers`, all available.
-    pub(crate) fn new(num_workers: u32) -> Result<Self, Error> {
+    pub(crate) fn new(num_workers: u32, config: LoadConfig, block_size: usize) -> Result<Self, Error> {
         check_id(num_workers.saturating_sub(1))?;
+        config.validate()?;
         let fleet = Self {
             registry: RwLock::new(Registry::default()),
             epochs: AtomicU64::new(0),
+            config,
+            block_size: block_size as u64,
+            now_ns: AtomicU64::new(0),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -208,10 +207,8 @@ impl Fleet {
         registry.slots[i] = Some(Slot {
             epoch: self.epochs.fetch_add(1, Relaxed) + 1,
             available: AtomicBool::new(true),
-            in_flight: AtomicU64::new(0),
+            load: LoadState::default(),
             predicted_cached: AtomicU64::new(0),
-            queue_len: AtomicU64::new(0),
-            kv_usage_bits: AtomicU32::new(0),
             reports: AtomicU64::new(0),
             reported_cached: AtomicU64::new(0),
             predicted_for_reports: AtomicU64::new(0),
@@ -256,35 +253,71 @@ impl Fleet {
         self.with_slot(worker, |r| r.slot.available.store(available, Relaxed))
     }
 
-    pub(crate) fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
-        if !(0.0..=1.0).contains(&load.kv_usage) {
-            return Err(Error::InvalidConfig {
-                field: "kv_usage",
-                value: load.kv_usage.to_string(),
-                allowed: "a fraction between 0.0 and 1.0",
-            });
-        }
-        self.with_slot(worker, |Registered { slot: s, .. }| {
-            s.queue_len.store(load.queue_len, Relaxed);
-            s.kv_usage_bits.store(load.kv_usage.to_bits(), Relaxed);
+    /// How the fleet reads load.
+    pub(crate) fn config(&self) -> &LoadConfig {
+        &self.config
+    }
+
+    /// Moves the router's clock to `at`, if later.
+    pub(crate) fn observe_time(&self, at: std::time::Duration) {
+        self.now_ns.fetch_max(nanos(at), Relaxed);
+    }
+
+    pub(crate) fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
+        load.validate()?;
+        self.observe_time(load.measured_at);
+        self.with_slot(worker, |r| {
+            r.slot.load.report(&load);
+            self.refresh(r);
         })
     }
 
+    pub(crate) fn set_profile(&self, worker: WorkerId, profile: WorkerProfile) -> Result<(), Error> {
+        profile.validate()?;
+        self.with_slot(worker, |r| {
+            r.slot.load.set_profile(&profile);
+            self.refresh(r);
+        })
+    }
+
+    /// Worker `r`'s load as estimated now.
+    fn estimate(&self, r: Registered<'_>) -> Estimate {
+        let routed = r.key.routed.load(Relaxed).max(1);
+        let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
+        let now = self.now_ns.load(Relaxed);
+        r.slot
+            .load
+            .estimate(&self.config, now, mean_prefill, self.block_size)
+    }
+
+    /// Recomputes worker `r`'s load key after its load changed.
+    fn refresh(&self, r: Registered<'_>) {
+        let cost = self
+            .estimate(r)
+            .cost_s(&self.config, (0, 0, self.config.default_output_tokens), 1.0);
+        r.key.load_ns.store((cost * 1e9) as u64, Relaxed);
+    }
+
     pub(crate) fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
-        self.with_slot(worker, |Registered { slot: s, key }| WorkerLoad {
-            available: s.available.load(Relaxed),
-            in_flight: s.in_flight.load(Relaxed),
-            prefill_tokens: key.prefill_tokens.load(Relaxed),
-            routed: key.routed.load(Relaxed),
-            predicted_cached_tokens: s.predicted_cached.load(Relaxed),
-            reported: ReportedLoad {
-                queue_len: s.queue_len.load(Relaxed),
-                kv_usage: f32::from_bits(s.kv_usage_bits.load(Relaxed)),
-            },
-            reports: s.reports.load(Relaxed),
-            reported_cached_tokens: s.reported_cached.load(Relaxed),
-            predicted_for_reports_tokens: s.predicted_for_reports.load(Relaxed),
-            mispredicted_reports: s.mispredicted.load(Relaxed),
+        self.with_slot(worker, |r| {
+            let Registered { slot: s, key } = r;
+            let e = self.estimate(r);
+            WorkerLoad {
+                available: s.available.load(Relaxed),
+                in_flight: s.load.in_flight.load(Relaxed),
+                prefill_tokens: s.load.prefill_tokens.load(Relaxed),
+                estimated_requests: e.requests,
+                estimated_decoding: e.decoding,
+                estimated_prefill_tokens: e.prefill_tokens,
+                speed: f64::from(e.speed),
+                routed: key.routed.load(Relaxed),
+                predicted_cached_tokens: s.predicted_cached.load(Relaxed),
+                reported: s.load.last_report(),
+                reports: s.reports.load(Relaxed),
+                reported_cached_tokens: s.reported_cached.load(Relaxed),
+                predicted_for_reports_tokens: s.predicted_for_reports.load(Relaxed),
+                mispredicted_reports: s.mispredicted.load(Relaxed),
+            }
         })
         .ok()
     }
@@ -318,7 +351,7 @@ impl Fleet {
         out.reserve(registry.slots.len());
         for (i, r) in registry.iter() {
             if r.slot.available.load(Relaxed) {
-                out.push(snapshot(i, r));
+                out.push(self.snapshot(i, r));
             }
         }
     }
@@ -357,7 +390,7 @@ impl Fleet {
         winners.sort_unstable();
         for i in winners {
             if let Some(r) = registry.get(i) {
-                out.push(snapshot(i, r));
+                out.push(self.snapshot(i, r));
             }
         }
     }
@@ -374,36 +407,59 @@ impl Fleet {
             (candidate.matched_blocks(), candidate.cached_tokens());
         let by_tier = candidate.cached_by_tier;
         let registry = self.read();
-        let Registered { slot, key } = registry.get(candidate.worker.index())?;
+        let r = registry.get(candidate.worker.index())?;
+        let Registered { slot, key } = r;
         if slot.epoch != candidate.epoch {
             return None;
         }
         let prompt_tokens = request.tokens().len();
         let cached_tokens = cached_tokens.min(prompt_tokens);
         let prefill = (prompt_tokens - cached_tokens) as u64;
-        slot.in_flight.fetch_add(1, Relaxed);
-        key.prefill_tokens.fetch_add(prefill, Relaxed);
+        // What the load model predicts at the worker's configured speed: the timing the
+        // host reports later is compared with it.
+        let output = request
+            .expected_output()
+            .unwrap_or(self.config.default_output_tokens);
+        let predicted = candidate.estimate.ttft_s(
+            &self.config,
+            (prompt_tokens as u64, prefill, output),
+            1.0,
+            slot.load.profile_speed(),
+        );
+        slot.load.routed(prompt_tokens as u64, prefill, output);
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
         key.routed.fetch_add(1, Relaxed);
         key.assigned_prefill.fetch_add(prefill, Relaxed);
-        Some(RouteDecision::new(
-            candidate.worker,
-            candidate.epoch,
-            prompt_tokens,
-            matched_blocks,
-            cached_tokens,
-            by_tier,
-        ))
+        self.refresh(r);
+        Some(
+            RouteDecision::new(
+                candidate.worker,
+                candidate.epoch,
+                prompt_tokens,
+                matched_blocks,
+                cached_tokens,
+                by_tier,
+            )
+            .with_prediction(predicted, output),
+        )
     }
 
-    /// Takes the decision's prefill tokens off its worker's outstanding prefill, once.
-    pub(crate) fn prefilled(&self, decision: &RouteDecision) {
+    /// Takes the decision's prefill tokens off its worker's outstanding prefill, once;
+    /// with the time the first token took, learns the worker's speed from it.
+    pub(crate) fn prefilled(&self, decision: &RouteDecision, elapsed: Option<std::time::Duration>) {
         if !decision.mark_prefilled() {
             return;
         }
         self.with_current(decision, |r| {
-            sub(&r.key.prefill_tokens, decision.prefill_tokens() as u64);
+            r.slot.load.first_token(decision.prefill_tokens() as u64);
+            if let Some(elapsed) = elapsed {
+                let rate = self.config.learning_rate;
+                r.slot
+                    .load
+                    .learn(elapsed.as_secs_f64(), decision.predicted_ttft_s(), rate);
+            }
+            self.refresh(r);
         });
     }
 
@@ -428,10 +484,17 @@ impl Fleet {
         } else {
             0
         };
-        self.with_current(decision, |Registered { slot, key }| {
-            sub(&slot.in_flight, 1);
-            sub(&key.prefill_tokens, prefill);
-            sub(&slot.predicted_cached, decision.cached_tokens() as u64);
+        self.with_current(decision, |r| {
+            if prefill_outstanding {
+                r.slot.load.first_token(prefill);
+            }
+            let prompt = decision.prompt_tokens() as u64;
+            let uncached = decision.prefill_tokens() as u64;
+            r.slot
+                .load
+                .completed(prompt, uncached, decision.output_tokens());
+            sub(&r.slot.predicted_cached, decision.cached_tokens() as u64);
+            self.refresh(r);
         });
     }
 }
@@ -491,7 +554,7 @@ impl Least {
     /// the least (an id with no worker has the highest key).
     #[inline(always)]
     fn offer(&mut self, i: usize, key: &LoadKey, registry: &Registry, salt: u64) {
-        let prefill = key.prefill_tokens.load(Relaxed);
+        let prefill = key.load_ns.load(Relaxed);
         if prefill != self.key.0 {
             if prefill < self.key.0 {
                 self.take(i, registry, salt);
@@ -528,21 +591,22 @@ impl Least {
     }
 }
 
-/// A candidate snapshot of slot `i`.
-#[inline]
-fn snapshot(i: usize, Registered { slot: s, key }: Registered<'_>) -> Candidate {
-    let (prefill_tokens, assigned_prefill, routed) = key.get();
-    Candidate {
-        worker: WorkerId::new(i as u32),
-        epoch: s.epoch,
-        in_flight: s.in_flight.load(Relaxed),
-        prefill_tokens,
-        routed,
-        assigned_prefill,
-        queue_len: s.queue_len.load(Relaxed),
-        matched_blocks: 0,
-        cached_tokens: 0,
-        cached_by_tier: [0; 4],
+impl Fleet {
+    /// A candidate snapshot of slot `i`.
+    #[inline]
+    fn snapshot(&self, i: usize, r: Registered<'_>) -> Candidate {
+        let (_, assigned_prefill, routed) = r.key.get();
+        Candidate {
+            worker: WorkerId::new(i as u32),
+            epoch: r.slot.epoch,
+            in_flight: r.slot.load.in_flight.load(Relaxed),
+            routed,
+            assigned_prefill,
+            estimate: self.estimate(r),
+            matched_blocks: 0,
+            cached_tokens: 0,
+            cached_by_tier: [0; 4],
+        }
     }
 }
 

@@ -9,8 +9,10 @@ mod balanced;
 mod baseline;
 mod cache_aware;
 mod consistent;
+mod estimate;
 mod fleet;
 mod index;
+mod load;
 mod policy;
 mod ranks;
 mod receipt;
@@ -24,7 +26,8 @@ pub use self::baseline::{
 };
 pub use self::cache_aware::{CacheAware, CacheAwareConfig, CacheAwareRouter};
 pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashRouter};
-pub use self::fleet::{ReportedLoad, WorkerLoad};
+pub use self::fleet::WorkerLoad;
+pub use self::load::{EngineLoad, LoadConfig, Staleness, StepModel, WorkerProfile};
 pub use self::index::{CacheIndex, IndexConfig};
 pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min};
 pub use self::ranks::RankLayout;
@@ -55,6 +58,7 @@ pub struct RouteRequest<'a> {
     salt: &'a [u8],
     keys: &'a [crate::BlockKey],
     expected_output: Option<u32>,
+    time: Option<std::time::Duration>,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -67,7 +71,26 @@ impl<'a> RouteRequest<'a> {
             salt: &[],
             keys: &[],
             expected_output: None,
+            time: None,
         }
+    }
+
+    /// The time the request is routed at, on the host's clock (the one its
+    /// [`EngineLoad::measured_at`] reports use): engine reports older than
+    /// [`LoadConfig::max_report_age`] against it are stale. Without it, the newest report's
+    /// time is the router's clock.
+    #[must_use]
+    pub fn with_time(self, at: std::time::Duration) -> Self {
+        Self {
+            time: Some(at),
+            ..self
+        }
+    }
+
+    /// The request's time, if given.
+    #[must_use]
+    pub fn time(&self) -> Option<std::time::Duration> {
+        self.time
     }
 
     /// The conversation or session this request belongs to (sticky policies use it).
@@ -102,7 +125,8 @@ impl<'a> RouteRequest<'a> {
         self.keys
     }
 
-    /// The expected number of output tokens, where the host knows it.
+    /// The expected number of output tokens, where the host knows it (a hint: the decode
+    /// load the request adds, for policies that weigh it).
     #[must_use]
     pub fn with_expected_output(self, tokens: u32) -> Self {
         Self {
@@ -171,6 +195,10 @@ pub struct RouteDecision {
     cached_by_tier: [u32; 4],
     /// The worker's data-parallel rank in its endpoint.
     rank: u32,
+    /// Seconds to first token the load model predicted at the worker's configured speed.
+    predicted_ttft_s: f64,
+    /// Output tokens the request was charged with (its expected output).
+    output_tokens: u32,
     /// `RELEASED` and `PREFILLED` bits: each set once, by one atomic operation.
     state: AtomicU8,
 }
@@ -195,8 +223,30 @@ impl RouteDecision {
             cached_tokens,
             cached_by_tier,
             rank: 0,
+            predicted_ttft_s: 0.0,
+            output_tokens: 0,
             state: AtomicU8::new(0),
         }
+    }
+
+    /// The same decision with the load model's prediction, charging the worker with
+    /// `output_tokens` to generate.
+    pub(crate) fn with_prediction(mut self, ttft_s: f64, output_tokens: u32) -> Self {
+        self.predicted_ttft_s = ttft_s;
+        self.output_tokens = output_tokens;
+        self
+    }
+
+    /// Output tokens the decision charged its worker with.
+    pub(crate) fn output_tokens(&self) -> u32 {
+        self.output_tokens
+    }
+
+    /// Seconds to first token the router's load model predicted, at the worker's configured
+    /// speed: [`Router::first_token_after`] compares the time measured with it.
+    #[must_use]
+    pub fn predicted_ttft_s(&self) -> f64 {
+        self.predicted_ttft_s
     }
 
     /// The same decision for a worker at data-parallel rank `rank`.
@@ -316,6 +366,29 @@ pub trait Router: Send + Sync {
         let _ = decision;
     }
 
+    /// Like [`first_token`](Self::first_token), with the time from forwarding the request
+    /// to its first token as the host measured it: the router learns the worker's effective
+    /// speed from it (how much slower or faster than predicted its first tokens come, over
+    /// about the last `1 / learning_rate` of them, see [`LoadConfig::learning_rate`]). The
+    /// default calls `first_token`.
+    fn first_token_after(&self, decision: &RouteDecision, elapsed: std::time::Duration) {
+        let _ = elapsed;
+        self.first_token(decision);
+    }
+
+    /// Tells the router what the host knows of `worker` (its relative speed, its KV
+    /// capacity). Optional: without it the worker runs at the configured speed until
+    /// timings say otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownWorker`] when it is not registered; [`Error::InvalidConfig`] for a
+    /// speed that is not positive. The default ignores the profile.
+    fn set_profile(&self, worker: WorkerId, profile: WorkerProfile) -> Result<(), Error> {
+        let _ = (worker, profile);
+        Ok(())
+    }
+
     /// Registers `worker` (available, with no load and an empty cache mirror).
     ///
     /// # Errors
@@ -344,13 +417,14 @@ pub trait Router: Send + Sync {
         Err(Error::UnknownWorker(worker))
     }
 
-    /// Pushes load the worker itself reported (queue length, KV usage).
+    /// Pushes load the worker's engine reported (its metrics endpoint, a load event): the
+    /// report replaces what the router counted before it; see [`EngineLoad`].
     ///
     /// # Errors
     ///
     /// [`Error::UnknownWorker`] when it is not registered; [`Error::InvalidConfig`] when
     /// `kv_usage` is not a fraction in `0.0..=1.0`. The default ignores the report.
-    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+    fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
         let _ = (worker, load);
         Ok(())
     }

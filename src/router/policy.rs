@@ -2,12 +2,14 @@
 //! everything else once, for every policy (load tracking, the mirror, event sync, worker
 //! registration).
 
+use super::estimate::Estimate;
 use super::fleet::{Candidates, Fleet, NO_CLASS};
+use super::load::{EngineLoad, LoadConfig, WorkerProfile};
 use smallvec::SmallVec;
 
 use super::index::{Blocks, CacheIndex, IndexConfig};
 use super::{
-    Cost, Receipt, ReceiptLine, ReportedLoad, RouteDecision, RouteRequest, Router, WorkerLoad,
+    Cost, Receipt, ReceiptLine, RouteDecision, RouteRequest, Router, WorkerLoad,
 };
 use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
 use crate::tree::Held;
@@ -17,16 +19,18 @@ use crate::{Error, RankLayout, Tier, TokenId, WorkerId};
 /// it may score on.
 ///
 /// Loads are a snapshot taken just before the policy runs: other threads may route to the
-/// same workers meanwhile, so they are estimates, as a worker's own report is.
+/// same workers meanwhile, so they are estimates, as a worker's own report is. Where the
+/// engine reports its load ([`Router::report_load`]), the figures are its last report
+/// reconciled with this router's own counts since (see [`EngineLoad`]); a report past its
+/// age counts as [`LoadConfig::staleness`] says.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
     pub(crate) worker: WorkerId,
     pub(crate) epoch: u64,
     pub(crate) in_flight: u64,
-    pub(crate) prefill_tokens: u64,
     pub(crate) routed: u64,
     pub(crate) assigned_prefill: u64,
-    pub(crate) queue_len: u64,
+    pub(crate) estimate: Estimate,
     pub(crate) matched_blocks: u32,
     pub(crate) cached_tokens: u32,
     /// Cached tokens by [`Tier::index`].
@@ -57,21 +61,85 @@ impl Candidate {
         self.in_flight
     }
 
-    /// Requests on the worker: this router's in-flight count, or the worker's own reported
-    /// queue ([`Router::report_load`]) when that is larger (it includes other routers'
-    /// traffic).
+    /// Requests on the worker, waiting or running: this router's in-flight count, or the
+    /// engine's reported count with this router's since when that is larger (it includes
+    /// other routers' traffic).
     #[inline]
     #[must_use]
     pub fn requests(&self) -> u64 {
-        self.in_flight.max(self.queue_len)
+        self.estimate.requests
     }
 
-    /// Uncached prompt tokens routed to it whose prefill is not known to be done: the
-    /// prefill work queued or running there (see [`Router::first_token`]).
+    /// Of [`requests`](Self::requests), those decoding (past their first token).
+    #[inline]
+    #[must_use]
+    pub fn decoding(&self) -> u64 {
+        self.estimate.decoding
+    }
+
+    /// Of [`requests`](Self::requests), those waiting for or in their prefill.
+    #[inline]
+    #[must_use]
+    pub fn waiting(&self) -> u64 {
+        self.estimate.requests - self.estimate.decoding
+    }
+
+    /// Uncached prompt tokens to prefill on the worker before a new request's: this
+    /// router's requests whose first token has not come (see [`Router::first_token`]), or
+    /// the engine's reported pending prefill with this router's since, when larger.
     #[inline]
     #[must_use]
     pub fn prefill_tokens(&self) -> u64 {
-        self.prefill_tokens
+        self.estimate.prefill_tokens
+    }
+
+    /// Tokens of context the worker's requests hold: this router's in-flight prompts, or
+    /// the reported KV usage times the worker's capacity when known and larger.
+    #[inline]
+    #[must_use]
+    pub fn context_tokens(&self) -> u64 {
+        self.estimate.context_tokens
+    }
+
+    /// The fraction of KV in use the engine last reported (0 without a fresh report).
+    #[inline]
+    #[must_use]
+    pub fn kv_usage(&self) -> f64 {
+        f64::from(self.estimate.kv_usage)
+    }
+
+    /// The worker's speed relative to the configured one
+    /// ([`LoadConfig::prefill_tokens_per_s`]): its [`WorkerProfile`]'s, corrected by the
+    /// timings the host reported ([`Router::first_token_after`]).
+    #[inline]
+    #[must_use]
+    pub fn speed(&self) -> f64 {
+        f64::from(self.estimate.speed)
+    }
+
+    /// Whether the engine's report is past its age and counts as saturation
+    /// ([`Staleness::Saturated`](crate::Staleness::Saturated)).
+    #[inline]
+    #[must_use]
+    pub fn saturated(&self) -> bool {
+        self.estimate.saturated
+    }
+
+    /// The load model's predicted time to first token, in seconds, for a request of
+    /// `prompt` tokens, `miss` of them uncached here, each weighing `miss_weight`,
+    /// generating `output` tokens (see [`BalancedRouter`](crate::BalancedRouter)).
+    #[must_use]
+    pub fn predicted_ttft_s(
+        &self,
+        config: &LoadConfig,
+        prompt: usize,
+        miss: usize,
+        output: u32,
+        miss_weight: f64,
+    ) -> f64 {
+        let request = (prompt as u64, miss as u64, output);
+        self.estimate
+            .ttft_s(config, request, miss_weight, self.speed())
     }
 
     /// Requests routed to it since it was added.
@@ -87,13 +155,6 @@ impl Candidate {
     #[must_use]
     pub fn assigned_prefill_tokens(&self) -> u64 {
         self.assigned_prefill
-    }
-
-    /// The queue length the worker last reported ([`Router::report_load`]); 0 when none.
-    #[inline]
-    #[must_use]
-    pub fn reported_queue(&self) -> u64 {
-        self.queue_len
     }
 
     /// Leading blocks of the prompt the mirror believes the worker holds (0 unless the
@@ -265,8 +326,23 @@ impl<P: Policy> PolicyRouter<P> {
     /// or [`Error::InvalidBlockSize`] when `index` does not
     /// [validate](IndexConfig::validate).
     pub fn with_policy(num_workers: u32, policy: P, index: IndexConfig) -> Result<Self, Error> {
+        Self::with_policy_and_load(num_workers, policy, index, LoadConfig::default())
+    }
+
+    /// Like [`with_policy`](Self::with_policy), reading load as `load` says.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_policy`](Self::with_policy); [`Error::InvalidConfig`] when `load` does not
+    /// [validate](LoadConfig::validate).
+    pub fn with_policy_and_load(
+        num_workers: u32,
+        policy: P,
+        index: IndexConfig,
+        load: LoadConfig,
+    ) -> Result<Self, Error> {
         let router = Self {
-            fleet: Fleet::new(num_workers)?,
+            fleet: Fleet::new(num_workers, load, index.block_size)?,
             index: CacheIndex::new(index)?,
             policy,
             layout: RankLayout::default(),
@@ -302,6 +378,12 @@ impl<P: Policy> PolicyRouter<P> {
     #[must_use]
     pub fn index(&self) -> &CacheIndex {
         &self.index
+    }
+
+    /// How the router reads load.
+    #[must_use]
+    pub fn load_config(&self) -> &LoadConfig {
+        self.fleet.config()
     }
 
     /// The policy's choice among `candidates`, checked.
@@ -429,6 +511,9 @@ impl<P: Policy> PolicyRouter<P> {
         request: &RouteRequest<'_>,
         candidates: &mut Candidates,
     ) -> Result<RouteDecision, Error> {
+        if let Some(at) = request.time() {
+            self.fleet.observe_time(at);
+        }
         let mut blocks = Blocks::new();
         if self.policy.reads_cache() {
             self.index.hash_request(request, &mut blocks);
@@ -460,7 +545,7 @@ impl<P: Policy> Router for PolicyRouter<P> {
             .map(|c| ReceiptLine {
                 worker: c.worker,
                 requests: c.requests(),
-                prefill_tokens: c.prefill_tokens,
+                prefill_tokens: c.prefill_tokens(),
                 cached_tokens: Tier::ALL.map(|t| c.cached_tokens_at(t)),
                 cost: self.policy.cost(request, c),
             })
@@ -479,7 +564,15 @@ impl<P: Policy> Router for PolicyRouter<P> {
     }
 
     fn first_token(&self, decision: &RouteDecision) {
-        self.fleet.prefilled(decision);
+        self.fleet.prefilled(decision, None);
+    }
+
+    fn first_token_after(&self, decision: &RouteDecision, elapsed: std::time::Duration) {
+        self.fleet.prefilled(decision, Some(elapsed));
+    }
+
+    fn set_profile(&self, worker: WorkerId, profile: WorkerProfile) -> Result<(), Error> {
+        self.fleet.set_profile(worker, profile)
     }
 
     fn add_worker(&self, worker: WorkerId) -> Result<(), Error> {
@@ -500,7 +593,7 @@ impl<P: Policy> Router for PolicyRouter<P> {
         self.fleet.set_available(worker, available)
     }
 
-    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+    fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
         self.fleet.report_load(worker, load)
     }
 

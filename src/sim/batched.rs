@@ -77,6 +77,8 @@ struct Worker {
 struct Flight {
     replica: Replica,
     decision: RouteDecision,
+    /// When it was routed, seconds.
+    at: f64,
 }
 
 /// The state of one replay.
@@ -185,6 +187,7 @@ impl<'s> Run<'s> {
         self.flights[i] = Some(Flight {
             replica: routed.replica,
             decision: routed.decision,
+            at: routed.at,
         });
         self.workers[w].scheduler.enqueue(i);
         if self.workers[w].step.is_none() {
@@ -264,7 +267,10 @@ impl<'s> Run<'s> {
             Outcome::FirstToken(i) => {
                 self.tally.first_token(i, now);
                 if let Some(f) = self.flights[i].as_ref() {
-                    self.replicas.router(f.replica).first_token(&f.decision);
+                    let elapsed = std::time::Duration::from_secs_f64((now - f.at).max(0.0));
+                    self.replicas
+                        .router(f.replica)
+                        .first_token_after(&f.decision, elapsed);
                 }
             }
             Outcome::Finished(i) => {
@@ -322,7 +328,7 @@ impl<'s> Run<'s> {
     fn scrape(&mut self, now: f64) -> Result<(), Error> {
         for (w, worker) in self.workers.iter().enumerate() {
             if !worker.down {
-                let load = worker.scheduler.load();
+                let load = worker.scheduler.load(&self.seqs, now);
                 self.replicas.report_load(WorkerId::new(w as u32), load)?;
             }
         }

@@ -8,7 +8,7 @@
 
 use super::config::{ClusterConfig, Front};
 use super::rng::Rng;
-use crate::{Error, ReportedLoad, Router, WorkerId};
+use crate::{EngineLoad, Error, Router, WorkerId};
 
 /// The index of a replica in the slice given to
 /// [`Simulation::run_replicas`](super::Simulation::run_replicas).
@@ -82,7 +82,7 @@ impl<'s> Replicas<'s> {
     }
 
     /// Tells every replica `worker`'s load.
-    pub(super) fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+    pub(super) fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
         self.routers
             .iter()
             .try_for_each(|r| r.report_load(worker, load))

@@ -193,16 +193,32 @@ impl Scheduler {
         self.waiting.iter().chain(&self.running).copied()
     }
 
-    /// The load an engine's metrics would show: sequences waiting and running, and the
-    /// fraction of the pool's blocks not free (vLLM's KV-cache usage: cached free blocks
-    /// count as free).
-    pub(super) fn load(&self) -> crate::ReportedLoad {
+    /// The load an engine's metrics would show at `now` (seconds): sequences waiting and
+    /// running, the pool's blocks not free (vLLM's KV-cache usage: cached free blocks count
+    /// as free), and the prompt tokens still to prefill (a waiting sequence's past the
+    /// prefix the pool holds for it now).
+    pub(super) fn load(&self, seqs: &[Option<Seq>], now: f64) -> crate::EngineLoad {
         let capacity = self.pool.capacity().max(1);
         let used = capacity.saturating_sub(self.pool.free_blocks());
-        crate::ReportedLoad::new(
-            (self.waiting.len() + self.running.len()) as u64,
-            (used as f64 / capacity as f64) as f32,
+        let pending = |id: &SeqId| {
+            let Some(seq) = seqs.get(*id).and_then(Option::as_ref) else {
+                return 0;
+            };
+            let computed = if seq.computed == 0 {
+                self.pool.cached_prefix(&seq.hashes) * self.block_size
+            } else {
+                seq.computed
+            };
+            seq.prompt.len().saturating_sub(computed) as u64
+        };
+        let prefill: u64 = self.waiting.iter().chain(&self.running).map(pending).sum();
+        crate::EngineLoad::new(
+            self.waiting.len() as u64,
+            self.running.len() as u64,
+            std::time::Duration::from_secs_f64(now.max(0.0)),
         )
+        .with_kv_blocks(used as u64, capacity as u64)
+        .with_prefill_tokens(prefill)
     }
 
     /// How many leading `hashes` the pool and the host tier would give a request.

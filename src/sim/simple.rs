@@ -120,9 +120,7 @@ impl<'s> Run<'s> {
         };
         let w = flight.routed.worker;
         self.tally.first_token(i, now);
-        self.replicas
-            .router(flight.routed.replica)
-            .first_token(&flight.routed.decision);
+        flight.routed.first_token(&self.replicas, now);
         self.fleet[w].cache.insert(W0, &flight.routed.blocks);
         let output = f64::from(self.sim.requests()[i].output_tokens);
         let decode = output * self.sim.config().decode_s_per_token / self.fleet[w].speed;

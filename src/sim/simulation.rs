@@ -315,7 +315,9 @@ impl Simulation {
         let r = &self.requests[i];
         let mut tokens = Vec::new();
         r.prompt.tokens_into(&mut tokens);
-        let mut request = RouteRequest::new(&tokens);
+        let mut request = RouteRequest::new(&tokens)
+            .with_time(std::time::Duration::from_secs_f64(now.max(0.0)))
+            .with_expected_output(r.output_tokens);
         if let Some(s) = &r.session {
             request = request.with_session(s);
         }
@@ -346,6 +348,7 @@ impl Simulation {
             worker,
             tokens,
             blocks,
+            at: now,
         })
     }
 
@@ -371,4 +374,17 @@ pub(super) struct Routed {
     pub(super) tokens: Vec<TokenId>,
     /// The prompt's full blocks, hashed by the fleet's hasher.
     pub(super) blocks: Vec<BlockHash>,
+    /// When it was routed (and forwarded), seconds.
+    pub(super) at: f64,
+}
+
+impl Routed {
+    /// Tells the replica that routed it that its first token came at `now`, with the time
+    /// the host measured.
+    pub(super) fn first_token(&self, replicas: &Replicas<'_>, now: f64) {
+        let elapsed = std::time::Duration::from_secs_f64((now - self.at).max(0.0));
+        replicas
+            .router(self.replica)
+            .first_token_after(&self.decision, elapsed);
+    }
 }

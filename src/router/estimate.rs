@@ -1,0 +1,379 @@
+//! One worker's load as this router estimates it: the engine's last report, this router's
+//! own counts since that report, the worker's profile and its learned speed.
+//!
+//! Reconciliation: a report replaces what the router counted before it, as vLLM's
+//! data-parallel balancer does with its engines' snapshots; what this router routes,
+//! prefills and completes after it is added on top. Where the router's own count of its
+//! in-flight work is larger (a report measured before the router's last requests reached
+//! the engine), that count wins. The counters are atomics updated without a common lock,
+//! so an estimate may mix a report with counts from just before it: it is an estimate, as
+//! the report itself is.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use super::load::{EngineLoad, LoadConfig, Staleness, WorkerProfile};
+#[cfg(doc)]
+use super::load::StepModel;
+
+/// `prefill` of an engine report that gave none.
+const NO_PREFILL: u64 = u64::MAX;
+
+/// A worker's load figures as a policy sees them (see [`Candidate`](super::Candidate)).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub(crate) struct Estimate {
+    /// Requests on the worker, waiting or running.
+    pub(crate) requests: u64,
+    /// Of those, requests past their first token (decoding).
+    pub(crate) decoding: u64,
+    /// Requests the engine reported waiting, plus this router's since (0 without a report).
+    pub(crate) waiting: u64,
+    /// Uncached prompt tokens to prefill before a new request's.
+    pub(crate) prefill_tokens: u64,
+    /// Tokens of context the worker's requests attend to (their prompts and outputs).
+    pub(crate) context_tokens: u64,
+    /// Tokens of KV the worker's requests hold or will hold once admitted beyond what they
+    /// share (their uncached prompt tokens and their outputs).
+    pub(crate) kv_tokens: u64,
+    /// Fraction of KV in use (0 without a report).
+    pub(crate) kv_usage: f32,
+    /// Tokens of KV the worker holds (0: unknown).
+    pub(crate) kv_capacity_tokens: u64,
+    /// Speed relative to the configured rate: the profile's, corrected by what was learned.
+    pub(crate) speed: f32,
+    /// The report is past its age and counts as saturation ([`Staleness::Saturated`]).
+    pub(crate) saturated: bool,
+}
+
+/// One worker's load state: lock-free, updated by routes, timings and reports.
+#[derive(Debug)]
+pub(crate) struct LoadState {
+    /// Requests routed here and not completed.
+    pub(crate) in_flight: AtomicU64,
+    /// Of those, requests whose first token has not come.
+    awaiting_first: AtomicU64,
+    /// Uncached prompt tokens of in-flight requests whose first token has not come.
+    pub(crate) prefill_tokens: AtomicU64,
+    /// Prompt and output tokens of in-flight requests: the context they attend to.
+    context_tokens: AtomicU64,
+    /// Uncached prompt and output tokens of in-flight requests: the KV they add.
+    kv_tokens: AtomicU64,
+    report: Report,
+    since: Since,
+    profile_speed_bits: AtomicU64,
+    kv_capacity_tokens: AtomicU64,
+    /// Decayed sums of observed and predicted times to first token (f64 bits): their ratio
+    /// is how much slower than predicted the worker is.
+    observed_bits: AtomicU64,
+    predicted_bits: AtomicU64,
+}
+
+/// The engine's last report.
+#[derive(Debug, Default)]
+struct Report {
+    present: AtomicBool,
+    waiting: AtomicU64,
+    running: AtomicU64,
+    kv_usage_bits: AtomicU64,
+    kv_blocks_total: AtomicU64,
+    prefill: AtomicU64,
+    measured_ns: AtomicU64,
+}
+
+/// This router's counts since the last report.
+#[derive(Debug, Default)]
+struct Since {
+    routed: AtomicU64,
+    first_tokens: AtomicU64,
+    completed: AtomicU64,
+    prefill: AtomicU64,
+    prefilled: AtomicU64,
+}
+
+/// Nanoseconds of `d`, saturating.
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Default for LoadState {
+    fn default() -> Self {
+        Self {
+            in_flight: AtomicU64::new(0),
+            awaiting_first: AtomicU64::new(0),
+            prefill_tokens: AtomicU64::new(0),
+            context_tokens: AtomicU64::new(0),
+            kv_tokens: AtomicU64::new(0),
+            report: Report::default(),
+            since: Since::default(),
+            profile_speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            kv_capacity_tokens: AtomicU64::new(0),
+            observed_bits: AtomicU64::new(0),
+            predicted_bits: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LoadState {
+    /// A request of `prompt` tokens, `prefill` of them uncached, expected to generate
+    /// `output`, was routed here.
+    pub(crate) fn routed(&self, prompt: u64, prefill: u64, output: u32) {
+        let output = u64::from(output);
+        self.in_flight.fetch_add(1, Relaxed);
+        self.awaiting_first.fetch_add(1, Relaxed);
+        self.prefill_tokens.fetch_add(prefill, Relaxed);
+        self.context_tokens.fetch_add(prompt + output, Relaxed);
+        self.kv_tokens.fetch_add(prefill + output, Relaxed);
+        self.since.routed.fetch_add(1, Relaxed);
+        self.since.prefill.fetch_add(prefill, Relaxed);
+    }
+
+    /// A request's first token came: its `prefill` tokens are done.
+    pub(crate) fn first_token(&self, prefill: u64) {
+        sub(&self.awaiting_first, 1);
+        sub(&self.prefill_tokens, prefill);
+        self.since.first_tokens.fetch_add(1, Relaxed);
+        self.since.prefilled.fetch_add(prefill, Relaxed);
+    }
+
+    /// A request routed with `prompt`, `prefill` and `output` left (its first token
+    /// counted already).
+    pub(crate) fn completed(&self, prompt: u64, prefill: u64, output: u32) {
+        let output = u64::from(output);
+        sub(&self.in_flight, 1);
+        sub(&self.context_tokens, prompt + output);
+        sub(&self.kv_tokens, prefill + output);
+        self.since.completed.fetch_add(1, Relaxed);
+    }
+
+    /// The engine reported `load` (validated).
+    pub(crate) fn report(&self, load: &EngineLoad) {
+        let r = &self.report;
+        r.waiting.store(load.waiting, Relaxed);
+        r.running.store(load.running, Relaxed);
+        r.kv_usage_bits.store(load.kv_usage.to_bits(), Relaxed);
+        r.kv_blocks_total.store(load.kv_blocks_total, Relaxed);
+        r.prefill
+            .store(load.prefill_tokens.unwrap_or(NO_PREFILL), Relaxed);
+        r.measured_ns.store(nanos(load.measured_at), Relaxed);
+        r.present.store(true, Relaxed);
+        for counter in [
+            &self.since.routed,
+            &self.since.first_tokens,
+            &self.since.completed,
+            &self.since.prefill,
+            &self.since.prefilled,
+        ] {
+            counter.store(0, Relaxed);
+        }
+    }
+
+    /// The last report, if any.
+    pub(crate) fn last_report(&self) -> Option<EngineLoad> {
+        let r = &self.report;
+        if !r.present.load(Relaxed) {
+            return None;
+        }
+        let prefill = r.prefill.load(Relaxed);
+        Some(EngineLoad {
+            waiting: r.waiting.load(Relaxed),
+            running: r.running.load(Relaxed),
+            kv_usage: f64::from_bits(r.kv_usage_bits.load(Relaxed)),
+            kv_blocks_total: r.kv_blocks_total.load(Relaxed),
+            prefill_tokens: (prefill != NO_PREFILL).then_some(prefill),
+            measured_at: Duration::from_nanos(r.measured_ns.load(Relaxed)),
+        })
+    }
+
+    /// The host told the worker's profile (validated).
+    pub(crate) fn set_profile(&self, profile: &WorkerProfile) {
+        self.profile_speed_bits
+            .store(profile.speed.to_bits(), Relaxed);
+        self.kv_capacity_tokens
+            .store(profile.kv_capacity_tokens, Relaxed);
+    }
+
+    /// The configured relative speed.
+    pub(crate) fn profile_speed(&self) -> f64 {
+        f64::from_bits(self.profile_speed_bits.load(Relaxed))
+    }
+
+    /// A first token came `observed` seconds after forwarding, where the load model (at the
+    /// configured speed) predicted `predicted`: the learned slowness moves towards their
+    /// ratio by `rate`. Concurrent timings may lose one another's update.
+    pub(crate) fn learn(&self, observed: f64, predicted: f64, rate: f64) {
+        if !(observed.is_finite() && predicted.is_finite() && observed >= 0.0 && predicted > 0.0)
+        {
+            return;
+        }
+        let decay = 1.0 - rate;
+        let o = f64::from_bits(self.observed_bits.load(Relaxed)) * decay + rate * observed;
+        let p = f64::from_bits(self.predicted_bits.load(Relaxed)) * decay + rate * predicted;
+        self.observed_bits.store(o.to_bits(), Relaxed);
+        self.predicted_bits.store(p.to_bits(), Relaxed);
+    }
+
+    /// How many times slower than its profile the worker has been, `1/16..=16` (1 before
+    /// any timing), in half-octave steps (…, 0.71, 1, 1.41, 2, …): the load model's own
+    /// error moves identical workers' ratios by some ten per cent either way, and a speed
+    /// that differs by less than that would only add noise to every choice.
+    pub(crate) fn slowness(&self) -> f64 {
+        let p = f64::from_bits(self.predicted_bits.load(Relaxed));
+        if p <= 0.0 {
+            return 1.0;
+        }
+        let o = f64::from_bits(self.observed_bits.load(Relaxed));
+        let ratio = (o / p).clamp(1.0 / 16.0, 16.0);
+        ((ratio.log2() * 2.0).round() / 2.0).exp2()
+    }
+
+    /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
+    /// `mean_prefill` is the uncached tokens of an average request routed here, for a
+    /// report that counts waiting requests but not their tokens; `block_size` turns the
+    /// reported KV blocks into tokens.
+    pub(crate) fn estimate(
+        &self,
+        config: &LoadConfig,
+        now_ns: u64,
+        mean_prefill: u64,
+        block_size: u64,
+    ) -> Estimate {
+        let in_flight = self.in_flight.load(Relaxed);
+        let awaiting = self.awaiting_first.load(Relaxed).min(in_flight);
+        let local_prefill = self.prefill_tokens.load(Relaxed);
+        let mut e = Estimate {
+            requests: in_flight,
+            decoding: in_flight - awaiting,
+            waiting: 0,
+            prefill_tokens: local_prefill,
+            context_tokens: self.context_tokens.load(Relaxed),
+            kv_tokens: self.kv_tokens.load(Relaxed),
+            kv_usage: 0.0,
+            kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
+            speed: (self.profile_speed() / self.slowness()) as f32,
+            saturated: false,
+        };
+        let r = &self.report;
+        if !r.present.load(Relaxed) {
+            return e;
+        }
+        let age = now_ns.saturating_sub(r.measured_ns.load(Relaxed));
+        if age > nanos(config.max_report_age) {
+            match config.staleness {
+                Staleness::Ignore => return e,
+                Staleness::Saturated => e.saturated = true,
+                Staleness::Hold => {}
+            }
+        }
+        self.reconcile(&mut e, mean_prefill, block_size);
+        e
+    }
+
+    /// Adds the report and this router's counts since it to `e` (the router's own counts).
+    fn reconcile(&self, e: &mut Estimate, mean_prefill: u64, block_size: u64) {
+        let (r, s) = (&self.report, &self.since);
+        let routed = s.routed.load(Relaxed);
+        let first = s.first_tokens.load(Relaxed);
+        let done = s.completed.load(Relaxed);
+        let waiting = (r.waiting.load(Relaxed) + routed).saturating_sub(first);
+        let running = (r.running.load(Relaxed) + first).saturating_sub(done);
+        e.requests = e.requests.max(waiting + running);
+        e.decoding = e.decoding.max(running.min(e.requests));
+        e.waiting = e.requests - e.decoding;
+        let reported = match r.prefill.load(Relaxed) {
+            NO_PREFILL => waiting.saturating_mul(mean_prefill),
+            p => (p + s.prefill.load(Relaxed)).saturating_sub(s.prefilled.load(Relaxed)),
+        };
+        e.prefill_tokens = e.prefill_tokens.max(reported);
+        let usage = f64::from_bits(r.kv_usage_bits.load(Relaxed));
+        e.kv_usage = usage as f32;
+        if e.kv_capacity_tokens == 0 {
+            e.kv_capacity_tokens = r.kv_blocks_total.load(Relaxed).saturating_mul(block_size);
+        }
+        if e.kv_capacity_tokens > 0 {
+            let held = (usage * e.kv_capacity_tokens as f64) as u64;
+            let demand = held + e.waiting.saturating_mul(mean_prefill);
+            e.kv_tokens = e.kv_tokens.max(demand);
+        }
+    }
+}
+
+/// Takes `by` off `counter`, never below zero (a report may have reset what it counts).
+fn sub(counter: &AtomicU64, by: u64) {
+    let _ = counter.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(by)));
+}
+
+impl Estimate {
+    /// Tokens of context the worker's decodes attend to: their share of what its requests
+    /// hold.
+    fn decode_context(&self) -> f64 {
+        if self.requests == 0 {
+            return 0.0;
+        }
+        self.context_tokens as f64 * self.decoding as f64 / self.requests as f64
+    }
+
+    /// Seconds until the first token of a request of `prompt` tokens, `miss` of them
+    /// uncached, on this worker running at `speed`: its queue and `miss_weight ×` its own
+    /// tokens at the prefill rate, plus the fixed and decode part of every step they take
+    /// (a step's budget is shared with the worker's decodes, one token each), plus its wait
+    /// for admission ([`admission_wait_s`](Self::admission_wait_s), the running requests
+    /// generating `output` tokens). A saturated worker takes an hour more.
+    pub(crate) fn ttft_s(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        miss_weight: f64,
+        speed: f64,
+    ) -> f64 {
+        let (_, miss, output) = request;
+        let step = &config.step;
+        let rate = config.prefill_tokens_per_s * speed;
+        let decodes = self.decoding as f64;
+        let tokens = (self.prefill_tokens + miss) as f64;
+        let budget = (step.max_num_batched_tokens as f64 - decodes).max(1.0);
+        let steps = (tokens / budget).ceil().max(1.0);
+        let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
+        let stepping = steps * step.seconds(0.0, decodes, self.decode_context(), rate) / speed;
+        let saturated = if self.saturated { 3_600.0 } else { 0.0 };
+        weighted / rate + stepping + self.admission_wait_s(config, miss, output, speed) + saturated
+    }
+
+    /// Seconds a request with `miss` uncached tokens generating `output` waits for
+    /// admission on this worker, the requests running there generating as many: none while
+    /// the worker has a free running slot ([`StepModel::max_num_seqs`]) and its KV holds
+    /// what its requests add and this one's; past either, until the running requests finish
+    /// and free the excess. Each runs `output` steps of a busy worker (a prefill chunk, as
+    /// far as prefill is queued, with the decodes), half of them left on average.
+    fn admission_wait_s(&self, config: &LoadConfig, miss: u64, output: u32, speed: f64) -> f64 {
+        let step = &config.step;
+        let running = self.decoding.max(1) as f64;
+        let seats = (self.requests + 1).saturating_sub(step.max_num_seqs as u64);
+        let capacity = self.kv_capacity_tokens;
+        let demand = self.kv_tokens + miss + u64::from(output);
+        let memory = if capacity == 0 || self.kv_tokens == 0 {
+            0.0
+        } else {
+            demand.saturating_sub(capacity) as f64 / self.kv_tokens as f64
+        };
+        let excess = (seats as f64 / running).max(memory);
+        if excess <= 0.0 {
+            return 0.0;
+        }
+        let rate = config.prefill_tokens_per_s * speed;
+        let decodes = self.decoding as f64;
+        let chunk = (step.max_num_batched_tokens as f64 - decodes).max(0.0);
+        let chunk = chunk.min(self.prefill_tokens as f64);
+        let busy = step.seconds(chunk, decodes, self.decode_context(), rate) / speed;
+        excess * f64::from(output.max(1)) * busy / 2.0
+    }
+
+    /// [`ttft_s`](Self::ttft_s) at the estimated speed.
+    pub(crate) fn cost_s(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        miss_weight: f64,
+    ) -> f64 {
+        self.ttft_s(config, request, miss_weight, f64::from(self.speed))
+    }
+}
