@@ -33,8 +33,9 @@
 //!   policy and the request's record), `--plot FILE.svg` (each policy as a point of hit
 //!   ratio against TTFT p99, plus a sweep of `BalancedRouter`'s weighted score over alpha).
 //!
-//! `--help` prints every flag and exits 0. A progress bar goes to stderr; bad flags and
-//! unreadable traces give a one-line error and exit code 2.
+//! `--help` prints every flag and exits 0. Progress goes to stderr: a bar per running
+//! policy while stderr is a terminal, otherwise a plain line per finished policy. Bad
+//! flags and unreadable traces give a one-line error and exit code 2.
 
 use std::process::ExitCode;
 
