@@ -10,6 +10,7 @@ use clap::builder::PossibleValuesParser;
 use super::policy;
 
 /// What the flags say.
+#[derive(Debug)]
 pub(crate) struct Flags {
     pub(crate) listen: String,
     pub(crate) policy: String,

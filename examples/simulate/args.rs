@@ -9,7 +9,7 @@ use super::policy::POLICIES;
 use prefix_router::sim::{ClusterConfig, Engine, Front, SyncMode, WorkerSpec, Workload};
 
 /// Everything the flags set.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Args {
     pub(crate) trace: Option<String>,
     /// The one built-in workload to run (`--workload`); `None`: all of them.
@@ -31,7 +31,7 @@ pub(crate) struct Args {
     pub(crate) router_capacity_tokens: Option<usize>,
     /// Whether the routers are told each worker's speed (`--router-speeds known`); by
     /// default they are not and learn it from the timings the simulation reports.
-    #[expect(
+    #[allow(
         dead_code,
         reason = "`--router-speeds` is accepted; no router is given the workers' speeds from it"
     )]
