@@ -50,18 +50,24 @@
 //! `--drain-ms` (default 0, so that a load balancer polling `/ready` can move traffic away
 //! first), then stops accepting requests and lets those in flight, streams included,
 //! finish.
+//!
+//! `--help` lists every flag with its default and exits 0; bad flags give a one-line error
+//! and exit code 2.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
+use flags::Flags;
 use prefix_router::RankLayout;
 
 mod app;
 mod chat;
+#[path = "../common/cli.rs"]
+mod cli;
 #[cfg(feature = "zmq")]
 mod events;
+mod flags;
 mod metrics;
 mod mock;
 mod mock_cache;
@@ -76,110 +82,6 @@ mod tokenize;
 #[cfg(feature = "zmq")]
 #[path = "../vllm_events/zmq.rs"]
 mod zmq;
-
-fn usage() -> String {
-    format!(
-        "usage: gateway [--listen ADDR] [--policy {}] [--block-size N] [--dp-ranks N] \
-         [--metrics-path PATH] [--scrape-interval-ms N] [--health-interval-ms N] \
-         [--request-timeout-s N] [--drain-ms N] [--tokenizer FILE [--tokenizer-config FILE] \
-         [--tokenize-cache-mb N]] [--lora NAME...] --upstream URL... \
-         [--kv-events PUB[,REPLAY]...]\n       \
-         gateway --mock-worker ADDR [--capacity-blocks N] [--dp-ranks N] [--tokenizer FILE] \
-         [--kv-events-host HOST]",
-        policy::POLICIES.join("|")
-    )
-}
-
-/// What the flags say.
-struct Flags {
-    listen: String,
-    policy: String,
-    upstreams: Vec<String>,
-    options: policy::PolicyOptions,
-    mock: Option<String>,
-    capacity_blocks: usize,
-    ranks: u32,
-    /// Each upstream's metrics path (for example `/metrics`), scraped when given.
-    metrics_path: Option<String>,
-    scrape_interval: Duration,
-    health_interval: Duration,
-    request_timeout: Duration,
-    /// How long the gateway serves on after Ctrl-C, not ready.
-    drain: Duration,
-    tokenizer: Option<PathBuf>,
-    tokenizer_config: Option<PathBuf>,
-    tokenize_cache_bytes: usize,
-    loras: Vec<String>,
-    /// Per upstream: its engine's KV-event socket and, after a comma, its replay socket.
-    kv_events: Vec<String>,
-    /// For a mock worker: publish KV events on this host.
-    kv_events_host: Option<String>,
-}
-
-impl Default for Flags {
-    fn default() -> Self {
-        Self {
-            listen: "127.0.0.1:8000".to_owned(),
-            policy: "balanced".to_owned(),
-            upstreams: Vec::new(),
-            options: policy::PolicyOptions::default(),
-            mock: None,
-            capacity_blocks: 65_536,
-            ranks: 1,
-            metrics_path: None,
-            scrape_interval: Duration::from_secs(1),
-            health_interval: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(300),
-            drain: Duration::ZERO,
-            tokenizer: None,
-            tokenizer_config: None,
-            tokenize_cache_bytes: 64 << 20,
-            loras: Vec::new(),
-            kv_events: Vec::new(),
-            kv_events_host: None,
-        }
-    }
-}
-
-fn parse_flags() -> Result<Flags, String> {
-    let mut f = Flags::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{}", usage()))?;
-        let number = || {
-            value
-                .parse::<usize>()
-                .map_err(|_| format!("{flag}: {value:?} is not a number"))
-        };
-        let millis = || number().map(|n| Duration::from_millis(n.max(1) as u64));
-        match flag.as_str() {
-            "--listen" => f.listen = value,
-            "--policy" => f.policy = value,
-            "--upstream" => f.upstreams.push(value.trim_end_matches('/').to_owned()),
-            "--mock-worker" => f.mock = Some(value),
-            "--metrics-path" => f.metrics_path = Some(value),
-            "--tokenizer" => f.tokenizer = Some(PathBuf::from(value)),
-            "--tokenizer-config" => f.tokenizer_config = Some(PathBuf::from(value)),
-            "--tokenize-cache-mb" => f.tokenize_cache_bytes = number()? << 20,
-            "--lora" => f.loras.push(value),
-            "--kv-events" => f.kv_events.push(value),
-            "--kv-events-host" => f.kv_events_host = Some(value),
-            "--block-size" => f.options.block_size = number()?,
-            "--capacity-blocks" => f.capacity_blocks = number()?,
-            "--dp-ranks" => f.ranks = u32::try_from(number()?).unwrap_or(u32::MAX),
-            "--scrape-interval-ms" => f.scrape_interval = millis()?,
-            "--health-interval-ms" => f.health_interval = millis()?,
-            "--drain-ms" => f.drain = Duration::from_millis(number()? as u64),
-            "--request-timeout-s" => {
-                f.request_timeout = Duration::from_secs(number()?.max(1) as u64)
-            }
-            _ => return Err(format!("unknown flag {flag:?}\n{}", usage())),
-        }
-    }
-    Ok(f)
-}
 
 /// The tokenizer and chat template the flags name, if any. Without `--tokenizer-config`,
 /// the `tokenizer_config.json` beside the tokenizer is read when it is there.
@@ -202,12 +104,12 @@ fn prompts(f: &Flags) -> Result<Option<Arc<prompt::Prompts>>, String> {
 /// The gateway for `f` with its background tasks (health probes, metrics scraper) started.
 fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
     if f.upstreams.is_empty() {
-        return Err(format!("give at least one --upstream\n{}", usage()));
+        return Err("give at least one --upstream".to_owned());
     }
     let targets = layout.targets(f.upstreams.len() as u32);
     let router = match policy::build(&f.policy, targets, &f.options) {
         Some(r) => r.map_err(|e| e.to_string())?,
-        None => return Err(format!("unknown policy {:?}\n{}", f.policy, usage())),
+        None => return Err(format!("unknown policy {:?}", f.policy)),
     };
     let options = app::Options {
         prompts: prompts(&f)?,
@@ -298,16 +200,12 @@ async fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Ga
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let built = match parse_flags() {
-        Ok(flags) => {
-            let drain = flags.drain;
-            build(flags)
-                .await
-                .map(|(addr, app, gw)| (addr, app, gw, drain))
-        }
-        Err(e) => Err(e),
+    let flags = match flags::parse_from(std::env::args_os()) {
+        Ok(flags) => flags,
+        Err(e) => return cli::exit(&e),
     };
-    let (addr, app, gw, drain) = match built {
+    let drain = flags.drain;
+    let (addr, app, gw) = match build(flags).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,22 +1,19 @@
 //! The command line.
 
-use super::policy::POLICIES;
-use prefix_router::sim::{ClusterConfig, Engine, Front, SyncMode, WorkerSpec};
+use std::ffi::OsString;
 
-pub(crate) const USAGE: &str = "usage: simulate [--trace PATH] [--workers N] \
-    [--capacity-tokens N] [--router-capacity-tokens N|unknown] [--speedup X] \
-    [--policy NAME|all] [--alpha X] [--miss-weight X] [--block-size N] [--seed N] \
-    [--format table|json|csv] [--engine batched|simple] [--max-num-batched-tokens N] \
-    [--max-num-seqs N] [--host-capacity-tokens N] [--host-chunk-blocks N] \
-    [--sync optimistic|feedback|events] [--replicas N] [--front rr|random] \
-    [--scrape-interval S] [--event-delay S] [--event-loss P] [--event-replay on|off] \
-    [--fleet SPEC] [--faults SPEC] [--ttft-target S] [--tpot-target S] \
-    [--requests-out FILE] [--plot FILE.svg] [--router-speeds known|unknown] [--matrix]";
+use clap::builder::PossibleValuesParser;
+use clap::{CommandFactory, Parser, ValueEnum};
+
+use super::policy::POLICIES;
+use prefix_router::sim::{ClusterConfig, Engine, Front, SyncMode, WorkerSpec, Workload};
 
 /// Everything the flags set.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Args {
     pub(crate) trace: Option<String>,
+    /// The one built-in workload to run (`--workload`); `None`: all of them.
+    pub(crate) workload: Option<String>,
     pub(crate) cluster: ClusterConfig,
     pub(crate) policy: String,
     pub(crate) alpha: Option<f64>,
@@ -34,144 +31,320 @@ pub(crate) struct Args {
     pub(crate) router_capacity_tokens: Option<usize>,
     /// Whether the routers are told each worker's speed (`--router-speeds known`); by
     /// default they are not and learn it from the timings the simulation reports.
+    #[allow(
+        dead_code,
+        reason = "`--router-speeds` is accepted; no router is given the workers' speeds from it"
+    )]
     pub(crate) router_speeds_known: bool,
     pub(crate) matrix: bool,
 }
 
-impl Default for Args {
-    fn default() -> Self {
-        Self {
-            trace: None,
-            cluster: ClusterConfig::default().with_engine(Engine::Batched),
-            policy: "all".into(),
-            alpha: None,
-            miss_weight: None,
-            seed: 42,
-            format: "table".into(),
-            plot: None,
-            requests_out: None,
-            fleet: None,
-            faults: None,
-            replicas: 1,
-            router_capacity_tokens: None,
-            router_speeds_known: false,
-            matrix: false,
-        }
-    }
+/// The flags as clap reads them, in their `--help` groups; [`parse_from`] makes them
+/// [`Args`]. Each flag's doc comment is its line of `--help`.
+#[derive(Parser)]
+#[command(
+    name = "simulate",
+    about = "Compares routing policies on the built-in workloads or a Mooncake trace.",
+    long_about = None,
+    after_help = "Bad flags and unreadable traces give a one-line error and exit code 2."
+)]
+struct Cli {
+    #[command(flatten)]
+    run: RunFlags,
+    #[command(flatten)]
+    cluster: ClusterFlags,
+    #[command(flatten)]
+    routers: RouterFlags,
+    #[command(flatten)]
+    output: OutputFlags,
 }
 
-/// `v` parsed as a number for `flag`.
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+/// What to run.
+#[derive(clap::Args)]
+#[command(next_help_heading = "What to run")]
+struct RunFlags {
+    /// Replay this Mooncake trace (JSON lines) instead of the built-in workloads.
+    #[arg(long, value_name = "PATH")]
+    trace: Option<String>,
+    /// Run only the built-in workload NAME.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = workload_names(),
+        conflicts_with = "trace"
+    )]
+    workload: Option<String>,
+    /// Run only this policy, or all of them.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "all",
+        value_parser = policy_names()
+    )]
+    policy: String,
+    /// The weighted score's alpha (`balanced_weighted`).
+    #[arg(long, value_name = "X")]
+    alpha: Option<f64>,
+    /// The weight of a cache miss in the balanced policies' cost.
+    #[arg(long, value_name = "X")]
+    miss_weight: Option<f64>,
+    /// Seed of the built-in workloads (default 42) and of the simulator's randomness
+    /// (default 0).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Run the results matrix (every policy in every cell, as Markdown) instead.
+    #[arg(long)]
+    matrix: bool,
+}
+
+/// The modelled fleet.
+#[derive(clap::Args)]
+#[command(next_help_heading = "The fleet")]
+struct ClusterFlags {
+    /// Workers in the fleet.
+    #[arg(long, value_name = "N", default_value_t = cluster().workers)]
+    workers: u32,
+    /// KV cache of each worker, in tokens.
+    #[arg(long, value_name = "N", default_value_t = cluster().capacity_tokens)]
+    capacity_tokens: usize,
+    /// Tokens per KV block.
+    #[arg(long, value_name = "N", default_value_t = cluster().block_size)]
+    block_size: usize,
+    /// Arrival rates multiplied by X.
+    #[arg(long, value_name = "X", default_value_t = cluster().speedup)]
+    speedup: f64,
+    /// How workers run requests: vLLM-like batches, or the FIFO model.
+    #[arg(long, value_enum, default_value_t = EngineArg::Batched)]
+    engine: EngineArg,
+    /// Tokens computed per step at most (batched engine).
+    #[arg(long, value_name = "N", default_value_t = cluster().batch.max_num_batched_tokens)]
+    max_num_batched_tokens: usize,
+    /// Running requests at most (batched engine).
+    #[arg(long, value_name = "N", default_value_t = cluster().batch.max_num_seqs)]
+    max_num_seqs: usize,
+    /// Each worker's host tier (CPU offloading), in tokens; 0: none.
+    #[arg(long, value_name = "N", default_value_t = cluster().batch.host_capacity_tokens)]
+    host_capacity_tokens: usize,
+    /// Blocks per chunk of the host tier.
+    #[arg(long, value_name = "N", default_value_t = cluster().batch.host_chunk_blocks)]
+    host_chunk_blocks: usize,
+    /// Workers by speed and KV, replacing --workers: 4x1.0,4x0.5@2000000 is 4 at full
+    /// speed and 4 at half of it with 2,000,000 tokens each.
+    #[arg(long, value_name = "SPEC")]
+    fleet: Option<String>,
+    /// Workers leaving and returning empty: 3@60-120 is worker 3 out from 60 s to 120 s
+    /// (inf: never back).
+    #[arg(long, value_name = "SPEC")]
+    faults: Option<String>,
+}
+
+/// The routers and what reaches them.
+#[derive(clap::Args)]
+#[command(next_help_heading = "The routers")]
+struct RouterFlags {
+    /// Router replicas behind the front.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    replicas: u32,
+    /// How requests are spread over the replicas.
+    #[arg(long, value_enum, default_value_t = FrontArg::Rr)]
+    front: FrontArg,
+    /// The KV capacity per worker the routers' mirrors are told.
+    #[arg(long, value_name = "N|unknown", default_value = "unknown", value_parser = known_tokens)]
+    // Fully qualified so that clap takes the value as it is, not the flag as optional.
+    router_capacity_tokens: ::std::option::Option<usize>,
+    /// Whether the routers are told each worker's speed, or learn it from the timings.
+    #[arg(long, value_enum, default_value_t = Known::Unknown)]
+    router_speeds: Known,
+    /// Mirror correction: engine events, miss feedback, or none (optimistic).
+    #[arg(long, value_enum, default_value_t = SyncArg::Optimistic)]
+    sync: SyncArg,
+    /// Seconds between each worker's load reports to the routers; 0: never.
+    #[arg(long, value_name = "S", default_value_t = cluster().scrape_interval_s)]
+    scrape_interval: f64,
+    /// Seconds from a batch of engine events leaving a worker to reaching the routers.
+    #[arg(long, value_name = "S", default_value_t = cluster().event_delay_s)]
+    event_delay: f64,
+    /// Probability that a replica never receives a batch of engine events.
+    #[arg(long, value_name = "P", default_value_t = cluster().event_loss)]
+    event_loss: f64,
+    /// Whether a lost batch is replayed from the engine, or left for the mirror to carry.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    event_replay: OnOff,
+}
+
+/// What is printed and written.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Output")]
+struct OutputFlags {
+    /// How the results are printed on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Goodput's time-to-first-token target, in seconds.
+    #[arg(long, value_name = "S", default_value_t = cluster().ttft_target_s)]
+    ttft_target: f64,
+    /// Goodput's time-per-output-token target, in seconds.
+    #[arg(long, value_name = "S", default_value_t = cluster().tpot_target_s)]
+    tpot_target: f64,
+    /// Write one JSON line per request of every run (workload, policy, record) to FILE.
+    #[arg(long, value_name = "FILE")]
+    requests_out: Option<String>,
+    /// Draw hit ratio against TTFT p99 per policy, and the weighted score over alpha, as
+    /// SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<String>,
+}
+
+// The values of the flags that take a name. A doc comment on a variant would become its
+// help in `--help`, which would then list each value on a line of its own.
+
+/// `--engine`.
+#[derive(Clone, Copy, ValueEnum)]
+enum EngineArg {
+    Batched,
+    Simple,
+}
+
+/// `--front`.
+#[derive(Clone, Copy, ValueEnum)]
+enum FrontArg {
+    // Round robin.
+    Rr,
+    Random,
+}
+
+/// `--sync`.
+#[derive(Clone, Copy, ValueEnum)]
+enum SyncArg {
+    // No correction.
+    #[value(alias = "none")]
+    Optimistic,
+    Feedback,
+    Events,
+}
+
+/// `--event-replay`.
+#[derive(Clone, Copy, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
+}
+
+/// `--router-speeds`.
+#[derive(Clone, Copy, ValueEnum)]
+enum Known {
+    Known,
+    Unknown,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+/// The modelled fleet's defaults, which the flags' defaults are.
+fn cluster() -> ClusterConfig {
+    ClusterConfig::default()
+}
+
+/// `--workload`'s values: the built-in workloads' names.
+fn workload_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(Workload::builtin().into_iter().map(|(name, _)| name))
+}
+
+/// `--policy`'s values: every policy's name and `all`.
+fn policy_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(POLICIES.into_iter().chain(["all"]))
+}
+
+/// A number of tokens, or `unknown`.
+fn known_tokens(v: &str) -> Result<Option<usize>, String> {
+    if v == "unknown" {
+        return Ok(None);
+    }
     v.parse()
-        .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
+        .map(Some)
+        .map_err(|_| format!("{v:?} is neither a number nor unknown"))
 }
 
-/// `v` as one of `choices` (name, value) for `flag`.
-fn choice<T: Copy>(flag: &str, v: &str, choices: &[(&str, T)]) -> Result<T, String> {
-    choices
-        .iter()
-        .find(|(name, _)| *name == v)
-        .map(|&(_, value)| value)
-        .ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-            format!("{flag}: unknown {v:?} ({})", names.join(", "))
-        })
-}
-
-/// Parses the process's arguments; the error is a one-line message (or the usage).
-pub(crate) fn parse() -> Result<Args, String> {
-    let mut args = Args::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if matches!(flag.as_str(), "-h" | "--help") {
-            return Err(USAGE.into());
+impl From<Cli> for Args {
+    fn from(cli: Cli) -> Self {
+        let Cli {
+            run,
+            cluster: c,
+            routers: r,
+            output: o,
+        } = cli;
+        let mut cluster = ClusterConfig::default();
+        cluster.workers = c.workers;
+        cluster.capacity_tokens = c.capacity_tokens;
+        cluster.block_size = c.block_size;
+        cluster.speedup = c.speedup;
+        cluster.engine = match c.engine {
+            EngineArg::Batched => Engine::Batched,
+            EngineArg::Simple => Engine::Simple,
+        };
+        cluster.batch.max_num_batched_tokens = c.max_num_batched_tokens;
+        cluster.batch.max_num_seqs = c.max_num_seqs;
+        cluster.batch.host_capacity_tokens = c.host_capacity_tokens;
+        cluster.batch.host_chunk_blocks = c.host_chunk_blocks;
+        cluster.front = match r.front {
+            FrontArg::Rr => Front::RoundRobin,
+            FrontArg::Random => Front::Random,
+        };
+        cluster.sync = match r.sync {
+            SyncArg::Optimistic => SyncMode::None,
+            SyncArg::Feedback => SyncMode::Feedback,
+            SyncArg::Events => SyncMode::Events,
+        };
+        cluster.scrape_interval_s = r.scrape_interval;
+        cluster.event_delay_s = r.event_delay;
+        cluster.event_loss = r.event_loss;
+        cluster.event_replay = matches!(r.event_replay, OnOff::On);
+        cluster.ttft_target_s = o.ttft_target;
+        cluster.tpot_target_s = o.tpot_target;
+        if let Some(seed) = run.seed {
+            cluster.seed = seed;
         }
-        if flag == "--matrix" {
-            args.matrix = true;
-            continue;
-        }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        if !cluster_flag(&mut args.cluster, &flag, &value)? {
-            run_flag(&mut args, &flag, &value)?;
+        let format = match o.format {
+            Format::Table => "table",
+            Format::Json => "json",
+            Format::Csv => "csv",
+        };
+        Self {
+            trace: run.trace,
+            workload: run.workload,
+            cluster,
+            policy: run.policy,
+            alpha: run.alpha,
+            miss_weight: run.miss_weight,
+            seed: run.seed.unwrap_or(42),
+            format: format.to_owned(),
+            plot: o.plot,
+            requests_out: o.requests_out,
+            fleet: c.fleet,
+            faults: c.faults,
+            replicas: r.replicas,
+            router_capacity_tokens: r.router_capacity_tokens,
+            router_speeds_known: matches!(r.router_speeds, Known::Known),
+            matrix: run.matrix,
         }
     }
-    check(&mut args)?;
+}
+
+/// Parses `argv` (the program's name first); the error is clap's: help asked for (exit
+/// code 0) or a bad command line (exit code 2).
+pub(crate) fn parse_from<I, T>(argv: I) -> Result<Args, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut args = Args::from(Cli::try_parse_from(argv)?);
+    check(&mut args)
+        .map_err(|e| Cli::command().error(clap::error::ErrorKind::ValueValidation, e))?;
     Ok(args)
-}
-
-/// Applies a flag of the modelled fleet; false when `flag` is not one.
-fn cluster_flag(c: &mut ClusterConfig, flag: &str, v: &str) -> Result<bool, String> {
-    match flag {
-        "--workers" => c.workers = num(flag, v)?,
-        "--capacity-tokens" => c.capacity_tokens = num(flag, v)?,
-        "--speedup" => c.speedup = num(flag, v)?,
-        "--block-size" => c.block_size = num(flag, v)?,
-        "--ttft-target" => c.ttft_target_s = num(flag, v)?,
-        "--tpot-target" => c.tpot_target_s = num(flag, v)?,
-        "--max-num-batched-tokens" => c.batch.max_num_batched_tokens = num(flag, v)?,
-        "--max-num-seqs" => c.batch.max_num_seqs = num(flag, v)?,
-        "--host-capacity-tokens" => c.batch.host_capacity_tokens = num(flag, v)?,
-        "--host-chunk-blocks" => c.batch.host_chunk_blocks = num(flag, v)?,
-        "--scrape-interval" => c.scrape_interval_s = num(flag, v)?,
-        "--event-delay" => c.event_delay_s = num(flag, v)?,
-        "--event-loss" => c.event_loss = num(flag, v)?,
-        "--event-replay" => c.event_replay = choice(flag, v, &[("on", true), ("off", false)])?,
-        "--front" => {
-            c.front = choice(
-                flag,
-                v,
-                &[("rr", Front::RoundRobin), ("random", Front::Random)],
-            )?;
-        }
-        "--sync" => {
-            let modes = [
-                ("optimistic", SyncMode::None),
-                ("none", SyncMode::None),
-                ("feedback", SyncMode::Feedback),
-                ("events", SyncMode::Events),
-            ];
-            c.sync = choice(flag, v, &modes)?;
-        }
-        "--engine" => {
-            let engines = [("batched", Engine::Batched), ("simple", Engine::Simple)];
-            c.engine = choice(flag, v, &engines)?;
-        }
-        _ => return Ok(false),
-    }
-    Ok(true)
-}
-
-/// Applies a flag of what to run and how to show it.
-fn run_flag(args: &mut Args, flag: &str, v: &str) -> Result<(), String> {
-    match flag {
-        "--trace" => args.trace = Some(v.into()),
-        "--policy" => args.policy = v.into(),
-        "--alpha" => args.alpha = Some(num(flag, v)?),
-        "--miss-weight" => args.miss_weight = Some(num(flag, v)?),
-        "--seed" => {
-            args.seed = num(flag, v)?;
-            args.cluster.seed = args.seed;
-        }
-        "--format" => args.format = v.into(),
-        "--plot" => args.plot = Some(v.into()),
-        "--requests-out" => args.requests_out = Some(v.into()),
-        "--fleet" => args.fleet = Some(v.into()),
-        "--faults" => args.faults = Some(v.into()),
-        "--replicas" => args.replicas = num(flag, v)?,
-        "--router-speeds" => {
-            args.router_speeds_known =
-                choice(flag, v, &[("known", true), ("unknown", false)])?;
-        }
-        "--router-capacity-tokens" => {
-            args.router_capacity_tokens = if v == "unknown" {
-                None
-            } else {
-                Some(num(flag, v)?)
-            };
-        }
-        other => return Err(format!("unknown flag {other:?} (see --help)")),
-    }
-    Ok(())
 }
 
 /// Checks what one flag alone cannot.

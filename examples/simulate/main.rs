@@ -2,37 +2,46 @@
 //!
 //! ```sh
 //! cargo run --release --example simulate                      # every policy, built-in workloads
+//! cargo run --release --example simulate -- --workload agentic --policy balanced
 //! cargo run --release --example simulate -- --trace data/mooncake_conversation_trace.jsonl \
 //!     --workers 8 --capacity-tokens 1000000 --speedup 8 --format json
 //! cargo run --release --example simulate -- --matrix > matrix.md   # the README's results
+//! cargo run --release --example simulate -- --help              # every flag, with its default
 //! ```
 //!
 //! Workers run the batched engine (`--engine simple` for the old FIFO model). Flags:
 //! - what to run: `--trace PATH` (a Mooncake trace; default the built-in workloads),
+//!   `--workload NAME` (only that built-in workload: `shared_prompts`, `conversations`,
+//!   `few_shot`, `document_qa`, `mix` or `agentic`; not with `--trace`),
 //!   `--policy NAME|all`, `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
 //!   policy in every cell of the results matrix, as Markdown);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X`, `--engine batched|simple`, `--max-num-batched-tokens N`,
 //!   `--max-num-seqs N`, `--host-capacity-tokens N` and `--host-chunk-blocks N` (a host
-//!   tier of CPU offloading per worker), `--fleet SPEC` (`4x1.0,4x0.5@2000000` is four workers at the
-//!   configured speed and four at half of it with 2,000,000 tokens of KV each; it replaces
-//!   `--workers`), `--faults SPEC` (`3@60-120`: worker 3 leaves at 60 s and returns empty at
-//!   120 s; `inf` never);
+//!   tier of CPU offloading per worker), `--fleet SPEC` (`4x1.0,4x0.5@2000000` is four
+//!   workers at the configured speed and four at half of it with 2,000,000 tokens of KV
+//!   each; it replaces `--workers`), `--faults SPEC` (`3@60-120`: worker 3 leaves at 60 s
+//!   and returns empty at 120 s; `inf` never);
 //! - the routers: `--replicas N` behind `--front rr|random`, `--router-capacity-tokens
-//!   N|unknown` (what the mirrors are told; default unknown), `--sync
-//!   optimistic|feedback|events` (`none` is `optimistic`: no correction), `--scrape-interval S` (load reports), `--event-delay S`,
-//!   `--event-loss P`, `--event-replay on|off`;
+//!   N|unknown` (what the mirrors are told; default unknown), `--router-speeds
+//!   known|unknown` (whether the routers are told each worker's speed; default unknown),
+//!   `--sync optimistic|feedback|events` (`none` is `optimistic`: no correction),
+//!   `--scrape-interval S` (load reports), `--event-delay S`, `--event-loss P`,
+//!   `--event-replay on|off`;
 //! - output: `--format table|json|csv`, `--ttft-target S`, `--tpot-target S` (goodput's
 //!   targets), `--requests-out FILE` (one JSON line per request of every run: workload,
 //!   policy and the request's record), `--plot FILE.svg` (each policy as a point of hit
 //!   ratio against TTFT p99, plus a sweep of `BalancedRouter`'s weighted score over alpha).
 //!
-//! A progress bar goes to stderr; bad flags and unreadable traces give a one-line error
-//! and exit code 2.
+//! `--help` prints every flag and exits 0. Progress goes to stderr: a bar per running
+//! policy while stderr is a terminal, otherwise a plain line per finished policy. Bad
+//! flags and unreadable traces give a one-line error and exit code 2.
 
 use std::process::ExitCode;
 
 mod args;
+#[path = "../common/cli.rs"]
+mod cli;
 mod matrix;
 mod output;
 #[path = "../common/policy.rs"]
@@ -47,13 +56,15 @@ use prefix_router::sim::{Request, SimReport, Workload, load_mooncake};
 type Failure = (String, u8);
 
 fn main() -> ExitCode {
-    let result = args::parse().map_err(|e| (e, 2)).and_then(|args| {
-        if args.matrix {
-            matrix::run(&args)
-        } else {
-            compare(&args)
-        }
-    });
+    let args = match args::parse_from(std::env::args_os()) {
+        Ok(args) => args,
+        Err(e) => return cli::exit(&e),
+    };
+    let result = if args.matrix {
+        matrix::run(&args)
+    } else {
+        compare(&args)
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err((message, code)) => {
@@ -100,18 +111,25 @@ fn compare(args: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The workloads `args` name: the trace, or the built-in ones.
+/// The workloads `args` name: the trace, the one built-in workload, or all the built-in
+/// ones.
 fn workloads(args: &Args) -> Result<Vec<(String, Vec<Request>)>, Failure> {
-    Ok(match &args.trace {
-        Some(path) => {
-            let requests = load_mooncake(path).map_err(|e| (format!("{path}: {e}"), 2))?;
-            vec![(path.rsplit('/').next().unwrap_or(path).to_owned(), requests)]
-        }
-        None => Workload::builtin()
-            .into_iter()
-            .map(|(name, w)| (name.to_owned(), w.generate(args.seed)))
-            .collect(),
-    })
+    if let Some(path) = &args.trace {
+        let requests = load_mooncake(path).map_err(|e| (format!("{path}: {e}"), 2))?;
+        return Ok(vec![(
+            path.rsplit('/').next().unwrap_or(path).to_owned(),
+            requests,
+        )]);
+    }
+    let chosen: Vec<(String, Vec<Request>)> = Workload::builtin()
+        .into_iter()
+        .filter(|(name, _)| args.workload.as_deref().is_none_or(|w| w == *name))
+        .map(|(name, w)| (name.to_owned(), w.generate(args.seed)))
+        .collect();
+    match &args.workload {
+        Some(w) if chosen.is_empty() => Err((format!("no built-in workload {w:?}"), 2)),
+        _ => Ok(chosen),
+    }
 }
 
 /// The weighted score's reports over alpha 0.0 to 1.0.

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
 use super::args::Args;
 use super::policy::{self, PolicyOptions};
 use prefix_router::sim::{Fault, Request, SimReport, Simulation, WorkerSpec};
@@ -24,8 +26,7 @@ pub(crate) fn simulation(requests: Vec<Request>, args: &Args) -> Result<Simulati
 
 /// Runs every policy on `sim`, on as many threads as the machine has cores (each policy
 /// on one thread; the simulation is deterministic, so the reports do not depend on it),
-/// in the order of `policies`. With one thread a progress bar goes to stderr, otherwise a
-/// line per finished policy labelled by `label(k)`.
+/// in the order of `policies`, with [`Progress`] labelled by `label(k)`.
 pub(crate) fn run_all(
     sim: &Simulation,
     policies: &[&str],
@@ -35,9 +36,10 @@ pub(crate) fn run_all(
     let threads = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(policies.len());
+    let progress = Progress::new();
     if threads <= 1 {
         return (0..policies.len())
-            .map(|k| run(sim, policies[k], args, &label(k)))
+            .map(|k| progress.run(sim, policies[k], args, &label(k)))
             .collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -53,8 +55,7 @@ pub(crate) fn run_all(
                     // The slowest policies (those reading the cache) come last in
                     // `POLICIES`: taken first, they leave the short ones to fill the gaps.
                     let k = policies.len() - 1 - j;
-                    let report = run_with(sim, policies[k], args, &mut |_, _| {});
-                    eprintln!("{}", label(k));
+                    let report = progress.run(sim, policies[k], args, &label(k));
                     results
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)[k] = Some(report);
@@ -115,27 +116,63 @@ fn run_with(
     sim.run_replicas_with_progress(&refs, progress)
 }
 
-/// Runs one policy with a progress bar on stderr.
+/// Runs one policy with [`Progress`] labelled `label`.
 pub(crate) fn run(
     sim: &Simulation,
     policy: &str,
     args: &Args,
     label: &str,
 ) -> Result<SimReport, Error> {
-    let mut shown = usize::MAX;
-    let mut bar = |done: usize, total: usize| {
-        let pct = done * 100 / total.max(1);
-        if pct != shown {
-            shown = pct;
-            let filled = pct * 30 / 100;
-            eprint!(
-                "\r{label:<44} [{}{}] {pct:>3}%",
-                "#".repeat(filled),
-                " ".repeat(30 - filled)
-            );
+    Progress::new().run(sim, policy, args, label)
+}
+
+/// Progress on stderr, for runs on any number of threads. While stderr is a terminal each
+/// running policy has a bar (indicatif's), and a finished one leaves its label as a line;
+/// otherwise nothing is drawn and each finished policy prints its label as a plain line.
+struct Progress {
+    bars: MultiProgress,
+}
+
+impl Progress {
+    fn new() -> Self {
+        // `stderr()` draws nothing when stderr is not a terminal.
+        Self {
+            bars: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
         }
-    };
-    let report = run_with(sim, policy, args, &mut bar);
-    eprintln!();
-    report
+    }
+
+    /// Runs `policy` on `sim` with a bar labelled `label` while it runs.
+    fn run(
+        &self,
+        sim: &Simulation,
+        policy: &str,
+        args: &Args,
+        label: &str,
+    ) -> Result<SimReport, Error> {
+        let style = ProgressStyle::with_template("{msg:44} [{bar:30}] {percent:>3}%")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("## ");
+        let bar = self.bars.add(
+            ProgressBar::new(0)
+                .with_style(style)
+                .with_message(label.to_owned()),
+        );
+        let mut length = None;
+        let report = run_with(sim, policy, args, &mut |done, total| {
+            if length != Some(total) {
+                length = Some(total);
+                bar.set_length(total as u64);
+            }
+            bar.set_position(done as u64);
+        });
+        bar.finish_and_clear();
+        self.bars.remove(&bar);
+        if self.bars.is_hidden() {
+            eprintln!("{label}");
+        } else {
+            // Printed above the bars still running; a closed stderr leaves nothing to tell.
+            let _ = self.bars.println(label);
+        }
+        report
+    }
 }

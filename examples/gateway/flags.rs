@@ -1,0 +1,157 @@
+//! The command line.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use clap::builder::PossibleValuesParser;
+
+use super::policy;
+
+/// What the flags say.
+#[derive(Debug)]
+pub(crate) struct Flags {
+    pub(crate) listen: String,
+    pub(crate) policy: String,
+    pub(crate) upstreams: Vec<String>,
+    pub(crate) options: policy::PolicyOptions,
+    pub(crate) mock: Option<String>,
+    pub(crate) capacity_blocks: usize,
+    pub(crate) ranks: u32,
+    /// Each upstream's metrics path (for example `/metrics`), scraped when given.
+    pub(crate) metrics_path: Option<String>,
+    pub(crate) scrape_interval: Duration,
+    pub(crate) health_interval: Duration,
+    pub(crate) request_timeout: Duration,
+    /// How long the gateway serves on after Ctrl-C, not ready.
+    pub(crate) drain: Duration,
+    pub(crate) tokenizer: Option<PathBuf>,
+    pub(crate) tokenizer_config: Option<PathBuf>,
+    pub(crate) tokenize_cache_bytes: usize,
+    pub(crate) loras: Vec<String>,
+    /// Per upstream: its engine's KV-event socket and, after a comma, its replay socket.
+    pub(crate) kv_events: Vec<String>,
+    /// For a mock worker: publish KV events on this host.
+    pub(crate) kv_events_host: Option<String>,
+}
+
+/// The flags as clap reads them; [`parse_from`] makes them [`Flags`]. Each flag's doc
+/// comment is its line of `--help`.
+#[derive(Parser)]
+#[command(
+    name = "gateway",
+    about = "An OpenAI-compatible gateway routing with prefix_router, or a mock worker \
+             (--mock-worker).",
+    long_about = None,
+    after_help = "Bad flags give a one-line error and exit code 2."
+)]
+struct Cli {
+    /// Address the gateway listens on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    listen: String,
+    /// The routing policy.
+    #[arg(long, value_name = "NAME", default_value = "balanced", value_parser = policy_names())]
+    policy: String,
+    /// An upstream server's base URL, once per upstream.
+    #[arg(
+        long = "upstream",
+        value_name = "URL",
+        required_unless_present = "mock_worker"
+    )]
+    upstreams: Vec<String>,
+    /// Tokens per KV block, as the upstreams' engines hash them.
+    #[arg(long, value_name = "N", default_value_t = policy::PolicyOptions::default().block_size)]
+    block_size: usize,
+    /// Data-parallel ranks per upstream (or of this mock worker); each is a routing target.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    dp_ranks: u32,
+    /// Read each upstream's Prometheus metrics at this path (for example /metrics).
+    #[arg(long, value_name = "PATH")]
+    metrics_path: Option<String>,
+    /// Milliseconds between metrics scrapes.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    scrape_interval_ms: u64,
+    /// Milliseconds between health probes of each upstream.
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    health_interval_ms: u64,
+    /// Seconds an upstream has to answer a request (or start a stream) before a 504.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    request_timeout_s: u64,
+    /// Milliseconds the gateway serves on, not ready, after Ctrl-C.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    drain_ms: u64,
+    /// The model's tokenizer.json, for text and chat prompts.
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<PathBuf>,
+    /// The model's tokenizer_config.json (chat template); default the one beside the tokenizer.
+    #[arg(long, value_name = "FILE")]
+    tokenizer_config: Option<PathBuf>,
+    /// Megabytes of text in the cache of recurring prompt segments' token IDs.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    tokenize_cache_mb: usize,
+    /// A model name that is a LoRA adapter, routed in its own cache namespace (repeatable).
+    #[arg(long = "lora", value_name = "NAME")]
+    loras: Vec<String>,
+    /// An upstream's KV-event socket and replay socket, once per --upstream in order (zmq).
+    #[arg(long, value_name = "PUB[,REPLAY]")]
+    kv_events: Vec<String>,
+    /// Serve as a mock worker with its own prefix cache on ADDR, instead of the gateway.
+    #[arg(long, value_name = "ADDR")]
+    mock_worker: Option<String>,
+    /// A mock worker's KV cache, in blocks.
+    #[arg(long, value_name = "N", default_value_t = 65_536)]
+    capacity_blocks: usize,
+    /// A mock worker publishes its cache's changes as KV events on this host (zmq).
+    #[arg(long, value_name = "HOST")]
+    kv_events_host: Option<String>,
+}
+
+/// `--policy`'s values: every policy's name.
+fn policy_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(policy::POLICIES)
+}
+
+impl From<Cli> for Flags {
+    fn from(c: Cli) -> Self {
+        // Intervals of 0 would spin: the shortest is 1 ms (1 s for the timeout).
+        let millis = |n: u64| Duration::from_millis(n.max(1));
+        Self {
+            listen: c.listen,
+            policy: c.policy,
+            upstreams: c
+                .upstreams
+                .into_iter()
+                .map(|u| u.trim_end_matches('/').to_owned())
+                .collect(),
+            options: policy::PolicyOptions {
+                block_size: c.block_size,
+                ..policy::PolicyOptions::default()
+            },
+            mock: c.mock_worker,
+            capacity_blocks: c.capacity_blocks,
+            ranks: c.dp_ranks,
+            metrics_path: c.metrics_path,
+            scrape_interval: millis(c.scrape_interval_ms),
+            health_interval: millis(c.health_interval_ms),
+            request_timeout: Duration::from_secs(c.request_timeout_s.max(1)),
+            drain: Duration::from_millis(c.drain_ms),
+            tokenizer: c.tokenizer,
+            tokenizer_config: c.tokenizer_config,
+            tokenize_cache_bytes: c.tokenize_cache_mb.saturating_mul(1 << 20),
+            loras: c.loras,
+            kv_events: c.kv_events,
+            kv_events_host: c.kv_events_host,
+        }
+    }
+}
+
+/// Parses `argv` (the program's name first); the error is clap's: help asked for (exit
+/// code 0) or a bad command line (exit code 2).
+pub(crate) fn parse_from<I, T>(argv: I) -> Result<Flags, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Cli::try_parse_from(argv).map(Flags::from)
+}

@@ -1,0 +1,544 @@
+//! The command lines of `examples/simulate` and `examples/gateway`: their parsers, read
+//! from the examples' own source, and the example programs themselves, built by the
+//! `cargo` that runs this test with the same profile and features, then run.
+
+#![cfg(feature = "sim")]
+#![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
+
+#[path = "../examples/simulate/args.rs"]
+mod args;
+#[path = "../examples/common/cli.rs"]
+mod cli;
+#[path = "../examples/gateway/flags.rs"]
+mod flags;
+#[path = "../examples/common/policy.rs"]
+mod policy;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use prefix_router::sim::{ClusterConfig, Engine, Front, SyncMode, Workload};
+
+fn simulate_args(flags: &[&str]) -> Result<args::Args, clap::Error> {
+    args::parse_from(std::iter::once("simulate").chain(flags.iter().copied()))
+}
+
+fn gateway_flags(flags: &[&str]) -> Result<flags::Flags, clap::Error> {
+    flags::parse_from(std::iter::once("gateway").chain(flags.iter().copied()))
+}
+
+// ---- simulate's parser ----
+
+#[test]
+fn simulate_defaults_are_the_documented_ones() {
+    let a = simulate_args(&[]).unwrap();
+    assert_eq!(
+        a.cluster,
+        ClusterConfig::default().with_engine(Engine::Batched)
+    );
+    assert_eq!(a.cluster.seed, 0, "the simulator's seed is 0 unless --seed");
+    assert_eq!(a.seed, 42, "the workloads' seed");
+    assert_eq!(a.policy, "all");
+    assert_eq!(a.format, "table");
+    assert_eq!(a.replicas, 1);
+    assert_eq!(a.router_capacity_tokens, None);
+    assert!(!a.router_speeds_known);
+    assert!(!a.matrix);
+    assert_eq!(a.trace, None);
+    assert_eq!(a.workload, None);
+    assert_eq!((a.alpha, a.miss_weight), (None, None));
+    assert_eq!((a.fleet, a.faults), (None, None));
+    assert_eq!((a.plot, a.requests_out), (None, None));
+}
+
+#[test]
+fn simulate_every_flag_sets_its_field() {
+    let a = simulate_args(&[
+        "--workload",
+        "agentic",
+        "--policy",
+        "balanced",
+        "--alpha",
+        "0.3",
+        "--miss-weight",
+        "7",
+        "--seed",
+        "9",
+        "--matrix",
+        "--workers",
+        "3",
+        "--capacity-tokens",
+        "5000",
+        "--block-size",
+        "32",
+        "--speedup",
+        "2.5",
+        "--engine",
+        "simple",
+        "--max-num-batched-tokens",
+        "1024",
+        "--max-num-seqs",
+        "8",
+        "--host-capacity-tokens",
+        "20000",
+        "--host-chunk-blocks",
+        "4",
+        "--faults",
+        "1@10-20",
+        "--replicas",
+        "2",
+        "--front",
+        "random",
+        "--router-capacity-tokens",
+        "4000",
+        "--router-speeds",
+        "known",
+        "--sync",
+        "events",
+        "--scrape-interval",
+        "0.5",
+        "--event-delay",
+        "0.01",
+        "--event-loss",
+        "0.1",
+        "--event-replay",
+        "off",
+        "--format",
+        "csv",
+        "--ttft-target",
+        "1.5",
+        "--tpot-target",
+        "0.05",
+        "--requests-out",
+        "r.jsonl",
+        "--plot",
+        "p.svg",
+    ])
+    .unwrap();
+    let c = a.cluster;
+    assert_eq!(a.workload.as_deref(), Some("agentic"));
+    assert_eq!(a.policy, "balanced");
+    assert_eq!((a.alpha, a.miss_weight), (Some(0.3), Some(7.0)));
+    assert_eq!((a.seed, c.seed), (9, 9), "--seed seeds both");
+    assert!(a.matrix);
+    assert_eq!((c.workers, c.capacity_tokens, c.block_size), (3, 5000, 32));
+    assert_eq!(c.speedup, 2.5);
+    assert_eq!(c.engine, Engine::Simple);
+    assert_eq!(
+        (c.batch.max_num_batched_tokens, c.batch.max_num_seqs),
+        (1024, 8)
+    );
+    assert_eq!(
+        (c.batch.host_capacity_tokens, c.batch.host_chunk_blocks),
+        (20_000, 4)
+    );
+    assert_eq!(a.faults.as_deref(), Some("1@10-20"));
+    assert_eq!(a.replicas, 2);
+    assert_eq!(c.front, Front::Random);
+    assert_eq!(a.router_capacity_tokens, Some(4000));
+    assert!(a.router_speeds_known);
+    assert_eq!(c.sync, SyncMode::Events);
+    assert_eq!(
+        (c.scrape_interval_s, c.event_delay_s, c.event_loss),
+        (0.5, 0.01, 0.1)
+    );
+    assert!(!c.event_replay);
+    assert_eq!(a.format, "csv");
+    assert_eq!((c.ttft_target_s, c.tpot_target_s), (1.5, 0.05));
+    assert_eq!(a.requests_out.as_deref(), Some("r.jsonl"));
+    assert_eq!(a.plot.as_deref(), Some("p.svg"));
+}
+
+#[test]
+fn simulate_named_values() {
+    let sync = |v: &str| simulate_args(&["--sync", v]).unwrap().cluster.sync;
+    assert_eq!(sync("optimistic"), SyncMode::None);
+    assert_eq!(sync("none"), SyncMode::None, "none is optimistic");
+    assert_eq!(sync("feedback"), SyncMode::Feedback);
+    let front = simulate_args(&["--front", "rr"]).unwrap().cluster.front;
+    assert_eq!(front, Front::RoundRobin);
+    let engine = simulate_args(&["--engine", "batched"])
+        .unwrap()
+        .cluster
+        .engine;
+    assert_eq!(engine, Engine::Batched);
+    let capacity = |v: &str| simulate_args(&["--router-capacity-tokens", v]);
+    assert_eq!(capacity("unknown").unwrap().router_capacity_tokens, None);
+    assert_eq!(capacity("123").unwrap().router_capacity_tokens, Some(123));
+    assert_eq!(
+        capacity("lots").unwrap_err().kind(),
+        ErrorKind::ValueValidation
+    );
+    let speeds = simulate_args(&["--router-speeds", "unknown"]).unwrap();
+    assert!(!speeds.router_speeds_known);
+    let replay = simulate_args(&["--event-replay", "on"]).unwrap();
+    assert!(replay.cluster.event_replay);
+    for format in ["table", "json", "csv"] {
+        assert_eq!(simulate_args(&["--format", format]).unwrap().format, format);
+    }
+    for name in policy::POLICIES {
+        assert_eq!(simulate_args(&["--policy", name]).unwrap().policy, name);
+    }
+    for (name, _) in Workload::builtin() {
+        let a = simulate_args(&["--workload", name]).unwrap();
+        assert_eq!(a.workload.as_deref(), Some(name));
+    }
+}
+
+#[test]
+fn simulate_fleet_sets_the_worker_count() {
+    let a = simulate_args(&["--workers", "2", "--fleet", "3x1.0,2x0.5@2000000"]).unwrap();
+    assert_eq!(a.cluster.workers, 5);
+    assert_eq!(a.fleet.as_deref(), Some("3x1.0,2x0.5@2000000"));
+}
+
+#[test]
+fn simulate_rejects_what_it_cannot_run() {
+    let kind = |flags: &[&str]| simulate_args(flags).err().map(|e| e.kind());
+    assert_eq!(kind(&["--bogus"]), Some(ErrorKind::UnknownArgument));
+    assert_eq!(kind(&["--workers"]), Some(ErrorKind::InvalidValue));
+    assert_eq!(kind(&["--workers", "x"]), Some(ErrorKind::ValueValidation));
+    assert_eq!(
+        kind(&["--sync", "sometimes"]),
+        Some(ErrorKind::InvalidValue)
+    );
+    assert_eq!(kind(&["--policy", "nosuch"]), Some(ErrorKind::InvalidValue));
+    assert_eq!(kind(&["--format", "xml"]), Some(ErrorKind::InvalidValue));
+    assert_eq!(
+        kind(&["--workload", "nosuch"]),
+        Some(ErrorKind::InvalidValue)
+    );
+    assert_eq!(
+        kind(&["--workload", "agentic", "--trace", "t.jsonl"]),
+        Some(ErrorKind::ArgumentConflict)
+    );
+    assert_eq!(kind(&["--replicas", "0"]), Some(ErrorKind::ValueValidation));
+    assert_eq!(kind(&["--fleet", "4x"]), Some(ErrorKind::ValueValidation));
+    for flags in [&["--help"][..], &["-h"]] {
+        let e = simulate_args(flags).unwrap_err();
+        assert_eq!((e.kind(), e.exit_code()), (ErrorKind::DisplayHelp, 0));
+    }
+}
+
+#[test]
+fn an_error_is_one_line_without_usage() {
+    let e = simulate_args(&["--worker", "3"]).unwrap_err();
+    let line = cli::one_line(&e);
+    assert_eq!(
+        line,
+        "unexpected argument '--worker' found; tip: a similar argument exists: '--workers'"
+    );
+    let e = simulate_args(&["--replicas", "0"]).unwrap_err();
+    assert_eq!(cli::one_line(&e), "--replicas: at least 1");
+}
+
+// ---- gateway's parser ----
+
+#[test]
+fn gateway_defaults_are_the_documented_ones() {
+    let f = gateway_flags(&["--upstream", "http://127.0.0.1:8001/"]).unwrap();
+    assert_eq!(f.listen, "127.0.0.1:8000");
+    assert_eq!(f.policy, "balanced");
+    assert_eq!(
+        f.upstreams,
+        ["http://127.0.0.1:8001"],
+        "the slash is dropped"
+    );
+    assert_eq!(f.options.block_size, 16);
+    assert_eq!(f.options.capacity_tokens, None);
+    assert_eq!(f.mock, None);
+    assert_eq!(f.capacity_blocks, 65_536);
+    assert_eq!(f.ranks, 1);
+    assert_eq!(f.metrics_path, None);
+    assert_eq!(f.scrape_interval, Duration::from_secs(1));
+    assert_eq!(f.health_interval, Duration::from_secs(2));
+    assert_eq!(f.request_timeout, Duration::from_secs(300));
+    assert_eq!(f.drain, Duration::ZERO);
+    assert_eq!((f.tokenizer, f.tokenizer_config), (None, None));
+    assert_eq!(f.tokenize_cache_bytes, 64 << 20);
+    assert!(f.loras.is_empty() && f.kv_events.is_empty());
+    assert_eq!(f.kv_events_host, None);
+}
+
+#[test]
+fn gateway_every_flag_sets_its_field() {
+    let f = gateway_flags(&[
+        "--listen",
+        "0.0.0.0:9000",
+        "--policy",
+        "cache_aware",
+        "--upstream",
+        "http://a:1",
+        "--upstream",
+        "http://b:2",
+        "--block-size",
+        "32",
+        "--dp-ranks",
+        "2",
+        "--metrics-path",
+        "/metrics",
+        "--scrape-interval-ms",
+        "250",
+        "--health-interval-ms",
+        "0",
+        "--request-timeout-s",
+        "0",
+        "--drain-ms",
+        "1500",
+        "--tokenizer",
+        "t.json",
+        "--tokenizer-config",
+        "tc.json",
+        "--tokenize-cache-mb",
+        "8",
+        "--lora",
+        "a",
+        "--lora",
+        "b",
+        "--kv-events",
+        "tcp://a:5557,tcp://a:5558",
+        "--kv-events",
+        "tcp://b:5557",
+    ])
+    .unwrap();
+    assert_eq!(f.listen, "0.0.0.0:9000");
+    assert_eq!(f.policy, "cache_aware");
+    assert_eq!(f.upstreams, ["http://a:1", "http://b:2"]);
+    assert_eq!(f.options.block_size, 32);
+    assert_eq!(f.ranks, 2);
+    assert_eq!(f.metrics_path.as_deref(), Some("/metrics"));
+    assert_eq!(f.scrape_interval, Duration::from_millis(250));
+    assert_eq!(f.health_interval, Duration::from_millis(1), "at least 1 ms");
+    assert_eq!(f.request_timeout, Duration::from_secs(1), "at least 1 s");
+    assert_eq!(f.drain, Duration::from_millis(1500));
+    assert_eq!(f.tokenizer, Some(PathBuf::from("t.json")));
+    assert_eq!(f.tokenizer_config, Some(PathBuf::from("tc.json")));
+    assert_eq!(f.tokenize_cache_bytes, 8 << 20);
+    assert_eq!(f.loras, ["a", "b"]);
+    assert_eq!(f.kv_events, ["tcp://a:5557,tcp://a:5558", "tcp://b:5557"]);
+
+    let m = gateway_flags(&[
+        "--mock-worker",
+        "127.0.0.1:8001",
+        "--capacity-blocks",
+        "100",
+        "--kv-events-host",
+        "127.0.0.1",
+    ])
+    .unwrap();
+    assert_eq!(m.mock.as_deref(), Some("127.0.0.1:8001"));
+    assert_eq!(m.capacity_blocks, 100);
+    assert_eq!(m.kv_events_host.as_deref(), Some("127.0.0.1"));
+    assert!(m.upstreams.is_empty(), "a mock worker needs no upstream");
+}
+
+#[test]
+fn gateway_rejects_what_it_cannot_serve() {
+    let kind = |flags: &[&str]| gateway_flags(flags).err().map(|e| e.kind());
+    assert_eq!(kind(&[]), Some(ErrorKind::MissingRequiredArgument));
+    assert_eq!(
+        kind(&["--upstream", "http://a", "--bogus"]),
+        Some(ErrorKind::UnknownArgument)
+    );
+    assert_eq!(
+        kind(&["--upstream", "http://a", "--policy", "nosuch"]),
+        Some(ErrorKind::InvalidValue)
+    );
+    assert_eq!(
+        kind(&["--upstream", "http://a", "--dp-ranks", "two"]),
+        Some(ErrorKind::ValueValidation)
+    );
+    let e = gateway_flags(&["--help"]).unwrap_err();
+    assert_eq!((e.kind(), e.exit_code()), (ErrorKind::DisplayHelp, 0));
+}
+
+// ---- the programs ----
+
+/// The example programs by name, built once for all the tests here.
+fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<HashMap<String, PathBuf>> = OnceLock::new();
+    let built = BUILT.get_or_init(build_examples);
+    built
+        .get(name)
+        .unwrap_or_else(|| panic!("cargo built no example {name}: {built:?}"))
+        .clone()
+}
+
+/// Builds `simulate` and `gateway` with this test's profile and features, into this
+/// test's target directory (so that under `cargo test` they are already fresh), and
+/// returns their paths as cargo reports them.
+fn build_examples() -> HashMap<String, PathBuf> {
+    let exe = std::env::current_exe().unwrap();
+    // <target>/<profile>/deps/<this test>
+    let target_dir = exe.ancestors().nth(3).unwrap();
+    // The same set as this test's, `default` included, or cargo builds everything anew.
+    let mut features = vec!["sim"];
+    if cfg!(feature = "vllm") {
+        features.push("vllm");
+    }
+    if cfg!(feature = "zmq") {
+        features.push("zmq");
+    }
+    let defaults: &[&str] = if cfg!(feature = "default") {
+        &[]
+    } else {
+        &["--no-default-features"]
+    };
+    let profile = if cfg!(debug_assertions) {
+        "test"
+    } else {
+        "release"
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--example", "simulate", "--example", "gateway"])
+        .args(["--profile", profile])
+        .args(defaults)
+        .arg("--features")
+        .arg(features.join(","))
+        .arg("--target-dir")
+        .arg(target_dir)
+        .arg("--message-format=json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo build failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .filter_map(|m| {
+            let name = m["target"]["name"].as_str()?.to_owned();
+            let path = m["executable"].as_str()?.into();
+            Some((name, path))
+        })
+        .collect()
+}
+
+fn run(example_name: &str, flags: &[&str]) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(example(example_name))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(flags)
+        .output()
+        .unwrap();
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (status.code().unwrap(), text(stdout), text(stderr))
+}
+
+#[test]
+fn simulate_help_exits_0_and_lists_every_flag() {
+    let (code, out, err) = run("simulate", &["--help"]);
+    assert_eq!(code, 0, "{err}");
+    for flag in [
+        "--trace <PATH>",
+        "--workload <NAME>",
+        "--workers <N>",
+        "--speedup <X>",
+        "--capacity-tokens <N>",
+        "--sync <SYNC>",
+        "--replicas <N>",
+        "--front <FRONT>",
+        "--fleet <SPEC>",
+        "--engine <ENGINE>",
+        "--matrix",
+        "--format <FORMAT>",
+        "--requests-out <FILE>",
+        "--router-speeds <ROUTER_SPEEDS>",
+        "--router-capacity-tokens <N|unknown>",
+    ] {
+        assert!(out.contains(flag), "{flag} not in:\n{out}");
+    }
+    for (name, _) in Workload::builtin() {
+        assert!(out.contains(name), "workload {name} not in:\n{out}");
+    }
+}
+
+#[test]
+fn simulate_unknown_flag_exits_2_naming_it() {
+    let (code, out, err) = run("simulate", &["--no-such-flag"]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert_eq!(
+        err, "error: unexpected argument '--no-such-flag' found\n",
+        "one line"
+    );
+}
+
+#[test]
+fn simulate_unknown_workload_exits_2_naming_the_valid_ones() {
+    let (code, _, err) = run("simulate", &["--workload", "nosuch"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("'nosuch'"), "{err}");
+    for (name, _) in Workload::builtin() {
+        assert!(err.contains(name), "workload {name} not in: {err}");
+    }
+}
+
+#[test]
+fn simulate_bad_value_exits_2_on_one_line() {
+    let (code, _, err) = run("simulate", &["--workers", "eight"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: invalid value 'eight' for '--workers <N>'"));
+}
+
+#[test]
+fn simulate_runs_one_workload_with_plain_progress_off_a_terminal() {
+    let (code, out, err) = run(
+        "simulate",
+        &[
+            "--workload",
+            "agentic",
+            "--policy",
+            "round_robin",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 1, "one workload, one policy: {out}");
+    assert_eq!(rows[0]["workload"], "agentic");
+    assert_eq!(rows[0]["policy"], "round_robin");
+    let (_, agentic) = Workload::builtin()
+        .into_iter()
+        .find(|(name, _)| *name == "agentic")
+        .unwrap();
+    assert_eq!(rows[0]["requests"], agentic.generate(42).len());
+    // stderr is a pipe here: no bar is drawn, only the finished policy's line.
+    assert_eq!(err, "[ 1/1] agentic: round_robin\n");
+}
+
+#[test]
+fn gateway_help_exits_0_and_bad_flags_exit_2() {
+    let (code, out, err) = run("gateway", &["--help"]);
+    assert_eq!(code, 0, "{err}");
+    for flag in [
+        "--upstream <URL>",
+        "--mock-worker <ADDR>",
+        "--policy <NAME>",
+    ] {
+        assert!(out.contains(flag), "{flag} not in:\n{out}");
+    }
+    let (code, _, err) = run("gateway", &["--upstream", "http://127.0.0.1:1", "--nope"]);
+    assert_eq!(code, 2);
+    assert_eq!(err, "error: unexpected argument '--nope' found\n");
+    let (code, _, err) = run("gateway", &[]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--upstream"), "{err}");
+}
