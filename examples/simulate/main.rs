@@ -9,7 +9,8 @@
 //!
 //! Workers run the batched engine (`--engine simple` for the old FIFO model). Flags:
 //! - what to run: `--trace PATH` (a Mooncake trace; default the built-in workloads),
-//!   `--policy NAME|all`, `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
+//!   `--policy NAME|all` (`llmd`, `dynamo`, `aibrix`: peer projects' policies, see
+//!   `common/peers/`), `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
 //!   policy in every cell of the results matrix, as Markdown);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X`, `--engine batched|simple`, `--max-num-batched-tokens N`,
