@@ -5,11 +5,17 @@ use std::sync::Arc;
 use prefix_router::{
     AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
     CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Error, IndexConfig,
-    LeastLoadedRouter, PowerOfTwoRouter, RoundRobinRouter, Router, Scoring,
+    LeastLoadedRouter, Policy, PolicyRouter, PowerOfTwoRouter, RoundRobinRouter, Router, Scoring,
 };
 
-/// Every policy name, the recommended one last.
-pub(crate) const POLICIES: [&str; 8] = [
+#[path = "peers/mod.rs"]
+mod peers;
+
+use peers::{Aibrix, Dynamo, Llmd};
+
+/// Every policy name, the recommended one last; before it, the peer projects' policies
+/// (`llmd`, `dynamo`, `aibrix`: baselines, see `peers/`).
+pub(crate) const POLICIES: [&str; 11] = [
     "round_robin",
     "least_loaded",
     "power_of_two",
@@ -17,6 +23,9 @@ pub(crate) const POLICIES: [&str; 8] = [
     "affinity",
     "cache_aware",
     "balanced_weighted",
+    "llmd",
+    "dynamo",
+    "aibrix",
     "balanced",
 ];
 
@@ -49,6 +58,15 @@ impl Default for PolicyOptions {
 /// Boxes a freshly built router.
 fn arc<R: Router + 'static>(r: Result<R, Error>) -> Result<Arc<dyn Router>, Error> {
     r.map(|r| Arc::new(r) as Arc<dyn Router>)
+}
+
+/// A peer project's policy (see `peers/`) over the mirror `index`.
+fn peer<P: Policy + 'static>(
+    workers: u32,
+    policy: P,
+    index: IndexConfig,
+) -> Result<Arc<dyn Router>, Error> {
+    arc(PolicyRouter::with_policy(workers, policy, index))
 }
 
 /// The router called `name` over workers `0..workers`; `None` for an unknown name.
@@ -87,6 +105,9 @@ pub(crate) fn build(
             balanced.scoring = Scoring::Weighted;
             arc(BalancedRouter::with_config(workers, balanced))
         }
+        "llmd" => peer(workers, Llmd::new(o.block_size), index),
+        "dynamo" => peer(workers, Dynamo::new(o.block_size), index),
+        "aibrix" => peer(workers, Aibrix::new(o.block_size), index),
         "balanced" => arc(BalancedRouter::with_config(workers, balanced)),
         _ => return None,
     })

@@ -13,7 +13,8 @@
 //! - what to run: `--trace PATH` (a Mooncake trace; default the built-in workloads),
 //!   `--workload NAME` (only that built-in workload: `shared_prompts`, `conversations`,
 //!   `few_shot`, `document_qa`, `mix` or `agentic`; not with `--trace`),
-//!   `--policy NAME|all`, `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
+//!   `--policy NAME|all` (`llmd`, `dynamo`, `aibrix`: peer projects' policies, see
+//!   `common/peers/`), `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
 //!   policy in every cell of the results matrix, as Markdown);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X`, `--engine batched|simple`, `--max-num-batched-tokens N`,
