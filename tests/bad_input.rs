@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::time::Duration;
+
 use prefix_router::*;
 
 const W0: WorkerId = WorkerId::new(0);
@@ -252,7 +254,14 @@ fn row_unknown_or_duplicate_workers() {
     assert_eq!(r.remove_worker(nine), Err(Error::UnknownWorker(nine)));
     assert_eq!(r.set_available(nine, true), Err(Error::UnknownWorker(nine)));
     assert_eq!(
-        r.report_load(nine, ReportedLoad::new(1, 0.5)),
+        r.report_load(
+            nine,
+            EngineLoad::new(1, 0, Duration::ZERO).with_kv_usage(0.5)
+        ),
+        Err(Error::UnknownWorker(nine))
+    );
+    assert_eq!(
+        r.set_profile(nine, WorkerProfile::default()),
         Err(Error::UnknownWorker(nine))
     );
     assert!(r.load(nine).is_none());
@@ -261,10 +270,20 @@ fn row_unknown_or_duplicate_workers() {
 #[test]
 fn row_reported_load_out_of_range() {
     let r = RoundRobinRouter::new(1).unwrap();
-    for kv in [f32::NAN, -0.1, 1.5] {
+    for kv in [f64::NAN, -0.1, 1.5] {
+        let load = EngineLoad::new(1, 0, Duration::ZERO).with_kv_usage(kv);
         assert!(matches!(
-            r.report_load(W0, ReportedLoad::new(1, kv)),
-            Err(Error::InvalidConfig { .. })
+            r.report_load(W0, load),
+            Err(Error::InvalidConfig {
+                field: "kv_usage",
+                ..
+            })
+        ));
+    }
+    for speed in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+        assert!(matches!(
+            r.set_profile(W0, WorkerProfile::default().with_speed(speed)),
+            Err(Error::InvalidConfig { field: "speed", .. })
         ));
     }
 }

@@ -129,7 +129,10 @@ fn simulate_every_flag_sets_its_field() {
     assert_eq!(c.speedup, 2.5);
     assert_eq!(c.engine, Engine::Simple);
     assert_eq!(
-        (c.batch.max_num_batched_tokens, c.batch.max_num_seqs),
+        (
+            c.batch.step.max_num_batched_tokens,
+            c.batch.step.max_num_seqs
+        ),
         (1024, 8)
     );
     assert_eq!(

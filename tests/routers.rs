@@ -242,16 +242,8 @@ fn errors_and_harmless_repeats() {
             Error::NoWorkers
         );
         assert!(router.set_available(WorkerId::new(5), true).is_err());
-        assert!(
-            router
-                .report_load(WorkerId::new(0), ReportedLoad::new(3, 1.5))
-                .is_err()
-        );
-        assert!(
-            router
-                .report_load(WorkerId::new(0), ReportedLoad::new(3, 0.5))
-                .is_ok()
-        );
+        assert!(router.report_load(WorkerId::new(0), load(3, 1.5)).is_err());
+        assert!(router.report_load(WorkerId::new(0), load(3, 0.5)).is_ok());
     }
     assert!(matches!(
         RoundRobinRouter::new(1_000_000),
@@ -268,8 +260,19 @@ fn invalid_configurations_are_errors() {
     c.alpha = 1.5;
     assert!(BalancedRouter::with_config(2, c).is_err());
     let mut c = BalancedConfig::default();
-    c.prefill_tokens_per_s = 0.0;
+    c.load.prefill_tokens_per_s = 0.0;
     assert!(BalancedRouter::with_config(2, c).is_err());
+    for load in [
+        LoadConfig::default().with_learning_rate(1.5),
+        LoadConfig::default().with_step(StepModel::default().with_max_num_seqs(0)),
+        LoadConfig::default().with_step(StepModel::default().with_step_base_s(-1.0)),
+    ] {
+        let c = BalancedConfig::default().with_load(load);
+        assert!(matches!(
+            BalancedRouter::with_config(2, c),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
     let mut c = BalancedConfig::default();
     c.index.block_size = 0;
     assert!(matches!(
@@ -455,4 +458,9 @@ fn outside_routers_need_only_the_contract_methods() {
         r.route(&RouteRequest::new(&[1])).unwrap_err(),
         Error::NoWorkers
     );
+}
+
+/// A report of `waiting` requests and `kv_usage`, measured at time 0.
+fn load(waiting: u64, kv_usage: f64) -> EngineLoad {
+    EngineLoad::new(waiting, 0, std::time::Duration::ZERO).with_kv_usage(kv_usage)
 }

@@ -200,10 +200,12 @@ fn bad_cluster_configs_are_errors() {
     // The batched engine's settings, and event sync without a block pool.
     let batched = config(2, 16).with_engine(Engine::Batched);
     for bad in [
-        batched.with_batch(BatchConfig::default().with_max_num_batched_tokens(0)),
-        batched.with_batch(BatchConfig::default().with_max_num_seqs(0)),
-        batched.with_batch(BatchConfig::default().with_step_base_s(-1.0)),
-        batched.with_batch(BatchConfig::default().with_step_s_per_context_token(f64::NAN)),
+        batched.with_batch(step(StepModel::default().with_max_num_batched_tokens(0))),
+        batched.with_batch(step(StepModel::default().with_max_num_seqs(0))),
+        batched.with_batch(step(StepModel::default().with_step_base_s(-1.0))),
+        batched.with_batch(step(
+            StepModel::default().with_step_s_per_context_token(f64::NAN),
+        )),
         batched.with_ttft_target_s(f64::INFINITY),
         config(2, 16)
             .with_engine(Engine::Simple)
@@ -300,10 +302,7 @@ fn one_request_at_a_time_prefills_as_the_simple_engine_does() {
             Request::new(i as f64 * 100.0, tokens, 1)
         })
         .collect();
-    let batch = BatchConfig::default()
-        .with_step_base_s(0.0)
-        .with_step_s_per_decode(0.0)
-        .with_step_s_per_context_token(0.0);
+    let batch = step(prefill_only());
     let run = |engine| {
         let c = config(1, 16).with_engine(engine).with_batch(batch);
         let sim = Simulation::new(requests.clone(), c).unwrap();
@@ -394,10 +393,7 @@ fn fleets_parse_and_bad_groups_are_named() {
 #[test]
 fn a_half_speed_worker_takes_twice_as_long() {
     let request = Request::new(0.0, (0..4_000).collect(), 1);
-    let batch = BatchConfig::default()
-        .with_step_base_s(0.0)
-        .with_step_s_per_decode(0.0)
-        .with_step_s_per_context_token(0.0);
+    let batch = step(prefill_only());
     for engine in ENGINES {
         let ttft = |speed: f64| {
             let c = config(1, 16).with_engine(engine).with_batch(batch);
@@ -430,4 +426,17 @@ fn a_half_speed_worker_takes_twice_as_long() {
     let small = pooled(vec![WorkerSpec::new(1.0, 16)]);
     let mixed = pooled(vec![WorkerSpec::new(1.0, 16), WorkerSpec::new(0.5, 16)]);
     assert!(mixed > small, "{mixed} vs {small}");
+}
+
+/// The default batch settings with `model` as the step model.
+fn step(model: StepModel) -> BatchConfig {
+    BatchConfig::default().with_step(model)
+}
+
+/// A step model whose steps cost only their prefill.
+fn prefill_only() -> StepModel {
+    StepModel::default()
+        .with_step_base_s(0.0)
+        .with_step_s_per_decode(0.0)
+        .with_step_s_per_context_token(0.0)
 }

@@ -25,7 +25,7 @@ fn conversations() -> Vec<Request> {
 /// A balanced router that keeps every load report it is given.
 struct Recording {
     inner: BalancedRouter,
-    reports: Mutex<Vec<(WorkerId, ReportedLoad)>>,
+    reports: Mutex<Vec<(WorkerId, EngineLoad)>>,
 }
 
 impl Recording {
@@ -50,7 +50,7 @@ impl Router for Recording {
     fn remove_worker(&self, worker: WorkerId) -> Result<(), Error> {
         self.inner.remove_worker(worker)
     }
-    fn report_load(&self, worker: WorkerId, load: ReportedLoad) -> Result<(), Error> {
+    fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
         self.reports.lock().unwrap().push((worker, load));
         self.inner.report_load(worker, load)
     }
@@ -149,7 +149,7 @@ fn workers_report_their_load_to_every_replica_each_scrape() {
                 "{scrapes} scrapes over {} s",
                 r.makespan_s
             );
-            assert!(reports.iter().any(|(_, l)| l.queue_len > 1));
+            assert!(reports.iter().any(|(_, l)| l.requests() > 1));
             assert!(reports.iter().any(|(_, l)| l.kv_usage > 0.0));
             assert!(
                 reports

@@ -280,9 +280,11 @@ fn reload_time_decides_between_a_long_host_hit_and_a_short_device_hit() {
         router.apply_event(W0, 0, &half).unwrap();
         let all = CacheEvent::stored(None, engine.clone(), prompt.clone()).with_tier(Tier::Host);
         router.apply_event(W1, 0, &all).unwrap();
-        let rate = config.prefill_tokens_per_s;
-        let ttft_device = 800.0 / rate;
-        let ttft_host = reload.seconds(Tier::Host, 1600);
+        // Both take one step (its fixed part as well), and decode alike.
+        let rate = config.load.prefill_tokens_per_s;
+        let step = config.load.step.step_base_s;
+        let ttft_device = step + 800.0 / rate;
+        let ttft_host = step + reload.seconds(Tier::Host, 1600);
         let (d, receipt) = router
             .route_with_receipt(&RouteRequest::new(&prompt))
             .unwrap();
@@ -293,8 +295,15 @@ fn reload_time_decides_between_a_long_host_hit_and_a_short_device_hit() {
             .iter()
             .map(|l| (l.worker, l.cost.as_ref().unwrap().total()))
             .collect();
-        assert!((costs[&W0] - ttft_device).abs() < 1e-9, "{receipt}");
-        assert!((costs[&W1] - ttft_host).abs() < 1e-9, "{receipt}");
+        let term = |w: WorkerId, name: &str| {
+            let line = receipt.candidates.iter().find(|l| l.worker == w).unwrap();
+            let cost = line.cost.as_ref().unwrap();
+            cost.terms.iter().find(|t| t.name == name).unwrap().value
+        };
+        assert!((costs[&W0] - costs[&W1] - (ttft_device - ttft_host)).abs() < 1e-9);
+        assert!((term(W0, "ttft_s") - ttft_device).abs() < 1e-9, "{receipt}");
+        assert!((term(W1, "ttft_s") + term(W1, "reload_s") - ttft_host).abs() < 1e-9);
+        assert_eq!(term(W0, "decode_s"), term(W1, "decode_s"));
         assert_eq!(receipt.chosen_line().unwrap().worker, expected);
         router.complete(&d);
     }

@@ -6,6 +6,7 @@ use prefix_router::{
     AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
     CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Error, IndexConfig,
     LeastLoadedRouter, Policy, PolicyRouter, PowerOfTwoRouter, RoundRobinRouter, Router, Scoring,
+    StepModel,
 };
 
 #[path = "peers/mod.rs"]
@@ -36,6 +37,9 @@ pub(crate) struct PolicyOptions {
     /// Each worker's KV capacity in tokens: bounds the routers' mirrors.
     pub(crate) capacity_tokens: Option<usize>,
     pub(crate) prefill_tokens_per_s: f64,
+    /// The engines' scheduler budgets and step-time model, as their operator configured
+    /// them.
+    pub(crate) step: StepModel,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
     /// Blocks per chunk of the workers' host tier (vLLM's CPU offloading).
@@ -48,6 +52,7 @@ impl Default for PolicyOptions {
             block_size: 16,
             capacity_tokens: None,
             prefill_tokens_per_s: 33_000.0,
+            step: StepModel::default(),
             alpha: None,
             miss_weight: None,
             host_chunk_blocks: 1,
@@ -82,6 +87,7 @@ pub(crate) fn build(
     let mut balanced = BalancedConfig::default();
     balanced.index = index;
     balanced.load.prefill_tokens_per_s = o.prefill_tokens_per_s;
+    balanced.load.step = o.step;
     if let Some(alpha) = o.alpha {
         balanced.alpha = alpha;
     }

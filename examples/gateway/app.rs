@@ -191,8 +191,14 @@ impl Gateway {
         }
     }
 
+    /// The gateway's clock: time since it started, on which load reports and requests are
+    /// timed for the router.
+    pub(crate) fn clock(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// `target`'s engine reported `load` just now: the router hears it.
-    pub(crate) fn scraped(&self, target: WorkerId, load: prefix_router::ReportedLoad) {
+    pub(crate) fn scraped(&self, target: WorkerId, load: prefix_router::EngineLoad) {
         if self.router.report_load(target, load).is_ok() {
             let now = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
             self.stats[target.index()]
@@ -224,8 +230,10 @@ impl Gateway {
         self.router.as_ref()
     }
 
-    /// A streamed request's first content came `elapsed` after it arrived.
+    /// A streamed request's first content came `elapsed` after it arrived: the router
+    /// learns the worker's speed from it.
     pub(crate) fn first_token_after(&self, decision: &RouteDecision, elapsed: Duration) {
+        self.router.first_token_after(decision, elapsed);
         let s = &self.stats[decision.worker().index()];
         s.first_tokens.fetch_add(1, Relaxed);
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
@@ -369,7 +377,7 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
         Ok(i) => i,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let request = incoming.route_request();
+    let request = incoming.route_request().with_time(gw.clock());
     for _ in 0..2 {
         let routed = if incoming.explain {
             gw.router
@@ -568,8 +576,11 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
                 "failures": s.failures.load(Relaxed),
                 "prefill_tokens": load.map(|l| l.prefill_tokens),
                 "streamed_first_tokens": s.first_tokens.load(Relaxed),
-                "reported_queue": load.map(|l| l.reported.queue_len),
-                "reported_kv_usage": load.map(|l| l.reported.kv_usage),
+                "reported_waiting": load.and_then(|l| l.reported).map(|r| r.waiting),
+                "reported_running": load.and_then(|l| l.reported).map(|r| r.running),
+                "reported_kv_usage": load.and_then(|l| l.reported).map(|r| r.kv_usage),
+                "estimated_requests": load.map(|l| l.estimated_requests),
+                "speed": load.map(|l| l.speed),
                 "metrics_age_ms": gw.metrics_age_ms(i),
                 "events": s.events.json(),
                 "mean_time_to_first_token_ms": mean_ms(

@@ -1,9 +1,10 @@
 //! Engine metrics: every upstream's Prometheus endpoint scraped at an interval into the
 //! router's load reports ([`Router::report_load`](prefix_router::Router::report_load)).
 //!
-//! From vLLM's metrics: `vllm:num_requests_running` plus `vllm:num_requests_waiting` is a
-//! rank's queue, and `vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before v1) its
-//! KV usage. A data-parallel endpoint labels each rank's samples with `engine="<rank>"`;
+//! From vLLM's metrics: `vllm:num_requests_waiting` and `vllm:num_requests_running` are a
+//! rank's waiting and running requests, and `vllm:kv_cache_usage_perc`
+//! (`vllm:gpu_cache_usage_perc` before v1) its KV usage; a report is timed on the gateway's
+//! clock when the scrape's text arrived. A data-parallel endpoint labels each rank's samples with `engine="<rank>"`;
 //! samples without the label are rank 0's. The text is parsed by `prometheus-parse`, which
 //! reads metric names of word characters only: the colon of vLLM's `vllm:` prefix is read
 //! as an underscore.
@@ -11,16 +12,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prefix_router::ReportedLoad;
+use prefix_router::EngineLoad;
 
 use super::app::Gateway;
 
-/// Each rank's load in a scrape of `text`, for an endpoint of `ranks` ranks; `None` when
-/// the text is not Prometheus text or names none of the metrics.
-pub(crate) fn parse_load(text: &str, ranks: u32) -> Option<Vec<ReportedLoad>> {
+/// Each rank's load in a scrape of `text` read at `at`, for an endpoint of `ranks` ranks;
+/// `None` when the text is not Prometheus text or names none of the metrics.
+pub(crate) fn parse_load(text: &str, ranks: u32, at: Duration) -> Option<Vec<EngineLoad>> {
     let lines = text.lines().map(|l| Ok(l.replacen("vllm:", "vllm_", 1)));
     let scrape = prometheus_parse::Scrape::parse(lines).ok()?;
-    let mut queue = vec![0.0f64; ranks as usize];
+    let mut waiting = vec![0.0f64; ranks as usize];
+    let mut running = vec![0.0f64; ranks as usize];
     let mut kv = vec![0.0f64; ranks as usize];
     let mut seen = false;
     for sample in &scrape.samples {
@@ -39,7 +41,8 @@ pub(crate) fn parse_load(text: &str, ranks: u32) -> Option<Vec<ReportedLoad>> {
             continue;
         }
         match sample.metric.as_str() {
-            "vllm_num_requests_running" | "vllm_num_requests_waiting" => queue[rank] += value,
+            "vllm_num_requests_waiting" => waiting[rank] += value,
+            "vllm_num_requests_running" => running[rank] += value,
             "vllm_kv_cache_usage_perc" | "vllm_gpu_cache_usage_perc" => {
                 kv[rank] = kv[rank].max(value);
             }
@@ -48,10 +51,12 @@ pub(crate) fn parse_load(text: &str, ranks: u32) -> Option<Vec<ReportedLoad>> {
         seen = true;
     }
     seen.then(|| {
-        queue
-            .iter()
-            .zip(&kv)
-            .map(|(&q, &k)| ReportedLoad::new(q.max(0.0) as u64, k.clamp(0.0, 1.0) as f32))
+        (0..ranks as usize)
+            .map(|r| {
+                let count = |v: f64| v.max(0.0) as u64;
+                EngineLoad::new(count(waiting[r]), count(running[r]), at)
+                    .with_kv_usage(kv[r].clamp(0.0, 1.0))
+            })
             .collect()
     })
 }
@@ -68,7 +73,7 @@ pub(crate) async fn scrape_forever(gw: Arc<Gateway>, path: String, interval: Dur
                 continue;
             };
             let ranks = gw.layout().ranks();
-            let Some(loads) = parse_load(&text, ranks) else {
+            let Some(loads) = parse_load(&text, ranks, gw.clock()) else {
                 continue;
             };
             for (rank, load) in loads.into_iter().enumerate() {
@@ -98,16 +103,20 @@ vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"m\"} 0.25
 # TYPE vllm:prompt_tokens_total counter
 vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"} 999.0
 ";
-        let loads = parse_load(text, 2).unwrap_or_default();
+        let at = Duration::from_millis(1_500);
+        let loads = parse_load(text, 2, at).unwrap_or_default();
         assert_eq!(
             loads,
-            [ReportedLoad::new(5, 0.0), ReportedLoad::new(1, 0.25)]
+            [
+                EngineLoad::new(2, 3, at),
+                EngineLoad::new(0, 1, at).with_kv_usage(0.25)
+            ]
         );
-        assert_eq!(parse_load("# nothing here\n", 1), None);
+        assert_eq!(parse_load("# nothing here\n", 1, at), None);
         let unlabelled = "vllm:num_requests_waiting 4\nvllm:gpu_cache_usage_perc 1.5\n";
         assert_eq!(
-            parse_load(unlabelled, 1),
-            Some(vec![ReportedLoad::new(4, 1.0)])
+            parse_load(unlabelled, 1, at),
+            Some(vec![EngineLoad::new(4, 0, at).with_kv_usage(1.0)])
         );
     }
 }

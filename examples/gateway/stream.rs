@@ -109,7 +109,6 @@ struct Watch {
 impl Watch {
     fn chunk(&mut self, chunk: &[u8]) {
         if self.events.feed(chunk) {
-            self.gw.router().first_token(&self.decision);
             self.gw
                 .first_token_after(&self.decision, self.started.elapsed());
         }

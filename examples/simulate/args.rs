@@ -31,10 +31,6 @@ pub(crate) struct Args {
     pub(crate) router_capacity_tokens: Option<usize>,
     /// Whether the routers are told each worker's speed (`--router-speeds known`); by
     /// default they are not and learn it from the timings the simulation reports.
-    #[allow(
-        dead_code,
-        reason = "`--router-speeds` is accepted; no router is given the workers' speeds from it"
-    )]
     pub(crate) router_speeds_known: bool,
     pub(crate) matrix: bool,
 }
@@ -117,10 +113,10 @@ struct ClusterFlags {
     #[arg(long, value_enum, default_value_t = EngineArg::Batched)]
     engine: EngineArg,
     /// Tokens computed per step at most (batched engine).
-    #[arg(long, value_name = "N", default_value_t = cluster().batch.max_num_batched_tokens)]
+    #[arg(long, value_name = "N", default_value_t = cluster().batch.step.max_num_batched_tokens)]
     max_num_batched_tokens: usize,
     /// Running requests at most (batched engine).
-    #[arg(long, value_name = "N", default_value_t = cluster().batch.max_num_seqs)]
+    #[arg(long, value_name = "N", default_value_t = cluster().batch.step.max_num_seqs)]
     max_num_seqs: usize,
     /// Each worker's host tier (CPU offloading), in tokens; 0: none.
     #[arg(long, value_name = "N", default_value_t = cluster().batch.host_capacity_tokens)]
@@ -286,8 +282,8 @@ impl From<Cli> for Args {
             EngineArg::Batched => Engine::Batched,
             EngineArg::Simple => Engine::Simple,
         };
-        cluster.batch.max_num_batched_tokens = c.max_num_batched_tokens;
-        cluster.batch.max_num_seqs = c.max_num_seqs;
+        cluster.batch.step.max_num_batched_tokens = c.max_num_batched_tokens;
+        cluster.batch.step.max_num_seqs = c.max_num_seqs;
         cluster.batch.host_capacity_tokens = c.host_capacity_tokens;
         cluster.batch.host_chunk_blocks = c.host_chunk_blocks;
         cluster.front = match r.front {

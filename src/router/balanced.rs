@@ -202,22 +202,25 @@ impl Balanced {
     }
 
     /// [`Scoring::PredictedTtft`]'s cost in seconds: the load model's time to first token
-    /// ([`Candidate::predicted_ttft_s`]), plus the reload of lower-tier hits.
+    /// ([`Candidate::predicted_ttft_s`]) and decode time ([`Candidate::predicted_decode_s`]),
+    /// plus the reload of lower-tier hits.
     #[inline]
     fn seconds(&self, request: &RouteRequest<'_>, c: &Candidate) -> f64 {
-        self.ttft_s(request, c) + self.reload_s(c)
+        let (ttft, decode) = self.terms(request, c);
+        ttft + decode + self.reload_s(c)
     }
 
-    /// The load model's time to first token of `c` for `request`.
+    /// The load model's time to first token and decode time of `c` for `request`.
     #[inline]
-    fn ttft_s(&self, request: &RouteRequest<'_>, c: &Candidate) -> f64 {
+    fn terms(&self, request: &RouteRequest<'_>, c: &Candidate) -> (f64, f64) {
         let load = &self.config.load;
         let tokens = request.tokens().len();
         let miss = tokens.saturating_sub(c.cached_tokens());
         let output = request
             .expected_output()
             .unwrap_or(load.default_output_tokens);
-        c.predicted_ttft_s(load, tokens, miss, output, self.config.miss_weight)
+        let ttft = c.predicted_ttft_s(load, tokens, miss, output, self.config.miss_weight);
+        (ttft, c.predicted_decode_s(load, tokens, output))
     }
 
     /// Seconds to reload the candidate's hits below the device tier.
@@ -248,7 +251,12 @@ impl PolicyRouter<Balanced> {
     ///
     /// As [`new`](Self::new); as [`BalancedConfig::validate`].
     pub fn with_config(num_workers: u32, config: BalancedConfig) -> Result<Self, Error> {
-        Self::with_policy_and_load(num_workers, Balanced::new(config)?, config.index, config.load)
+        Self::with_policy_and_load(
+            num_workers,
+            Balanced::new(config)?,
+            config.index,
+            config.load,
+        )
     }
 
     /// The configuration.
@@ -290,8 +298,10 @@ impl Policy for Balanced {
         let tokens = request.tokens().len();
         Some(match self.config.scoring {
             Scoring::PredictedTtft => {
+                let (ttft, decode) = self.terms(request, c);
                 Cost::of(&[
-                    ("ttft_s", self.ttft_s(request, c)),
+                    ("ttft_s", ttft),
+                    ("decode_s", decode),
                     ("reload_s", self.reload_s(c)),
                 ])
             }

@@ -12,9 +12,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use super::load::{EngineLoad, LoadConfig, Staleness, WorkerProfile};
 #[cfg(doc)]
 use super::load::StepModel;
+use super::load::{EngineLoad, LoadConfig, Staleness, WorkerProfile};
 
 /// `prefill` of an engine report that gave none.
 const NO_PREFILL: u64 = u64::MAX;
@@ -66,7 +66,13 @@ pub(crate) struct LoadState {
     /// is how much slower than predicted the worker is.
     observed_bits: AtomicU64,
     predicted_bits: AtomicU64,
+    /// Timings learned from.
+    samples: AtomicU64,
 }
+
+/// Timings a worker's learned speed needs before it counts: one first token says little
+/// (its request may have waited behind others' work the router did not see).
+const MIN_SAMPLES: u64 = 5;
 
 /// The engine's last report.
 #[derive(Debug, Default)]
@@ -109,6 +115,7 @@ impl Default for LoadState {
             kv_capacity_tokens: AtomicU64::new(0),
             observed_bits: AtomicU64::new(0),
             predicted_bits: AtomicU64::new(0),
+            samples: AtomicU64::new(0),
         }
     }
 }
@@ -167,6 +174,12 @@ impl LoadState {
         }
     }
 
+    /// When the last report was measured (nanoseconds), if there is one.
+    pub(crate) fn report_ns(&self) -> Option<u64> {
+        let r = &self.report;
+        r.present.load(Relaxed).then(|| r.measured_ns.load(Relaxed))
+    }
+
     /// The last report, if any.
     pub(crate) fn last_report(&self) -> Option<EngineLoad> {
         let r = &self.report;
@@ -201,8 +214,7 @@ impl LoadState {
     /// configured speed) predicted `predicted`: the learned slowness moves towards their
     /// ratio by `rate`. Concurrent timings may lose one another's update.
     pub(crate) fn learn(&self, observed: f64, predicted: f64, rate: f64) {
-        if !(observed.is_finite() && predicted.is_finite() && observed >= 0.0 && predicted > 0.0)
-        {
+        if !(observed.is_finite() && predicted.is_finite() && observed >= 0.0 && predicted > 0.0) {
             return;
         }
         let decay = 1.0 - rate;
@@ -210,32 +222,41 @@ impl LoadState {
         let p = f64::from_bits(self.predicted_bits.load(Relaxed)) * decay + rate * predicted;
         self.observed_bits.store(o.to_bits(), Relaxed);
         self.predicted_bits.store(p.to_bits(), Relaxed);
+        self.samples.fetch_add(1, Relaxed);
     }
 
-    /// How many times slower than its profile the worker has been, `1/16..=16` (1 before
-    /// any timing), in half-octave steps (…, 0.71, 1, 1.41, 2, …): the load model's own
-    /// error moves identical workers' ratios by some ten per cent either way, and a speed
-    /// that differs by less than that would only add noise to every choice.
-    pub(crate) fn slowness(&self) -> f64 {
+    /// How many times slower than predicted the worker's first tokens have come, as a
+    /// base-2 logarithm within ±4; `None` before [`MIN_SAMPLES`] timings.
+    pub(crate) fn log_ratio(&self) -> Option<f64> {
         let p = f64::from_bits(self.predicted_bits.load(Relaxed));
-        if p <= 0.0 {
-            return 1.0;
+        if p <= 0.0 || self.samples.load(Relaxed) < MIN_SAMPLES {
+            return None;
         }
         let o = f64::from_bits(self.observed_bits.load(Relaxed));
-        let ratio = (o / p).clamp(1.0 / 16.0, 16.0);
-        ((ratio.log2() * 2.0).round() / 2.0).exp2()
+        Some((o / p).clamp(1.0 / 16.0, 16.0).log2())
+    }
+
+    /// How many times slower than its profile the worker is: its [`log_ratio`](Self::log_ratio)
+    /// against the fleet's `reference` (what every worker's timings share, such as queueing
+    /// the model does not see, is not the worker's speed), in half-octave steps
+    /// (…, 0.71, 1, 1.41, 2, …): the load model's own error moves identical workers' ratios
+    /// by some ten per cent either way, and a speed that differs by less than that would
+    /// only add noise to every choice. 1 before [`MIN_SAMPLES`] timings.
+    pub(crate) fn slowness(&self, reference: f64) -> f64 {
+        self.log_ratio()
+            .map_or(1.0, |r| ((r - reference) * 2.0).round().exp2().sqrt())
     }
 
     /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
     /// `mean_prefill` is the uncached tokens of an average request routed here, for a
     /// report that counts waiting requests but not their tokens; `block_size` turns the
-    /// reported KV blocks into tokens.
+    /// reported KV blocks into tokens; `reference` is the fleet's log ratio of observed to
+    /// predicted times ([`slowness`](Self::slowness)).
     pub(crate) fn estimate(
         &self,
         config: &LoadConfig,
         now_ns: u64,
-        mean_prefill: u64,
-        block_size: u64,
+        (mean_prefill, block_size, reference): (u64, u64, f64),
     ) -> Estimate {
         let in_flight = self.in_flight.load(Relaxed);
         let awaiting = self.awaiting_first.load(Relaxed).min(in_flight);
@@ -249,7 +270,7 @@ impl LoadState {
             kv_tokens: self.kv_tokens.load(Relaxed),
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
-            speed: (self.profile_speed() / self.slowness()) as f32,
+            speed: (self.profile_speed() / self.slowness(reference)) as f32,
             saturated: false,
         };
         let r = &self.report;
@@ -293,6 +314,7 @@ impl LoadState {
             let held = (usage * e.kv_capacity_tokens as f64) as u64;
             let demand = held + e.waiting.saturating_mul(mean_prefill);
             e.kv_tokens = e.kv_tokens.max(demand);
+            e.context_tokens = e.context_tokens.max(held);
         }
     }
 }
@@ -313,11 +335,13 @@ impl Estimate {
     }
 
     /// Seconds until the first token of a request of `prompt` tokens, `miss` of them
-    /// uncached, on this worker running at `speed`: its queue and `miss_weight ×` its own
-    /// tokens at the prefill rate, plus the fixed and decode part of every step they take
-    /// (a step's budget is shared with the worker's decodes, one token each), plus its wait
-    /// for admission ([`admission_wait_s`](Self::admission_wait_s), the running requests
-    /// generating `output` tokens). A saturated worker takes an hour more.
+    /// uncached, on this worker running at `speed`: its queue and its own tokens at the
+    /// prefill rate, plus the fixed and decode part of every step they take (a step's
+    /// budget is shared with the worker's decodes, one token each), plus its wait for
+    /// admission ([`admission_wait_s`](Self::admission_wait_s), the running requests
+    /// generating `output` tokens). Each uncached token weighs `miss_weight`, or one more
+    /// than the requests waiting there when they are more (each waits for it too). A
+    /// saturated worker takes an hour more.
     pub(crate) fn ttft_s(
         &self,
         config: &LoadConfig,
@@ -332,6 +356,7 @@ impl Estimate {
         let tokens = (self.prefill_tokens + miss) as f64;
         let budget = (step.max_num_batched_tokens as f64 - decodes).max(1.0);
         let steps = (tokens / budget).ceil().max(1.0);
+        let miss_weight = miss_weight.max(self.waiting as f64 + 1.0);
         let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
         let stepping = steps * step.seconds(0.0, decodes, self.decode_context(), rate) / speed;
         let saturated = if self.saturated { 3_600.0 } else { 0.0 };
@@ -367,13 +392,32 @@ impl Estimate {
         excess * f64::from(output.max(1)) * busy / 2.0
     }
 
-    /// [`ttft_s`](Self::ttft_s) at the estimated speed.
+    /// Seconds a request of `prompt` tokens takes on this worker at `speed` to decode its
+    /// `output` tokens, beyond the fixed part of their steps: every step carries the
+    /// worker's decodes and their context with its own.
+    pub(crate) fn decode_s(
+        &self,
+        config: &LoadConfig,
+        prompt: u64,
+        output: u32,
+        speed: f64,
+    ) -> f64 {
+        let step = &config.step;
+        let decodes = self.decoding as f64 + 1.0;
+        let context = self.decode_context() + prompt as f64;
+        let per_step = decodes * step.step_s_per_decode + context * step.step_s_per_context_token;
+        f64::from(output) * per_step / speed
+    }
+
+    /// [`ttft_s`](Self::ttft_s) plus [`decode_s`](Self::decode_s), at the estimated speed.
     pub(crate) fn cost_s(
         &self,
         config: &LoadConfig,
         request: (u64, u64, u32),
         miss_weight: f64,
     ) -> f64 {
-        self.ttft_s(config, request, miss_weight, f64::from(self.speed))
+        let speed = f64::from(self.speed);
+        self.ttft_s(config, request, miss_weight, speed)
+            + self.decode_s(config, request.0, request.2, speed)
     }
 }

@@ -156,11 +156,23 @@ pub(crate) struct Fleet {
     block_size: u64,
     /// The router's clock: the latest time a report or a request carried (nanoseconds).
     now_ns: AtomicU64,
+    /// No report goes stale before this time (nanoseconds; a lower bound): past it, the
+    /// load keys are refreshed ([`Fleet::expire`]).
+    expiry_ns: AtomicU64,
+    /// The fleet's reference log ratio of observed to predicted first-token times (f64
+    /// bits; see [`Fleet::recalibrate`]).
+    reference_bits: AtomicU64,
+    /// Timings learned from, fleet-wide.
+    timings: AtomicU64,
 }
 
 impl Fleet {
     /// A fleet of workers `0..num_workers`, all available.
-    pub(crate) fn new(num_workers: u32, config: LoadConfig, block_size: usize) -> Result<Self, Error> {
+    pub(crate) fn new(
+        num_workers: u32,
+        config: LoadConfig,
+        block_size: usize,
+    ) -> Result<Self, Error> {
         check_id(num_workers.saturating_sub(1))?;
         config.validate()?;
         let fleet = Self {
@@ -169,6 +181,9 @@ impl Fleet {
             config,
             block_size: block_size as u64,
             now_ns: AtomicU64::new(0),
+            expiry_ns: AtomicU64::new(u64::MAX),
+            reference_bits: AtomicU64::new(0.0f64.to_bits()),
+            timings: AtomicU64::new(0),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -260,7 +275,30 @@ impl Fleet {
 
     /// Moves the router's clock to `at`, if later.
     pub(crate) fn observe_time(&self, at: std::time::Duration) {
-        self.now_ns.fetch_max(nanos(at), Relaxed);
+        let now = nanos(at);
+        self.now_ns.fetch_max(now, Relaxed);
+        if now > self.expiry_ns.load(Relaxed) {
+            self.expire(now);
+        }
+    }
+
+    /// Some report went stale by `now`: refreshes every worker's load key (the staleness
+    /// policy changes its load) and finds when the next fresh report goes stale.
+    #[cold]
+    fn expire(&self, now: u64) {
+        let max_age = nanos(self.config.max_report_age);
+        let mut next = u64::MAX;
+        let registry = self.read();
+        for (_, r) in registry.iter() {
+            if let Some(at) = r.slot.load.report_ns() {
+                let stale_at = at.saturating_add(max_age);
+                if stale_at >= now {
+                    next = next.min(stale_at);
+                }
+            }
+            self.refresh(r);
+        }
+        self.expiry_ns.store(next, Relaxed);
     }
 
     pub(crate) fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
@@ -269,10 +307,20 @@ impl Fleet {
         self.with_slot(worker, |r| {
             r.slot.load.report(&load);
             self.refresh(r);
-        })
+        })?;
+        if self.config.staleness != super::load::Staleness::Hold {
+            let stale_at =
+                nanos(load.measured_at).saturating_add(nanos(self.config.max_report_age));
+            self.expiry_ns.fetch_min(stale_at, Relaxed);
+        }
+        Ok(())
     }
 
-    pub(crate) fn set_profile(&self, worker: WorkerId, profile: WorkerProfile) -> Result<(), Error> {
+    pub(crate) fn set_profile(
+        &self,
+        worker: WorkerId,
+        profile: WorkerProfile,
+    ) -> Result<(), Error> {
         profile.validate()?;
         self.with_slot(worker, |r| {
             r.slot.load.set_profile(&profile);
@@ -285,16 +333,16 @@ impl Fleet {
         let routed = r.key.routed.load(Relaxed).max(1);
         let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
         let now = self.now_ns.load(Relaxed);
-        r.slot
-            .load
-            .estimate(&self.config, now, mean_prefill, self.block_size)
+        let reference = f64::from_bits(self.reference_bits.load(Relaxed));
+        let context = (mean_prefill, self.block_size, reference);
+        r.slot.load.estimate(&self.config, now, context)
     }
 
     /// Recomputes worker `r`'s load key after its load changed.
     fn refresh(&self, r: Registered<'_>) {
-        let cost = self
-            .estimate(r)
-            .cost_s(&self.config, (0, 0, self.config.default_output_tokens), 1.0);
+        let cost =
+            self.estimate(r)
+                .cost_s(&self.config, (0, 0, self.config.default_output_tokens), 1.0);
         r.key.load_ns.store((cost * 1e9) as u64, Relaxed);
     }
 
@@ -461,6 +509,34 @@ impl Fleet {
             }
             self.refresh(r);
         });
+        if elapsed.is_some() && self.timings.fetch_add(1, Relaxed) % RECALIBRATE_EVERY == 0 {
+            self.recalibrate();
+        }
+    }
+
+    /// Sets the fleet's reference to the lower quartile of the workers' log ratios of
+    /// observed to predicted first-token times: what most workers' timings share (queueing
+    /// the load model does not see, a prefill rate configured too high) is not any one
+    /// worker's speed, and the lower quartile keeps a slow half of the fleet slow.
+    #[cold]
+    fn recalibrate(&self) {
+        let registry = self.read();
+        let mut ratios: SmallVec<[f64; 64]> = registry
+            .iter()
+            .filter_map(|(_, r)| r.slot.load.log_ratio())
+            .collect();
+        if ratios.is_empty() {
+            return;
+        }
+        ratios.sort_unstable_by(f64::total_cmp);
+        let reference = ratios[(ratios.len() - 1) / 4];
+        let before = self.reference_bits.swap(reference.to_bits(), Relaxed);
+        if before == reference.to_bits() {
+            return;
+        }
+        for (_, r) in registry.iter() {
+            self.refresh(r);
+        }
     }
 
     /// Runs `f` on the decision's worker slot if it is still the same registration.
@@ -523,6 +599,9 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+/// First-token timings between two recalibrations of the fleet's reference.
+const RECALIBRATE_EVERY: u64 = 16;
 
 /// A worker of no class in [`Fleet::least_of_each`].
 pub(crate) const NO_CLASS: u16 = u16::MAX;

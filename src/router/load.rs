@@ -103,7 +103,12 @@ impl EngineLoad {
     ///
     /// [`Error::InvalidConfig`] when `kv_usage` is not a fraction in `0.0..=1.0`.
     pub fn validate(&self) -> Result<(), Error> {
-        float("kv_usage", self.kv_usage, 0.0..=1.0, "a fraction between 0.0 and 1.0")
+        float(
+            "kv_usage",
+            self.kv_usage,
+            0.0..=1.0,
+            "a fraction between 0.0 and 1.0",
+        )
     }
 }
 

@@ -27,8 +27,8 @@ pub use self::baseline::{
 pub use self::cache_aware::{CacheAware, CacheAwareConfig, CacheAwareRouter};
 pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashRouter};
 pub use self::fleet::WorkerLoad;
-pub use self::load::{EngineLoad, LoadConfig, Staleness, StepModel, WorkerProfile};
 pub use self::index::{CacheIndex, IndexConfig};
+pub use self::load::{EngineLoad, LoadConfig, Staleness, StepModel, WorkerProfile};
 pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min};
 pub use self::ranks::RankLayout;
 pub use self::receipt::{Cost, CostTerm, Receipt, ReceiptLine};

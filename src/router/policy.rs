@@ -8,9 +8,7 @@ use super::load::{EngineLoad, LoadConfig, WorkerProfile};
 use smallvec::SmallVec;
 
 use super::index::{Blocks, CacheIndex, IndexConfig};
-use super::{
-    Cost, Receipt, ReceiptLine, RouteDecision, RouteRequest, Router, WorkerLoad,
-};
+use super::{Cost, Receipt, ReceiptLine, RouteDecision, RouteRequest, Router, WorkerLoad};
 use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
 use crate::tree::Held;
 use crate::{Error, RankLayout, Tier, TokenId, WorkerId};
@@ -140,6 +138,15 @@ impl Candidate {
         let request = (prompt as u64, miss as u64, output);
         self.estimate
             .ttft_s(config, request, miss_weight, self.speed())
+    }
+
+    /// The load model's time, in seconds, for a request of `prompt` tokens to decode
+    /// `output` tokens in this worker's batch, beyond the fixed part of its steps (see
+    /// [`BalancedRouter`](crate::BalancedRouter)).
+    #[must_use]
+    pub fn predicted_decode_s(&self, config: &LoadConfig, prompt: usize, output: u32) -> f64 {
+        self.estimate
+            .decode_s(config, prompt as u64, output, self.speed())
     }
 
     /// Requests routed to it since it was added.

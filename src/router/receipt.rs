@@ -7,7 +7,7 @@ use crate::{Tier, WorkerId};
 /// One term of a policy's cost for a candidate (lower costs win).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostTerm {
-    /// What the term measures (`"queue_s"`, `"recompute_s"`, `"reload_s"`, ...).
+    /// What the term measures (`"ttft_s"`, `"decode_s"`, `"reload_s"`, ...).
     pub name: &'static str,
     /// Its value.
     pub value: f64,

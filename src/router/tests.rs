@@ -5,10 +5,12 @@ fn candidate(worker: u32, in_flight: u64, routed: u64) -> Candidate {
         worker: WorkerId::new(worker),
         epoch: 1,
         in_flight,
-        prefill_tokens: 0,
         routed,
         assigned_prefill: 0,
-        queue_len: 0,
+        estimate: estimate::Estimate {
+            requests: in_flight,
+            ..Default::default()
+        },
         matched_blocks: 0,
         cached_tokens: 0,
         cached_by_tier: [0; 4],
@@ -26,14 +28,6 @@ fn pick_min_breaks_ties_by_routed_then_rotation() {
         .collect();
     assert_eq!(reached.len(), 3);
     assert_eq!(pick_min(&[], 0, |_, c: &Candidate| c.in_flight), None);
-}
-
-#[test]
-fn reported_queue_counts_when_larger() {
-    let mut c = candidate(0, 2, 0);
-    assert_eq!(c.requests(), 2);
-    c.queue_len = 9;
-    assert_eq!(c.requests(), 9);
 }
 
 #[test]

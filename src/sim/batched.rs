@@ -436,7 +436,7 @@ mod tests {
             chunk in 1usize..4,
         ) {
             let batch = crate::sim::BatchConfig::default()
-                .with_max_num_batched_tokens(budget)
+                .with_step(crate::StepModel::default().with_max_num_batched_tokens(budget))
                 .with_host_capacity_tokens(host_chunks * chunk * 4)
                 .with_host_chunk_blocks(chunk);
             let config = ClusterConfig::default()

@@ -200,33 +200,16 @@ pub enum Engine {
 
 /// Settings of [`Engine::Batched`], per worker.
 ///
-/// A step computes `prefill` prompt tokens (chunks of waiting and partially prefilled
-/// requests) and one token for each of `decodes` running requests, which attend to
-/// `context` tokens in all; it takes
-/// `step_base_s + prefill / prefill_tokens_per_s + decodes × step_s_per_decode +
-/// context × step_s_per_context_token` seconds, `prefill_tokens_per_s` being
-/// [`ClusterConfig::prefill_tokens_per_s`].
-///
-/// The defaults model Llama-3.1-70B in FP8 on 8 H100 SXM GPUs (tensor-parallel), estimated
-/// from public peak figures, not measured here: a step reads the weights once (8.8 GB per
-/// GPU at 3.35 TB/s: 2.6 ms) plus kernel launches and 160 all-reduces (about 6 ms in all),
-/// so `step_base_s` 0.008; a decode's sampling and bookkeeping about 50 µs; a context token's
-/// KV (80 layers × 8 heads × 128 dimensions × K and V, FP8: 160 KiB) read across the 8 GPUs'
-/// 26.8 TB/s: 6 ns. With the prefill rate of 33,000 tokens/s a lone 2,000-token prefill
-/// takes 69 ms and a lone decode step 8 ms.
+/// A step's time is [`StepModel::seconds`](crate::StepModel::seconds) at
+/// [`ClusterConfig::prefill_tokens_per_s`] (divided by the worker's speed), plus the time to
+/// load back what it takes from the host tier. The routers predict with the same model
+/// ([`LoadConfig::step`](crate::LoadConfig::step)): with its defaults a lone 2,000-token
+/// prefill takes 69 ms and a lone decode step 8 ms.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct BatchConfig {
-    /// Tokens computed per step at most (vLLM's `max_num_batched_tokens`). Default 8,192.
-    pub max_num_batched_tokens: usize,
-    /// Running requests at most (vLLM's `max_num_seqs`). Default 256.
-    pub max_num_seqs: usize,
-    /// Fixed time of a step, seconds. Default 0.008.
-    pub step_base_s: f64,
-    /// Time per decoding request in a step. Default 0.000 05.
-    pub step_s_per_decode: f64,
-    /// Time per token of context the step's decodes attend to. Default 0.000 000 006.
-    pub step_s_per_context_token: f64,
+    /// The scheduler's budgets and the step-time model.
+    pub step: crate::StepModel,
     /// KV each worker's host tier (CPU offloading) holds, in tokens; 0: no host tier.
     /// Default 0.
     pub host_capacity_tokens: usize,
@@ -242,16 +225,8 @@ pub struct BatchConfig {
 
 impl BatchConfig {
     crate::config::setters! {
-        /// Sets [`max_num_batched_tokens`](Self::max_num_batched_tokens).
-        with_max_num_batched_tokens: max_num_batched_tokens: usize;
-        /// Sets [`max_num_seqs`](Self::max_num_seqs).
-        with_max_num_seqs: max_num_seqs: usize;
-        /// Sets [`step_base_s`](Self::step_base_s).
-        with_step_base_s: step_base_s: f64;
-        /// Sets [`step_s_per_decode`](Self::step_s_per_decode).
-        with_step_s_per_decode: step_s_per_decode: f64;
-        /// Sets [`step_s_per_context_token`](Self::step_s_per_context_token).
-        with_step_s_per_context_token: step_s_per_context_token: f64;
+        /// Sets [`step`](Self::step).
+        with_step: step: crate::StepModel;
         /// Sets [`host_capacity_tokens`](Self::host_capacity_tokens).
         with_host_capacity_tokens: host_capacity_tokens: usize;
         /// Sets [`host_chunk_blocks`](Self::host_chunk_blocks).
@@ -274,32 +249,14 @@ impl BatchConfig {
             "at least 1",
         )?;
         self.reload.validate()?;
-        int(
-            "max_num_batched_tokens",
-            self.max_num_batched_tokens,
-            1..,
-            "at least 1",
-        )?;
-        int("max_num_seqs", self.max_num_seqs, 1.., "at least 1")?;
-        for (field, value) in [
-            ("step_base_s", self.step_base_s),
-            ("step_s_per_decode", self.step_s_per_decode),
-            ("step_s_per_context_token", self.step_s_per_context_token),
-        ] {
-            float(field, value, 0.0..=f64::MAX, "zero or more seconds")?;
-        }
-        Ok(())
+        self.step.validate()
     }
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
         Self {
-            max_num_batched_tokens: 8_192,
-            max_num_seqs: 256,
-            step_base_s: 0.008,
-            step_s_per_decode: 0.000_05,
-            step_s_per_context_token: 0.000_000_006,
+            step: crate::StepModel::default(),
             host_capacity_tokens: 0,
             host_chunk_blocks: 1,
             reload: crate::ReloadConfig::default(),

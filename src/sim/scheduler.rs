@@ -142,10 +142,10 @@ pub(super) struct Step {
 impl Step {
     /// The step's duration under `config`, at `prefill_tokens_per_s`.
     pub(super) fn duration(&self, config: &BatchConfig, prefill_tokens_per_s: f64) -> f64 {
-        config.step_base_s
-            + self.prefill as f64 / prefill_tokens_per_s
-            + self.decodes as f64 * config.step_s_per_decode
-            + self.context as f64 * config.step_s_per_context_token
+        let (prefill, decodes) = (self.prefill as f64, self.decodes as f64);
+        config
+            .step
+            .seconds(prefill, decodes, self.context as f64, prefill_tokens_per_s)
             + config.reload.seconds(crate::Tier::Host, self.loaded)
     }
 }
@@ -244,7 +244,7 @@ impl Scheduler {
     /// Builds the next step, admitting and preempting as it goes (see the module docs).
     pub(super) fn schedule(&mut self, seqs: &mut [Option<Seq>], out: &mut Vec<Outcome>) -> Step {
         let mut step = Step::default();
-        let mut budget = self.config.max_num_batched_tokens;
+        let mut budget = self.config.step.max_num_batched_tokens;
         let preempted = self.schedule_running(seqs, &mut budget, &mut step, out);
         if !preempted {
             self.admit_waiting(seqs, &mut budget, &mut step, out);
@@ -317,7 +317,7 @@ impl Scheduler {
         step: &mut Step,
         out: &mut Vec<Outcome>,
     ) {
-        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+        while *budget > 0 && self.running.len() < self.config.step.max_num_seqs {
             let Some(&id) = self.waiting.front() else {
                 return;
             };

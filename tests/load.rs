@@ -1,0 +1,252 @@
+//! Engine load reports as the router reads them: their age and the staleness policies,
+//! this router's counts reconciled with a later report, and speeds learned from timings.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prefix_router::*;
+use proptest::prelude::*;
+
+/// Offers its choice to worker 0 and keeps what every candidate looked like.
+#[derive(Default)]
+struct Snapshot {
+    seen: Mutex<Vec<Candidate>>,
+}
+
+impl Policy for Snapshot {
+    fn name(&self) -> &'static str {
+        "snapshot"
+    }
+
+    fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        *self.seen.lock().unwrap() = candidates.to_vec();
+        0
+    }
+}
+
+type Probe = PolicyRouter<Snapshot>;
+
+fn probe(workers: u32, load: LoadConfig) -> Probe {
+    PolicyRouter::with_policy_and_load(workers, Snapshot::default(), IndexConfig::default(), load)
+        .unwrap()
+}
+
+fn s(seconds: f64) -> Duration {
+    Duration::from_secs_f64(seconds)
+}
+
+/// Routes a one-token request at `at` (to worker 0) and returns worker `w`'s candidate as
+/// the policy saw it, with the decision.
+fn look(r: &Probe, w: usize, at: f64) -> (Candidate, RouteDecision) {
+    let d = r.route(&RouteRequest::new(&[7]).with_time(s(at))).unwrap();
+    let c = r.policy().seen.lock().unwrap()[w];
+    (c, d)
+}
+
+#[test]
+fn a_fresh_report_counts_and_a_stale_one_follows_the_staleness_policy() {
+    for staleness in [Staleness::Hold, Staleness::Ignore, Staleness::Saturated] {
+        let config = LoadConfig::default()
+            .with_max_report_age(s(2.0))
+            .with_staleness(staleness);
+        let r = probe(2, config);
+        let report = EngineLoad::new(30, 20, s(10.0)).with_kv_usage(0.9);
+        r.report_load(WorkerId::new(1), report).unwrap();
+        let (fresh, d) = look(&r, 1, 11.0);
+        r.complete(&d);
+        assert_eq!((fresh.waiting(), fresh.decoding()), (30, 20));
+        assert!((fresh.kv_usage() - 0.9).abs() < 1e-6);
+        assert!(!fresh.saturated());
+        // 2 s is the limit: at 12.5 s the report is 2.5 s old.
+        let (stale, d) = look(&r, 1, 12.5);
+        r.complete(&d);
+        match staleness {
+            Staleness::Hold => assert_eq!(stale.requests(), 50),
+            Staleness::Ignore => {
+                assert_eq!((stale.requests(), stale.kv_usage()), (0, 0.0));
+            }
+            Staleness::Saturated => assert!(stale.saturated() && stale.requests() == 50),
+            _ => unreachable!(),
+        }
+    }
+}
+
+#[test]
+fn without_request_times_the_newest_report_is_the_clock() {
+    let config = LoadConfig::default().with_max_report_age(s(1.0));
+    let r = probe(2, config);
+    r.report_load(WorkerId::new(1), EngineLoad::new(9, 0, s(5.0)))
+        .unwrap();
+    let d = r.route(&RouteRequest::new(&[1])).unwrap();
+    assert_eq!(r.policy().seen.lock().unwrap()[1].requests(), 9);
+    r.complete(&d);
+    // Worker 0 reports at 7 s: worker 1's report is now 2 s old, and ignored.
+    r.report_load(WorkerId::new(0), EngineLoad::new(0, 0, s(7.0)))
+        .unwrap();
+    let d = r.route(&RouteRequest::new(&[1])).unwrap();
+    assert_eq!(r.policy().seen.lock().unwrap()[1].requests(), 0);
+    r.complete(&d);
+}
+
+#[test]
+fn a_saturated_worker_is_chosen_only_when_every_worker_is() {
+    let config = LoadConfig::default()
+        .with_max_report_age(s(1.0))
+        .with_staleness(Staleness::Saturated);
+    let balanced = BalancedConfig::default().with_load(config);
+    let r = BalancedRouter::with_config(2, balanced).unwrap();
+    let prompt: Vec<u32> = (0..64).collect();
+    r.report_load(WorkerId::new(0), EngineLoad::new(0, 0, s(0.0)))
+        .unwrap();
+    r.report_load(WorkerId::new(1), EngineLoad::new(0, 0, s(5.0)))
+        .unwrap();
+    // Worker 0's report is 5 s old: saturated, so the prompt goes to worker 1 and stays.
+    for _ in 0..3 {
+        let d = r
+            .route(&RouteRequest::new(&prompt).with_time(s(5.0)))
+            .unwrap();
+        assert_eq!(d.worker(), WorkerId::new(1));
+        r.complete(&d);
+    }
+    // Both stale: saturation no longer separates them, and the cache decides.
+    let d = r
+        .route(&RouteRequest::new(&prompt).with_time(s(60.0)))
+        .unwrap();
+    assert_eq!(d.worker(), WorkerId::new(1));
+}
+
+#[test]
+fn local_counts_add_to_a_report_until_the_next_replaces_them() {
+    let r = probe(1, LoadConfig::default());
+    r.report_load(
+        WorkerId::new(0),
+        EngineLoad::new(5, 3, s(0.0)).with_prefill_tokens(1_000),
+    )
+    .unwrap();
+    let (_, a) = look(&r, 0, 0.1);
+    let (c, b) = look(&r, 0, 0.2);
+    // What the policy saw before b: the report and a.
+    assert_eq!(
+        (c.waiting(), c.decoding(), c.prefill_tokens()),
+        (6, 3, 1_001)
+    );
+    r.first_token(&a);
+    r.complete(&b);
+    let (c, x) = look(&r, 0, 0.3);
+    r.complete(&x);
+    // a decodes, b left before its first token.
+    assert_eq!((c.waiting(), c.decoding()), (5, 4));
+    assert_eq!(c.prefill_tokens(), 1_000);
+    // A new report replaces the counts; a (still in flight) is in it.
+    r.report_load(WorkerId::new(0), EngineLoad::new(0, 1, s(1.0)))
+        .unwrap();
+    let (c, x) = look(&r, 0, 1.1);
+    r.complete(&x);
+    assert_eq!((c.requests(), c.decoding()), (1, 1));
+    // A report that misses this router's own requests does not hide them.
+    r.report_load(WorkerId::new(0), EngineLoad::new(0, 0, s(2.0)))
+        .unwrap();
+    let (c, x) = look(&r, 0, 2.1);
+    r.complete(&x);
+    assert_eq!(c.requests(), 1, "a is still in flight here");
+    r.complete(&a);
+}
+
+/// One operation on a worker's load.
+#[derive(Clone, Debug)]
+enum Op {
+    Route,
+    FirstToken(usize),
+    Complete(usize),
+    Report { waiting: u64, running: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => Just(Op::Route),
+        2 => (0..32usize).prop_map(Op::FirstToken),
+        2 => (0..32usize).prop_map(Op::Complete),
+        1 => (0..20u64, 0..20u64).prop_map(|(waiting, running)| Op::Report { waiting, running }),
+    ]
+}
+
+proptest! {
+    /// Whatever the order of routes, first tokens, completions and reports, the estimate
+    /// never counts fewer requests than this router has in flight, never more decoding
+    /// than requests, and right after a report it is the report or the local count,
+    /// whichever is larger.
+    #[test]
+    fn the_estimate_bounds_hold_under_any_interleaving(ops in proptest::collection::vec(op(), 1..60)) {
+        let r = probe(1, LoadConfig::default());
+        let mut decisions: Vec<RouteDecision> = Vec::new();
+        let mut t = 0.0;
+        for op in ops {
+            t += 0.01;
+            match op {
+                Op::Route => {
+                    let (c, d) = look(&r, 0, t);
+                    let live = decisions.iter().filter(|d| !d.is_completed()).count() as u64;
+                    prop_assert!(c.requests() >= live);
+                    prop_assert!(c.decoding() <= c.requests());
+                    prop_assert_eq!(c.in_flight(), live);
+                    decisions.push(d);
+                }
+                Op::FirstToken(i) => {
+                    if let Some(d) = decisions.get(i) {
+                        r.first_token_after(d, s(0.05));
+                    }
+                }
+                Op::Complete(i) => {
+                    if let Some(d) = decisions.get(i) {
+                        r.complete(d);
+                    }
+                }
+                Op::Report { waiting, running } => {
+                    r.report_load(WorkerId::new(0), EngineLoad::new(waiting, running, s(t))).unwrap();
+                    let load = r.load(WorkerId::new(0)).unwrap();
+                    prop_assert_eq!(load.estimated_requests, load.in_flight.max(waiting + running));
+                }
+            }
+        }
+        for d in &decisions {
+            r.complete(d);
+        }
+        let load = r.load(WorkerId::new(0)).unwrap();
+        prop_assert_eq!((load.in_flight, load.prefill_tokens), (0, 0));
+    }
+}
+
+/// Worker 1 is configured twice as fast as it is: the times it takes to its first tokens
+/// (twice the prediction, give or take a fifth) correct it to its real speed.
+#[test]
+fn a_worker_configured_twice_as_fast_as_it_is_is_found_within_ten_requests() {
+    let r = BalancedRouter::new(2).unwrap();
+    r.set_profile(WorkerId::new(1), WorkerProfile::default().with_speed(2.0))
+        .unwrap();
+    assert_eq!(r.load(WorkerId::new(1)).unwrap().speed, 2.0);
+    let noise = [1.2, 0.8, 1.1, 0.9, 1.0];
+    let mut found = None;
+    for i in 0..40 {
+        let prompt: Vec<u32> = (0..2_000).map(|t| t + i * 10_000).collect();
+        let d = r.route(&RouteRequest::new(&prompt)).unwrap();
+        let n = noise[i as usize % noise.len()];
+        let slow = if d.worker() == WorkerId::new(1) {
+            2.0
+        } else {
+            1.0
+        };
+        r.first_token_after(&d, s(d.predicted_ttft_s() * slow * n));
+        r.complete(&d);
+        let speed = r.load(WorkerId::new(1)).unwrap().speed;
+        if found.is_none() && speed == 1.0 {
+            found = Some(i);
+        }
+        if let Some(at) = found {
+            assert_eq!(speed, 1.0, "found at request {at}, lost at {i}");
+        }
+    }
+    assert!(found.is_some_and(|i| i < 10), "{found:?}");
+    assert_eq!(r.load(WorkerId::new(0)).unwrap().speed, 1.0);
+}
