@@ -250,3 +250,75 @@ fn a_worker_configured_twice_as_fast_as_it_is_is_found_within_ten_requests() {
     assert!(found.is_some_and(|i| i < 10), "{found:?}");
     assert_eq!(r.load(WorkerId::new(0)).unwrap().speed, 1.0);
 }
+
+/// The load model's cost on a hand-computed fleet: worker `h` holds a 2,000-token prompt and
+/// runs `running` decodes of 2,100 tokens each (its KV 1M tokens); the other worker is idle
+/// and empty. A request extending the prompt by 100 tokens, expecting 200 output tokens,
+/// goes to the idle worker exactly when its predicted time (to first token, plus decode)
+/// is lower, by the step model's figures.
+#[test]
+fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_time() {
+    let step = StepModel::default();
+    let cost = |running: f64, miss: f64, weight: f64| {
+        let held = running * 2_100.0;
+        let per_step = |decodes: f64, context: f64| {
+            decodes * step.step_s_per_decode + context * step.step_s_per_context_token
+        };
+        let busy = step.step_base_s + per_step(running, held);
+        let seats = (running + 1.0 - step.max_num_seqs as f64).max(0.0) / running.max(1.0);
+        let memory = if held > 0.0 {
+            (held + miss + 200.0 - 1e6).max(0.0) / held
+        } else {
+            0.0
+        };
+        let wait = seats.max(memory) * 200.0 * busy / 2.0;
+        let ttft = weight * miss / 33_000.0 + busy + wait;
+        let decode = 200.0 * per_step(running + 1.0, held + 2_100.0);
+        (ttft, decode)
+    };
+    let mut chose = Vec::new();
+    for running in [0u64, 50, 150, 255, 256, 300, 400, 470] {
+        let r = BalancedRouter::new(2).unwrap();
+        let profile = WorkerProfile::default().with_kv_capacity_tokens(1_000_000);
+        for w in [0, 1] {
+            r.set_profile(WorkerId::new(w), profile).unwrap();
+        }
+        let prompt: Vec<u32> = (0..2_100).collect();
+        let first = r.route(&RouteRequest::new(&prompt[..2_000])).unwrap();
+        r.complete(&first);
+        let h = first.worker();
+        let idle = WorkerId::new(1 - h.get());
+        let usage = running as f64 * 2_100.0 / 1e6;
+        let busy = EngineLoad::new(0, running, s(1.0)).with_kv_usage(usage.min(1.0));
+        r.report_load(h, busy).unwrap();
+        r.report_load(idle, EngineLoad::new(0, 0, s(1.0))).unwrap();
+        let request = RouteRequest::new(&prompt)
+            .with_expected_output(200)
+            .with_time(s(1.0));
+        let (d, receipt) = r.route_with_receipt(&request).unwrap();
+        let (h_ttft, h_decode) = cost(running as f64, 100.0, 10.0);
+        let (i_ttft, i_decode) = cost(0.0, 2_100.0, 10.0);
+        let line = |w: WorkerId| {
+            let line = receipt.candidates.iter().find(|l| l.worker == w).unwrap();
+            let terms = &line.cost.as_ref().unwrap().terms;
+            (terms[0].value, terms[1].value)
+        };
+        let close =
+            |a: (f64, f64), b: (f64, f64)| (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9;
+        assert!(close(line(h), (h_ttft, h_decode)), "{running}: {receipt}");
+        assert!(
+            close(line(idle), (i_ttft, i_decode)),
+            "{running}: {receipt}"
+        );
+        let expected = if i_ttft + i_decode < h_ttft + h_decode {
+            idle
+        } else {
+            h
+        };
+        assert_eq!(d.worker(), expected, "{running}: {receipt}");
+        chose.push(d.worker() == idle);
+    }
+    // Both answers occur: the holder while its batch is light, the idle worker past it.
+    assert_eq!(chose.first(), Some(&false));
+    assert_eq!(chose.last(), Some(&true));
+}

@@ -14,9 +14,9 @@ pub enum Scoring {
     /// `alpha · cache_score + (1 − alpha) · load_score`, highest wins.
     Weighted,
     /// Predicted time: the request's time to first token on the worker (its queue and
-    /// `miss_weight ×` its uncached tokens at the worker's speed, among the worker's
-    /// decodes), then its decode in the worker's batch and what it adds to the batch's
-    /// other decodes, lowest wins; equal costs go to the worker handed the least prefill
+    /// `miss_weight ×` its uncached tokens at the worker's speed, the steps they take among
+    /// the worker's decodes, the wait for a running slot or KV), then its decode in the
+    /// worker's batch; lowest wins; equal costs go to the worker handed the least prefill
     /// work so far. The default, and the crate's recommended policy (see the README's
     /// simulator results).
     #[default]
@@ -36,7 +36,8 @@ pub struct BalancedConfig {
     /// ages, learned speeds), for [`Scoring::PredictedTtft`].
     pub load: LoadConfig,
     /// For [`Scoring::PredictedTtft`]: how much a token the worker must recompute weighs
-    /// against a token already queued there, at least 1.0. Above 1 the router accepts some
+    /// against a token already queued there, at least 1.0 (and at least one more than the
+    /// requests waiting on the worker). Above 1 the router accepts some
     /// queueing for locality, since every recomputed token also costs the fleet capacity
     /// and evicts someone else's cache. Default 10 (the README's simulator results compare
     /// it with other weights: `examples/simulate.rs --miss-weight`).
@@ -102,16 +103,32 @@ impl BalancedConfig {
 /// Weighs how much of the prompt each worker holds against how loaded it is: the crate's
 /// recommended policy.
 ///
-/// **Default: predicted time to first token** ([`Scoring::PredictedTtft`]). For every
-/// available worker, `cost = (outstanding prefill tokens + miss_weight × uncached tokens of
-/// this prompt) / prefill rate`; the cheapest wins. Outstanding prefill tokens are those
-/// routed to the worker whose first token has not arrived yet: call
-/// [`Router::first_token`](crate::Router::first_token) when it does (without it they count
-/// until [`complete`](crate::Router::complete), an overestimate of the queue). On an idle
-/// fleet the cost is the recomputation alone, so the worker holding the longest prefix wins;
-/// as queues grow they dominate and the load spreads. Equal costs (a new prefix on an idle
-/// fleet) go to the worker handed the least prefill work so far, which keeps prefill work
-/// balanced.
+/// **Default: predicted time** ([`Scoring::PredictedTtft`]). For every available worker
+/// the router predicts, with the engine's step model ([`StepModel`](crate::StepModel), the
+/// one the simulator's engine runs) at the worker's speed ([`Candidate::speed`]):
+///
+/// - **time to first token**: the prefill queued there ([`Candidate::prefill_tokens`]) and
+///   `miss_weight ×` this prompt's uncached tokens at the prefill rate (a recomputed token
+///   also costs the fleet capacity and evicts other prefixes; it weighs at least one more
+///   than the requests waiting there, since each of them waits for it), plus the fixed and
+///   per-decode part of every step that takes (the worker's decodes share each step's token
+///   budget and stretch its time), plus, once the worker's running slots
+///   ([`StepModel::max_num_seqs`](crate::StepModel::max_num_seqs)) or its KV are full, the
+///   wait for its running requests to finish and free them;
+/// - **decode time**: the request's expected output tokens
+///   ([`RouteRequest::with_expected_output`], else
+///   [`LoadConfig::default_output_tokens`](crate::LoadConfig::default_output_tokens)), each
+///   in a step carrying the worker's decodes and their context;
+/// - plus the reload time of a hit below the device tier.
+///
+/// The cheapest wins; equal costs (a new prefix on an idle fleet) go to the worker handed
+/// the least prefill work so far. Load is what the engines report ([`EngineLoad`](crate::EngineLoad),
+/// [`Router::report_load`](crate::Router::report_load)) reconciled with this router's own
+/// counts; call [`Router::first_token_after`](crate::Router::first_token_after) (or
+/// [`first_token`](crate::Router::first_token)) when a first token arrives, or prefill
+/// counts as queued until [`complete`](crate::Router::complete). On an idle fleet the cost is
+/// the recomputation, so the worker holding the longest prefix wins; as queues, batches and
+/// KV fill, they dominate and the load spreads.
 ///
 /// **Weighted** ([`Scoring::Weighted`]). For every available worker, with `p` the prompt's
 /// tokens:
