@@ -50,18 +50,22 @@
 //! ## Routing: [`Router`]
 //!
 //! A gateway calls [`Router::route`] on a request's tokens and gets a [`RouteDecision`];
-//! [`Router::first_token`] and [`Router::complete`] release its load. The recommended policy
-//! is [`BalancedRouter`] (predicted time to first token, weighing recomputation against
-//! queueing); the README's simulator results compare every policy on real traces.
+//! [`Router::first_token_after`] and [`Router::complete`] release its load, and engines'
+//! load reports ([`EngineLoad`], [`Router::report_load`]) tell it what other routers sent.
+//! The recommended policy is [`BalancedRouter`] (predicted time to first token and decode,
+//! weighing recomputation against queueing, running batches and KV); the README's simulator
+//! results compare every policy on real traces.
 //!
 //! ```
 //! use prefix_router::{BalancedRouter, RouteRequest, Router};
 //!
 //! let router = BalancedRouter::new(8)?;
 //! let prompt: Vec<u32> = (0..1_000).collect();
-//! let decision = router.route(&RouteRequest::new(&prompt).with_session("chat-7"))?;
-//! // ... forward the request to decision.worker() ...
-//! router.first_token(&decision);
+//! let now = std::time::Duration::from_secs(12); // the host's clock
+//! let request = RouteRequest::new(&prompt).with_session("chat-7").with_time(now);
+//! let decision = router.route(&request)?;
+//! // ... forward the request to decision.worker(); its first token comes 80 ms later ...
+//! router.first_token_after(&decision, std::time::Duration::from_millis(80));
 //! router.complete(&decision);
 //! # Ok::<(), prefix_router::Error>(())
 //! ```
@@ -117,8 +121,9 @@
 //! | `Router::route` on a [`PolicyRouter`] | its policy chooses an index outside the candidates | [`Error::InvalidChoice`]; nothing charged |
 //! | `Router::complete`, `first_token` | twice, or after the worker was removed (and re-added) | no-op |
 //! | `Router::add_worker` | a registered id; an id ≥ 4,096 | [`Error::WorkerExists`]; [`Error::WorkerOutOfRange`] |
-//! | `Router::remove_worker`, `set_available`, `report_load` | unknown worker | [`Error::UnknownWorker`] |
+//! | `Router::remove_worker`, `set_available`, `report_load`, `set_profile` | unknown worker | [`Error::UnknownWorker`] |
 //! | `Router::report_load` | KV usage NaN or outside `0..=1` | [`Error::InvalidConfig`] |
+//! | `Router::set_profile` | speed not positive and finite | [`Error::InvalidConfig`] |
 //! | `CacheSync::*` on a router; on a `CacheIndex` | unknown worker; id ≥ 4,096 | [`Error::UnknownWorker`]; [`Error::WorkerOutOfRange`] |
 //! | `CacheSync::apply_event` | tokens per block coarser than the router's, or finer and not dividing it; ragged tokens | [`Error::BlockSizeMismatch`] naming both; [`Error::InvalidEvent`] |
 //! | `CacheSync::apply_event` | a group at or beyond [`IndexConfig::max_groups`]; a placeholder naming an unknown block | skipped and counted in [`SyncOutcome`] |
