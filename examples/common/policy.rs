@@ -40,6 +40,8 @@ pub(crate) struct PolicyOptions {
     /// The engines' scheduler budgets and step-time model, as their operator configured
     /// them.
     pub(crate) step: StepModel,
+    /// Router replicas routing for the same fleet.
+    pub(crate) replicas: u32,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
     /// Blocks per chunk of the workers' host tier (vLLM's CPU offloading).
@@ -53,6 +55,7 @@ impl Default for PolicyOptions {
             capacity_tokens: None,
             prefill_tokens_per_s: 33_000.0,
             step: StepModel::default(),
+            replicas: 1,
             alpha: None,
             miss_weight: None,
             host_chunk_blocks: 1,
@@ -88,6 +91,10 @@ pub(crate) fn build(
     balanced.index = index;
     balanced.load.prefill_tokens_per_s = o.prefill_tokens_per_s;
     balanced.load.step = o.step;
+    balanced.load.replicas = o.replicas;
+    if let Some(lr) = std::env::var("ZLR").ok().and_then(|v| v.parse().ok()) {
+        balanced.load.learning_rate = lr;
+    }
     if let Some(alpha) = o.alpha {
         balanced.alpha = alpha;
     }

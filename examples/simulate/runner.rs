@@ -79,6 +79,7 @@ fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
         capacity_tokens: args.router_capacity_tokens,
         prefill_tokens_per_s: c.prefill_tokens_per_s,
         step: c.batch.step,
+        replicas: args.replicas,
         alpha: args.alpha,
         miss_weight: args.miss_weight,
         host_chunk_blocks: c.batch.host_chunk_blocks,

@@ -236,8 +236,7 @@ impl Balanced {
         let output = request
             .expected_output()
             .unwrap_or(load.default_output_tokens);
-        let ttft = c.predicted_ttft_s(load, tokens, miss, output, self.config.miss_weight);
-        (ttft, c.predicted_decode_s(load, tokens, output))
+        c.predicted_times(load, tokens, miss, output, self.config.miss_weight)
     }
 
     /// Seconds to reload the candidate's hits below the device tier.

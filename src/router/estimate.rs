@@ -26,8 +26,6 @@ pub(crate) struct Estimate {
     pub(crate) requests: u64,
     /// Of those, requests past their first token (decoding).
     pub(crate) decoding: u64,
-    /// Requests the engine reported waiting, plus this router's since (0 without a report).
-    pub(crate) waiting: u64,
     /// Uncached prompt tokens to prefill before a new request's.
     pub(crate) prefill_tokens: u64,
     /// Tokens of context the worker's requests attend to (their prompts and outputs).
@@ -238,13 +236,13 @@ impl LoadState {
 
     /// How many times slower than its profile the worker is: its [`log_ratio`](Self::log_ratio)
     /// against the fleet's `reference` (what every worker's timings share, such as queueing
-    /// the model does not see, is not the worker's speed), in half-octave steps
-    /// (…, 0.71, 1, 1.41, 2, …): the load model's own error moves identical workers' ratios
-    /// by some ten per cent either way, and a speed that differs by less than that would
-    /// only add noise to every choice. 1 before [`MIN_SAMPLES`] timings.
+    /// the model does not see, is not the worker's speed), in octaves (…, 0.5, 1, 2, …):
+    /// the load model's own error moves identical workers' ratios by tens of per cent, and a
+    /// speed that differs by less than that would only add noise to every choice. 1 before
+    /// [`MIN_SAMPLES`] timings.
     pub(crate) fn slowness(&self, reference: f64) -> f64 {
         self.log_ratio()
-            .map_or(1.0, |r| ((r - reference) * 2.0).round().exp2().sqrt())
+            .map_or(1.0, |r| (r - reference).round().exp2())
     }
 
     /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
@@ -264,7 +262,6 @@ impl LoadState {
         let mut e = Estimate {
             requests: in_flight,
             decoding: in_flight - awaiting,
-            waiting: 0,
             prefill_tokens: local_prefill,
             context_tokens: self.context_tokens.load(Relaxed),
             kv_tokens: self.kv_tokens.load(Relaxed),
@@ -285,24 +282,29 @@ impl LoadState {
                 Staleness::Hold => {}
             }
         }
-        self.reconcile(&mut e, mean_prefill, block_size);
+        self.reconcile(
+            &mut e,
+            (mean_prefill, block_size),
+            u64::from(config.replicas),
+        );
         e
     }
 
-    /// Adds the report and this router's counts since it to `e` (the router's own counts).
-    fn reconcile(&self, e: &mut Estimate, mean_prefill: u64, block_size: u64) {
+    /// Adds the report and this router's counts since it, `replicas` times over, to `e`
+    /// (the router's own counts).
+    fn reconcile(&self, e: &mut Estimate, (mean_prefill, block_size): (u64, u64), replicas: u64) {
         let (r, s) = (&self.report, &self.since);
-        let routed = s.routed.load(Relaxed);
-        let first = s.first_tokens.load(Relaxed);
-        let done = s.completed.load(Relaxed);
+        let since = |c: &AtomicU64| c.load(Relaxed).saturating_mul(replicas);
+        let routed = since(&s.routed);
+        let first = since(&s.first_tokens);
+        let done = since(&s.completed);
         let waiting = (r.waiting.load(Relaxed) + routed).saturating_sub(first);
         let running = (r.running.load(Relaxed) + first).saturating_sub(done);
         e.requests = e.requests.max(waiting + running);
         e.decoding = e.decoding.max(running.min(e.requests));
-        e.waiting = e.requests - e.decoding;
         let reported = match r.prefill.load(Relaxed) {
             NO_PREFILL => waiting.saturating_mul(mean_prefill),
-            p => (p + s.prefill.load(Relaxed)).saturating_sub(s.prefilled.load(Relaxed)),
+            p => (p + since(&s.prefill)).saturating_sub(since(&s.prefilled)),
         };
         e.prefill_tokens = e.prefill_tokens.max(reported);
         let usage = f64::from_bits(r.kv_usage_bits.load(Relaxed));
@@ -312,7 +314,7 @@ impl LoadState {
         }
         if e.kv_capacity_tokens > 0 {
             let held = (usage * e.kv_capacity_tokens as f64) as u64;
-            let demand = held + e.waiting.saturating_mul(mean_prefill);
+            let demand = held + (e.requests - e.decoding).saturating_mul(mean_prefill);
             e.kv_tokens = e.kv_tokens.max(demand);
             e.context_tokens = e.context_tokens.max(held);
         }
@@ -349,18 +351,49 @@ impl Estimate {
         miss_weight: f64,
         speed: f64,
     ) -> f64 {
-        let (_, miss, output) = request;
+        self.times(config, request, miss_weight, speed).0
+    }
+
+    /// [`ttft_s`](Self::ttft_s) and [`decode_s`](Self::decode_s) of one request, computed
+    /// together.
+    pub(crate) fn times(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        miss_weight: f64,
+        speed: f64,
+    ) -> (f64, f64) {
+        let (prompt, miss, output) = request;
         let step = &config.step;
         let rate = config.prefill_tokens_per_s * speed;
-        let decodes = self.decoding as f64;
-        let tokens = (self.prefill_tokens + miss) as f64;
-        let budget = (step.max_num_batched_tokens as f64 - decodes).max(1.0);
-        let steps = (tokens / budget).ceil().max(1.0);
-        let miss_weight = miss_weight.max(self.waiting as f64 + 1.0);
+        let budget = (step.max_num_batched_tokens as u64)
+            .saturating_sub(self.decoding)
+            .max(1);
+        let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
+        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
         let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
-        let stepping = steps * step.seconds(0.0, decodes, self.decode_context(), rate) / speed;
-        let saturated = if self.saturated { 3_600.0 } else { 0.0 };
-        weighted / rate + stepping + self.admission_wait_s(config, miss, output, speed) + saturated
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let overhead = step.seconds(0.0, decodes, context, rate);
+        let mut ttft = weighted / rate + steps as f64 * overhead / speed;
+        if self.saturated {
+            ttft += 3_600.0;
+        }
+        if self.must_wait(config, miss, output) {
+            ttft += self.admission_wait_s(config, miss, output, speed);
+        }
+        let per_step = (decodes + 1.0) * step.step_s_per_decode
+            + (context + prompt as f64) * step.step_s_per_context_token;
+        (ttft, f64::from(output) * per_step / speed)
+    }
+
+    /// Whether a request with `miss` uncached tokens generating `output` finds the
+    /// worker's running slots or its KV full.
+    #[inline]
+    fn must_wait(&self, config: &LoadConfig, miss: u64, output: u32) -> bool {
+        let seats = self.requests + 1 > config.step.max_num_seqs as u64;
+        let capacity = self.kv_capacity_tokens;
+        let demand = self.kv_tokens + miss + u64::from(output);
+        seats || (capacity > 0 && self.kv_tokens > 0 && demand > capacity)
     }
 
     /// Seconds a request with `miss` uncached tokens generating `output` waits for
@@ -369,6 +402,7 @@ impl Estimate {
     /// what its requests add and this one's; past either, until the running requests finish
     /// and free the excess. Each runs `output` steps of a busy worker (a prefill chunk, as
     /// far as prefill is queued, with the decodes), half of them left on average.
+    #[cold]
     fn admission_wait_s(&self, config: &LoadConfig, miss: u64, output: u32, speed: f64) -> f64 {
         let step = &config.step;
         let running = self.decoding.max(1) as f64;
@@ -381,9 +415,6 @@ impl Estimate {
             demand.saturating_sub(capacity) as f64 / self.kv_tokens as f64
         };
         let excess = (seats as f64 / running).max(memory);
-        if excess <= 0.0 {
-            return 0.0;
-        }
         let rate = config.prefill_tokens_per_s * speed;
         let decodes = self.decoding as f64;
         let chunk = (step.max_num_batched_tokens as f64 - decodes).max(0.0);
@@ -402,22 +433,27 @@ impl Estimate {
         output: u32,
         speed: f64,
     ) -> f64 {
-        let step = &config.step;
-        let decodes = self.decoding as f64 + 1.0;
-        let context = self.decode_context() + prompt as f64;
-        let per_step = decodes * step.step_s_per_decode + context * step.step_s_per_context_token;
-        f64::from(output) * per_step / speed
+        self.times(config, (prompt, 0, output), 1.0, speed).1
     }
 
-    /// [`ttft_s`](Self::ttft_s) plus [`decode_s`](Self::decode_s), at the estimated speed.
-    pub(crate) fn cost_s(
-        &self,
-        config: &LoadConfig,
-        request: (u64, u64, u32),
-        miss_weight: f64,
-    ) -> f64 {
+    /// The worker's load in seconds, for ordering workers that hold alike: its time to a
+    /// first token with nothing of a request's own (queued prefill and one step among its
+    /// decodes at its speed; saturation; the wait for a slot or KV once either is full).
+    #[inline]
+    pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
         let speed = f64::from(self.speed);
-        self.ttft_s(config, request, miss_weight, speed)
-            + self.decode_s(config, request.0, request.2, speed)
+        let rate = config.prefill_tokens_per_s * speed;
+        let overhead = config
+            .step
+            .seconds(0.0, self.decoding as f64, self.decode_context(), rate);
+        let mut load = (self.prefill_tokens as f64 / rate) + overhead / speed;
+        if self.saturated {
+            load += 3_600.0;
+        }
+        let output = config.default_output_tokens;
+        if self.must_wait(config, 0, output) {
+            load += self.admission_wait_s(config, 0, output, speed);
+        }
+        load
     }
 }

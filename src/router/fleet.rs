@@ -54,8 +54,8 @@ pub struct WorkerLoad {
 /// compares them: lock-free, read and written under the registry's read lock.
 #[derive(Debug)]
 struct LoadKey {
-    /// The worker's cost with nothing of a new request's own (nanoseconds,
-    /// [`Estimate::cost_s`]), refreshed whenever its load changes.
+    /// The worker's load (nanoseconds, [`Estimate::load_s`]), refreshed whenever it
+    /// changes.
     load_ns: AtomicU64,
     /// Uncached prompt tokens of every request routed to it since it was added.
     assigned_prefill: AtomicU64,
@@ -340,10 +340,8 @@ impl Fleet {
 
     /// Recomputes worker `r`'s load key after its load changed.
     fn refresh(&self, r: Registered<'_>) {
-        let cost =
-            self.estimate(r)
-                .cost_s(&self.config, (0, 0, self.config.default_output_tokens), 1.0);
-        r.key.load_ns.store((cost * 1e9) as u64, Relaxed);
+        let load = self.estimate(r).load_s(&self.config);
+        r.key.load_ns.store((load * 1e9) as u64, Relaxed);
     }
 
     pub(crate) fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
@@ -418,7 +416,11 @@ impl Fleet {
     ) {
         out.clear();
         let registry = self.read();
-        let mut all: SmallVec<[Least; 8]> = smallvec::smallvec![Least::default(); classes + 1];
+        let mut all: SmallVec<[Least; 8]> = if classes < 8 {
+            SmallVec::from_buf_and_len([Least::default(); 8], classes + 1)
+        } else {
+            smallvec::smallvec![Least::default(); classes + 1]
+        };
         let least = all.as_mut_slice();
         let keys = &registry.keys;
         let nothing = classes;
@@ -463,23 +465,30 @@ impl Fleet {
         let prompt_tokens = request.tokens().len();
         let cached_tokens = cached_tokens.min(prompt_tokens);
         let prefill = (prompt_tokens - cached_tokens) as u64;
-        // What the load model predicts at the worker's configured speed: the timing the
-        // host reports later is compared with it.
+        // What the load model predicts at the worker's configured speed (its load key, at
+        // its estimated speed, and this request's prefill): the timing the host reports
+        // later is compared with it.
+        let speed = f64::from(candidate.estimate.speed);
+        let profile = slot.load.profile_speed();
+        let before = key.load_ns.load(Relaxed) as f64 * 1e-9;
+        let rate = self.config.prefill_tokens_per_s * profile;
+        let predicted = before * speed / profile + prefill as f64 / rate;
         let output = request
             .expected_output()
             .unwrap_or(self.config.default_output_tokens);
-        let predicted = candidate.estimate.ttft_s(
-            &self.config,
-            (prompt_tokens as u64, prefill, output),
-            1.0,
-            slot.load.profile_speed(),
-        );
         slot.load.routed(prompt_tokens as u64, prefill, output);
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
         key.routed.fetch_add(1, Relaxed);
         key.assigned_prefill.fetch_add(prefill, Relaxed);
-        self.refresh(r);
+        // The candidate's snapshot with this request added, as a refresh would read it.
+        let mut after = candidate.estimate;
+        after.requests += 1;
+        after.prefill_tokens += prefill;
+        after.context_tokens += prompt_tokens as u64 + u64::from(output);
+        after.kv_tokens += prefill + u64::from(output);
+        let load = after.load_s(&self.config);
+        key.load_ns.store((load * 1e9) as u64, Relaxed);
         Some(
             RouteDecision::new(
                 candidate.worker,

@@ -292,6 +292,12 @@ pub struct LoadConfig {
     /// Weight of a new timing in a worker's learned speed, `0.0..=1.0` (0: never learn).
     /// Default 0.1: the learned speed follows about the last 10 first tokens.
     pub learning_rate: f64,
+    /// Router replicas routing for the same fleet, this one included (at least 1; default
+    /// 1). Between two reports, each replica sees only its own requests; the others send
+    /// about as many, so what this router routed, prefilled and completed since a report
+    /// counts this many times over. Without it replicas herd: every one of them sends the
+    /// next second's requests to the worker the last report showed least loaded.
+    pub replicas: u32,
 }
 
 impl Default for LoadConfig {
@@ -303,6 +309,7 @@ impl Default for LoadConfig {
             step: StepModel::default(),
             default_output_tokens: 256,
             learning_rate: 0.1,
+            replicas: 1,
         }
     }
 }
@@ -321,6 +328,8 @@ impl LoadConfig {
         with_default_output_tokens: default_output_tokens: u32;
         /// Sets [`learning_rate`](Self::learning_rate).
         with_learning_rate: learning_rate: f64;
+        /// Sets [`replicas`](Self::replicas).
+        with_replicas: replicas: u32;
     }
 
     /// Checks every field.
@@ -341,6 +350,7 @@ impl LoadConfig {
             0.0..=1.0,
             "between 0.0 and 1.0",
         )?;
+        crate::config::int("replicas", self.replicas, 1.., "at least 1")?;
         self.step.validate()
     }
 }

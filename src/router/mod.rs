@@ -59,6 +59,10 @@ pub struct RouteRequest<'a> {
     keys: &'a [crate::BlockKey],
     expected_output: Option<u32>,
     time: Option<std::time::Duration>,
+    /// [`key`](Self::key) without a session, computed once.
+    token_key: u64,
+    /// The session's key, computed once.
+    session_key: Option<u64>,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -72,6 +76,8 @@ impl<'a> RouteRequest<'a> {
             keys: &[],
             expected_output: None,
             time: None,
+            token_key: token_key(tokens, &[]),
+            session_key: None,
         }
     }
 
@@ -98,6 +104,7 @@ impl<'a> RouteRequest<'a> {
     pub fn with_session(self, session: &'a str) -> Self {
         Self {
             session: Some(session),
+            session_key: Some(xxhash_rust::xxh3::xxh3_64(session.as_bytes())),
             ..self
         }
     }
@@ -108,7 +115,11 @@ impl<'a> RouteRequest<'a> {
     /// event sync follows.
     #[must_use]
     pub fn with_salt(self, salt: &'a [u8]) -> Self {
-        Self { salt, ..self }
+        Self {
+            salt,
+            token_key: token_key(self.tokens, salt),
+            ..self
+        }
     }
 
     /// Per-block extra keys (multimodal inputs and the like, see
@@ -160,22 +171,25 @@ impl<'a> RouteRequest<'a> {
     }
 
     /// A 64-bit key of the request for tie-breaks and hashing policies: the session when
-    /// there is one, else the prompt's length and first 8 tokens with the salt. Cheap: it
-    /// is computed on every route.
+    /// there is one, else the prompt's length and first 8 tokens with the salt (computed
+    /// when the request is built).
+    #[inline]
     pub(crate) fn key(&self) -> u64 {
-        use xxhash_rust::xxh3::xxh3_64;
-        if let Some(s) = self.session {
-            return xxh3_64(s.as_bytes());
-        }
-        let mut key = mix64(self.tokens.len() as u64 ^ 0x5EED);
-        if !self.salt.is_empty() {
-            key ^= xxh3_64(self.salt);
-        }
-        for &t in self.tokens.iter().take(8) {
-            key = mix64(key ^ u64::from(t));
-        }
-        key
+        self.session_key.unwrap_or(self.token_key)
     }
+}
+
+/// The key of a request of `tokens` salted with `salt`, without a session: its length and
+/// first 8 tokens, with the salt.
+fn token_key(tokens: &[TokenId], salt: &[u8]) -> u64 {
+    let mut key = mix64(tokens.len() as u64 ^ 0x5EED);
+    if !salt.is_empty() {
+        key ^= xxhash_rust::xxh3::xxh3_64(salt);
+    }
+    for &t in tokens.iter().take(8) {
+        key = mix64(key ^ u64::from(t));
+    }
+    key
 }
 
 /// Where a request went, what the router predicted, and the load it charged.

@@ -140,6 +140,22 @@ impl Candidate {
             .ttft_s(config, request, miss_weight, self.speed())
     }
 
+    /// [`predicted_ttft_s`](Self::predicted_ttft_s) and
+    /// [`predicted_decode_s`](Self::predicted_decode_s), computed together.
+    #[must_use]
+    pub fn predicted_times(
+        &self,
+        config: &LoadConfig,
+        prompt: usize,
+        miss: usize,
+        output: u32,
+        miss_weight: f64,
+    ) -> (f64, f64) {
+        let request = (prompt as u64, miss as u64, output);
+        self.estimate
+            .times(config, request, miss_weight, self.speed())
+    }
+
     /// The load model's time, in seconds, for a request of `prompt` tokens to decode
     /// `output` tokens in this worker's batch, beyond the fixed part of its steps (see
     /// [`BalancedRouter`](crate::BalancedRouter)).
