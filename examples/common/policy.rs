@@ -92,9 +92,6 @@ pub(crate) fn build(
     balanced.load.prefill_tokens_per_s = o.prefill_tokens_per_s;
     balanced.load.step = o.step;
     balanced.load.replicas = o.replicas;
-    if let Some(lr) = std::env::var("ZLR").ok().and_then(|v| v.parse().ok()) {
-        balanced.load.learning_rate = lr;
-    }
     if let Some(alpha) = o.alpha {
         balanced.alpha = alpha;
     }

@@ -59,6 +59,9 @@ pub(crate) struct LoadState {
     report: Report,
     since: Since,
     profile_speed_bits: AtomicU64,
+    /// The speed estimates use: the profile's over the learned slowness (f64 bits), kept
+    /// current by [`LoadState::update_speed`].
+    speed_bits: AtomicU64,
     kv_capacity_tokens: AtomicU64,
     /// Decayed sums of observed and predicted times to first token (f64 bits): their ratio
     /// is how much slower than predicted the worker is.
@@ -110,6 +113,7 @@ impl Default for LoadState {
             report: Report::default(),
             since: Since::default(),
             profile_speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            speed_bits: AtomicU64::new(1.0f64.to_bits()),
             kv_capacity_tokens: AtomicU64::new(0),
             observed_bits: AtomicU64::new(0),
             predicted_bits: AtomicU64::new(0),
@@ -203,6 +207,13 @@ impl LoadState {
             .store(profile.kv_capacity_tokens, Relaxed);
     }
 
+    /// Sets the speed estimates use from the profile and the learned slowness against the
+    /// fleet's `reference` (see [`slowness`](Self::slowness)).
+    pub(crate) fn update_speed(&self, reference: f64) {
+        let speed = self.profile_speed() / self.slowness(reference);
+        self.speed_bits.store(speed.to_bits(), Relaxed);
+    }
+
     /// The configured relative speed.
     pub(crate) fn profile_speed(&self) -> f64 {
         f64::from_bits(self.profile_speed_bits.load(Relaxed))
@@ -248,13 +259,12 @@ impl LoadState {
     /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
     /// `mean_prefill` is the uncached tokens of an average request routed here, for a
     /// report that counts waiting requests but not their tokens; `block_size` turns the
-    /// reported KV blocks into tokens; `reference` is the fleet's log ratio of observed to
-    /// predicted times ([`slowness`](Self::slowness)).
+    /// reported KV blocks into tokens.
     pub(crate) fn estimate(
         &self,
         config: &LoadConfig,
         now_ns: u64,
-        (mean_prefill, block_size, reference): (u64, u64, f64),
+        (mean_prefill, block_size): (u64, u64),
     ) -> Estimate {
         let in_flight = self.in_flight.load(Relaxed);
         let awaiting = self.awaiting_first.load(Relaxed).min(in_flight);
@@ -267,7 +277,7 @@ impl LoadState {
             kv_tokens: self.kv_tokens.load(Relaxed),
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
-            speed: (self.profile_speed() / self.slowness(reference)) as f32,
+            speed: f64::from_bits(self.speed_bits.load(Relaxed)) as f32,
             saturated: false,
         };
         let r = &self.report;
@@ -321,9 +331,11 @@ impl LoadState {
     }
 }
 
-/// Takes `by` off `counter`, never below zero (a report may have reset what it counts).
+/// Takes back from one of this router's own counters what a route added to it. Each
+/// route's charges are taken back once (its decision's state bits see to it), so a counter
+/// never goes below zero.
 fn sub(counter: &AtomicU64, by: u64) {
-    let _ = counter.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_sub(by)));
+    counter.fetch_sub(by, Relaxed);
 }
 
 impl Estimate {

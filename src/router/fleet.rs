@@ -324,6 +324,7 @@ impl Fleet {
         profile.validate()?;
         self.with_slot(worker, |r| {
             r.slot.load.set_profile(&profile);
+            r.slot.load.update_speed(self.reference());
             self.refresh(r);
         })
     }
@@ -333,8 +334,7 @@ impl Fleet {
         let routed = r.key.routed.load(Relaxed).max(1);
         let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
         let now = self.now_ns.load(Relaxed);
-        let reference = f64::from_bits(self.reference_bits.load(Relaxed));
-        let context = (mean_prefill, self.block_size, reference);
+        let context = (mean_prefill, self.block_size);
         r.slot.load.estimate(&self.config, now, context)
     }
 
@@ -515,6 +515,7 @@ impl Fleet {
                 r.slot
                     .load
                     .learn(elapsed.as_secs_f64(), decision.predicted_ttft_s(), rate);
+                r.slot.load.update_speed(self.reference());
             }
             self.refresh(r);
         });
@@ -544,8 +545,14 @@ impl Fleet {
             return;
         }
         for (_, r) in registry.iter() {
+            r.slot.load.update_speed(reference);
             self.refresh(r);
         }
+    }
+
+    /// The fleet's reference log ratio (see [`Fleet::recalibrate`]).
+    fn reference(&self) -> f64 {
+        f64::from_bits(self.reference_bits.load(Relaxed))
     }
 
     /// Runs `f` on the decision's worker slot if it is still the same registration.
