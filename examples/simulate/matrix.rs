@@ -4,9 +4,12 @@
 //! Cells: the two Mooncake traces and the built-in agentic workload, each at loads 1×, 4×
 //! and 8× (arrival rates multiplied) under each sync mode (engine events, miss feedback,
 //! optimistic: no correction, the mirror told no capacity), then the conversation trace at
-//! 4× with events with 4 router replicas, with half the fleet at half speed, with a
-//! worker out for a quarter of the trace, and with a host tier four times each worker's KV
-//! (the pooled reference then holds both tiers). Everything else is as the other flags say.
+//! 4× with events with 4 router replicas, with half the fleet at half speed (the routers
+//! not told, then told), with a worker out for a quarter of the trace, with a host tier
+//! four times each worker's KV (the pooled reference then holds both tiers) and with load
+//! reports every 5 s, and the agentic workload at 4× with 4 replicas. A cell where every
+//! policy's TTFT p50 exceeds the TTFT target is past the fleet's capacity: its bar is
+//! marked – (not checked). Everything else is as the other flags say.
 
 use super::Failure;
 use super::args::Args;
@@ -26,6 +29,9 @@ struct Cell {
 
 /// The bar of the recommended policy in a cell.
 struct Bar {
+    /// Every policy's TTFT p50 exceeds the TTFT target: the cell is past the fleet's
+    /// capacity, and the bar does not apply (admission is what it needs).
+    past_capacity: bool,
     /// Hit ratio over the pooled reference's, at least 0.95.
     pooled: f64,
     /// TTFT p99 over the best policy's, at most 1.10.
@@ -37,7 +43,7 @@ struct Bar {
 }
 
 impl Bar {
-    fn of(reports: &[SimReport]) -> Option<Bar> {
+    fn of(reports: &[SimReport], ttft_target_s: f64) -> Option<Bar> {
         let rec = reports.iter().find(|r| r.policy == RECOMMENDED)?;
         let rr = reports.iter().find(|r| r.policy == "round_robin")?;
         let best_ttft = reports
@@ -47,6 +53,7 @@ impl Bar {
         let best_goodput = reports.iter().map(|r| r.goodput).fold(0.0, f64::max);
         let over = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 };
         Some(Bar {
+            past_capacity: reports.iter().all(|r| r.ttft_p50_s > ttft_target_s),
             pooled: rec.ratio_to_pooled(),
             ttft: over(rec.ttft_p99_s, best_ttft),
             tpot: over(rec.tpot_p99_s, rr.tpot_p99_s),
@@ -54,9 +61,14 @@ impl Bar {
         })
     }
 
-    /// Each figure with a mark: met or missed.
+    /// Each figure with a mark: met or missed (or past capacity: –).
     fn cells(&self) -> [String; 4] {
-        let mark = |ok: bool| if ok { "✓" } else { "✗" };
+        let past = self.past_capacity;
+        let mark = |ok: bool| match (past, ok) {
+            (true, _) => "–",
+            (false, true) => "✓",
+            (false, false) => "✗",
+        };
         [
             format!("{:.1} % {}", self.pooled * 100.0, mark(self.pooled >= 0.95)),
             format!("{:.2}× {}", self.ttft, mark(self.ttft <= 1.10)),
@@ -142,6 +154,10 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
     replicas.replicas = 4;
     let mut mixed = base.clone();
     mixed.fleet = Some(format!("{}x1.0,{}x0.5", workers - workers / 2, workers / 2));
+    let mut known = mixed.clone();
+    known.router_speeds_known = true;
+    let mut slow_reports = base.clone();
+    slow_reports.cluster.scrape_interval_s = 5.0;
     let mut host = base.clone();
     host.cluster.batch.host_capacity_tokens = 4 * base.cluster.capacity_tokens;
     let mut fault = base.clone();
@@ -169,6 +185,14 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
             fault,
         ),
         ("4× events, host tier 4× the GPU's".to_owned(), host),
+        (
+            format!(
+                "4× events, fleet {}, speeds known",
+                known.fleet.clone().unwrap_or_default()
+            ),
+            known,
+        ),
+        ("4× events, load reports every 5 s".to_owned(), slow_reports),
     ] {
         cells.push(Cell {
             workload: 0,
@@ -176,6 +200,13 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
             args: a,
         });
     }
+    let mut agentic = base.clone();
+    agentic.replicas = 4;
+    cells.push(Cell {
+        workload: 2,
+        label: "4× events, 4 replicas".to_owned(),
+        args: agentic,
+    });
     cells
 }
 
@@ -186,7 +217,7 @@ fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<Si
     );
     println!("|---|---|---|---|---|---|");
     for (cell, reports) in cells.iter().zip(results) {
-        if let Some(bar) = Bar::of(reports) {
+        if let Some(bar) = Bar::of(reports, cell.args.cluster.ttft_target_s) {
             let [p, t, d, g] = bar.cells();
             println!(
                 "| {} | {} | {p} | {t} | {d} | {g} |",
