@@ -22,10 +22,8 @@
 //! computed), the connector's asynchronous load (the admitting step waits for it), and disk
 //! or remote tiers.
 
-use std::collections::BTreeMap;
-
+use super::chain_lru::{ChainLru, Path};
 use crate::BlockHash;
-use crate::fold::FoldMap;
 
 /// A change of the host tier, named by the chunk's last block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,18 +35,14 @@ pub(crate) enum HostChange {
 }
 
 /// One worker's host tier.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct HostTier {
     /// Blocks per chunk (at least 1).
     chunk: usize,
     /// Chunks it holds at most (at least 1).
     capacity: usize,
-    /// Each chunk held, by its last block, with its last use.
-    chunks: FoldMap<BlockHash, u64>,
-    /// The chunks by last use: the first is the next to drop.
-    by_use: BTreeMap<u64, BlockHash>,
-    /// The clock of uses.
-    uses: u64,
+    /// The chunks held, in use order (a refresh costs the chunks it adds, see its docs).
+    lru: ChainLru,
     /// Changes since the last drain, when recording.
     changes: Option<Vec<HostChange>>,
 }
@@ -60,9 +54,7 @@ impl HostTier {
         Self {
             chunk: chunk.max(1),
             capacity: capacity.max(1),
-            chunks: FoldMap::default(),
-            by_use: BTreeMap::new(),
-            uses: 0,
+            lru: ChainLru::default(),
             changes: record.then(Vec::new),
         }
     }
@@ -85,7 +77,7 @@ impl HostTier {
         let max = max.min(hashes.len());
         let mut end = from;
         let mut next = (from / self.chunk + 1) * self.chunk;
-        while next <= max && self.chunks.contains_key(&hashes[next - 1]) {
+        while next <= max && self.lru.contains(hashes[next - 1]) {
             end = next;
             next += self.chunk;
         }
@@ -104,19 +96,21 @@ impl HostTier {
     /// chunks are dropped afterwards down to the capacity (the deepest of the refreshed ones
     /// first, so the tier stays a prefix of every sequence).
     fn refresh(&mut self, hashes: &[BlockHash], last: usize, store: bool) {
-        let mut end = last;
-        while end >= self.chunk {
-            let key = hashes[end - 1];
-            if !self.touch(key) && store {
-                self.insert(key);
-            }
-            end -= self.chunk;
-        }
-        while self.chunks.len() > self.capacity {
-            let Some((_, victim)) = self.by_use.pop_first() else {
+        let path = Path {
+            hashes,
+            chunk: self.chunk,
+        };
+        let changes = &mut self.changes;
+        self.lru
+            .refresh(path, last / self.chunk, store, &mut |key| {
+                if let Some(changes) = changes {
+                    changes.push(HostChange::Stored(key));
+                }
+            });
+        while self.lru.len() > self.capacity {
+            let Some(victim) = self.lru.pop() else {
                 break;
             };
-            self.chunks.remove(&victim);
             if let Some(changes) = &mut self.changes {
                 changes.push(HostChange::Dropped(victim));
             }
@@ -130,28 +124,6 @@ impl HostTier {
             .map(std::mem::take)
             .unwrap_or_default()
     }
-
-    /// Holds the chunk ending at `last` (not held), as the most recently used.
-    fn insert(&mut self, last: BlockHash) {
-        self.uses += 1;
-        self.chunks.insert(last, self.uses);
-        self.by_use.insert(self.uses, last);
-        if let Some(changes) = &mut self.changes {
-            changes.push(HostChange::Stored(last));
-        }
-    }
-
-    /// Makes the chunk ending at `last` the most recently used; whether it is held.
-    fn touch(&mut self, last: BlockHash) -> bool {
-        let Some(used) = self.chunks.get_mut(&last) else {
-            return false;
-        };
-        self.by_use.remove(used);
-        self.uses += 1;
-        *used = self.uses;
-        self.by_use.insert(self.uses, last);
-        true
-    }
 }
 
 #[cfg(test)]
@@ -163,21 +135,71 @@ mod tests {
         BlockHash::new(i)
     }
 
-    /// The naive model: chunks in use order (the first the least recently used).
-    #[derive(Default)]
+    /// The naive model of the tier: the LRU as a list (the first the least recently used),
+    /// a refresh walking the whole path deepest first.
     struct Naive {
-        order: Vec<u64>,
+        chunk: usize,
+        capacity: usize,
+        order: Vec<BlockHash>,
+        changes: Vec<HostChange>,
     }
 
     impl Naive {
-        fn put(&mut self, last: u64, capacity: usize) {
-            if let Some(i) = self.order.iter().position(|&c| c == last) {
-                self.order.remove(i);
-            } else if self.order.len() >= capacity {
-                self.order.remove(0);
+        fn refresh(&mut self, hashes: &[BlockHash], last: usize, store: bool) {
+            let mut end = last;
+            while end >= self.chunk {
+                let key = hashes[end - 1];
+                if let Some(i) = self.order.iter().position(|&c| c == key) {
+                    self.order.remove(i);
+                    self.order.push(key);
+                } else if store {
+                    self.order.push(key);
+                    self.changes.push(HostChange::Stored(key));
+                }
+                end -= self.chunk;
             }
-            self.order.push(last);
+            while self.order.len() > self.capacity {
+                let victim = self.order.remove(0);
+                self.changes.push(HostChange::Dropped(victim));
+            }
         }
+
+        fn copy(&mut self, hashes: &[BlockHash], from: usize, to: usize) {
+            let last = to.min(hashes.len()) / self.chunk * self.chunk;
+            if last > from {
+                self.refresh(hashes, last, true);
+            }
+        }
+
+        fn continues(&self, hashes: &[BlockHash], from: usize, max: usize) -> usize {
+            let max = max.min(hashes.len());
+            let mut end = from;
+            let mut next = (from / self.chunk + 1) * self.chunk;
+            while next <= max && self.order.contains(&hashes[next - 1]) {
+                end = next;
+                next += self.chunk;
+            }
+            if end >= from + self.chunk { end } else { from }
+        }
+    }
+
+    /// Chained hashes of a sequence of block contents (so that sequences sharing leading
+    /// contents share leading hashes, as the fleet's hasher gives).
+    fn chain(contents: &[u8]) -> Vec<BlockHash> {
+        let mut prev = 0x5EED_u64;
+        contents
+            .iter()
+            .map(|&c| {
+                prev = crate::fold::fold64(prev ^ (u64::from(c) + 1) << 40);
+                h(prev)
+            })
+            .collect()
+    }
+
+    /// The tier's chunks from the least recently used on.
+    fn use_order(host: &HostTier) -> Vec<BlockHash> {
+        let mut lru = host.lru.clone();
+        std::iter::from_fn(|| lru.pop()).collect()
     }
 
     #[test]
@@ -208,45 +230,71 @@ mod tests {
         assert_eq!(host.continues(&hashes, 0, 8), 8);
     }
 
+    #[test]
+    fn a_refresh_makes_the_shallowest_chunk_the_most_recent() {
+        let a = chain(&[0, 1, 2]);
+        let b = chain(&[0, 3]);
+        let mut host = HostTier::new(4, 1, true);
+        host.copy(&a, 0, 3);
+        host.copy(&b, 1, 2);
+        assert_eq!(use_order(&host), [a[2], a[1], b[1], a[0]]);
+        host.copy(&a, 0, 3);
+        assert_eq!(use_order(&host), [b[1], a[2], a[1], a[0]]);
+        host.copy(&chain(&[4]), 0, 1);
+        assert_eq!(
+            host.drain_changes().last(),
+            Some(&HostChange::Dropped(b[1]))
+        );
+    }
+
+    /// An operation on the tier: a copy of blocks `from..to` of a sequence, or a request
+    /// loading what the tier continues of a hit of `hit` blocks, up to `max`.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Copy(Vec<u8>, usize, usize),
+        Load(Vec<u8>, usize, usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let seq = proptest::collection::vec(0u8..3, 1..10);
+        prop_oneof![
+            3 => (seq.clone(), 0usize..10, 0usize..12).prop_map(|(s, a, b)| Op::Copy(s, a, b)),
+            2 => (seq, 0usize..10, 0usize..12).prop_map(|(s, a, b)| Op::Load(s, a, b)),
+        ]
+    }
+
     proptest! {
-        /// The tier holds exactly the chunks a naive LRU over chunks holds, in the same use
-        /// order, and its changes replayed give the same chunks.
+        /// Copies and loads of sequences sharing prefixes give the naive model's changes,
+        /// in order, and its answers; the tier ends in the same use order.
         #[test]
-        fn matches_a_naive_lru(
-            ops in proptest::collection::vec((0u64..12, any::<bool>()), 1..80),
-            capacity in 1usize..6,
+        fn matches_the_naive_model(
+            ops in proptest::collection::vec(op(), 1..80),
+            capacity in 1usize..12,
+            chunk in 1usize..4,
         ) {
-            let mut host = HostTier::new(capacity, 1, true);
-            let mut naive = Naive::default();
-            for (last, load) in ops {
-                let hashes = [h(last)];
-                if load {
-                    let held = naive.order.contains(&last);
-                    prop_assert_eq!(host.continues(&hashes, 0, 1), usize::from(held));
-                    host.load(&hashes, usize::from(held));
-                    if held {
-                        naive.put(last, capacity);
+            let mut host = HostTier::new(capacity, chunk, true);
+            let mut naive = Naive { chunk, capacity, order: Vec::new(), changes: Vec::new() };
+            for op in ops {
+                match op {
+                    Op::Copy(contents, from, to) => {
+                        let hashes = chain(&contents);
+                        host.copy(&hashes, from.min(to), to);
+                        naive.copy(&hashes, from.min(to), to);
                     }
-                } else {
-                    host.copy(&hashes, 0, 1);
-                    naive.put(last, capacity);
+                    Op::Load(contents, hit, max) => {
+                        let hashes = chain(&contents);
+                        let hit = hit.min(max).min(hashes.len());
+                        let found = host.continues(&hashes, hit, max);
+                        prop_assert_eq!(found, naive.continues(&hashes, hit, max));
+                        host.load(&hashes, found);
+                        let last = found.min(hashes.len()) / chunk * chunk;
+                        naive.refresh(&hashes, last, false);
+                    }
                 }
+                prop_assert_eq!(host.drain_changes(), std::mem::take(&mut naive.changes));
+                host.lru.validate().map_err(TestCaseError::fail)?;
             }
-            let mut held: Vec<u64> = host.chunks.keys().map(|k| k.get()).collect();
-            held.sort_unstable();
-            let mut replayed = std::collections::BTreeSet::new();
-            for change in host.drain_changes() {
-                match change {
-                    HostChange::Stored(c) => prop_assert!(replayed.insert(c.get())),
-                    HostChange::Dropped(c) => prop_assert!(replayed.remove(&c.get())),
-                }
-            }
-            prop_assert_eq!(replayed.into_iter().collect::<Vec<_>>(), held.clone());
-            let mut expected = naive.order.clone();
-            expected.sort_unstable();
-            prop_assert_eq!(held, expected);
-            let order: Vec<u64> = host.by_use.values().map(|k| k.get()).collect();
-            prop_assert_eq!(order, naive.order);
+            prop_assert_eq!(use_order(&host), naive.order);
         }
     }
 }

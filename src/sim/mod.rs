@@ -33,6 +33,7 @@
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 
 mod batched;
+mod chain_lru;
 mod clock;
 mod config;
 mod events;
