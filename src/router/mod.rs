@@ -14,6 +14,7 @@ mod fleet;
 mod index;
 mod load;
 mod policy;
+mod predict;
 mod ranks;
 mod receipt;
 mod reload;

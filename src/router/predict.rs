@@ -1,0 +1,141 @@
+//! The load model's predictions: a request's time to first token and decode time on a
+//! worker, from its [`Estimate`] and the engine's step model ([`StepModel`]), as vLLM's
+//! scheduler runs a step: a token budget shared by prefill chunks and one token per decode,
+//! a cap on running requests, and KV that admission must find free.
+
+use super::estimate::Estimate;
+use super::load::LoadConfig;
+#[cfg(doc)]
+use super::load::StepModel;
+
+impl Estimate {
+    /// Tokens of context the worker's decodes attend to: their share of what its requests
+    /// hold.
+    fn decode_context(&self) -> f64 {
+        if self.requests == 0 {
+            return 0.0;
+        }
+        self.context_tokens as f64 * self.decoding as f64 / self.requests as f64
+    }
+
+    /// Seconds until the first token of a request of `prompt` tokens, `miss` of them
+    /// uncached, on this worker running at `speed`: its queue and its own tokens at the
+    /// prefill rate, plus the fixed and decode part of every step they take (a step's
+    /// budget is shared with the worker's decodes, one token each), plus its wait for
+    /// admission ([`admission_wait_s`](Self::admission_wait_s), the running requests
+    /// generating `output` tokens). Each uncached token weighs `miss_weight`, or one more
+    /// than the requests waiting there when they are more (each waits for it too). A
+    /// saturated worker takes an hour more.
+    pub(crate) fn ttft_s(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        miss_weight: f64,
+        speed: f64,
+    ) -> f64 {
+        self.times(config, request, miss_weight, speed).0
+    }
+
+    /// [`ttft_s`](Self::ttft_s) and [`decode_s`](Self::decode_s) of one request, computed
+    /// together.
+    pub(crate) fn times(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        miss_weight: f64,
+        speed: f64,
+    ) -> (f64, f64) {
+        let (prompt, miss, output) = request;
+        let step = &config.step;
+        let rate = config.prefill_tokens_per_s * speed;
+        let budget = (step.max_num_batched_tokens as u64)
+            .saturating_sub(self.decoding)
+            .max(1);
+        let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
+        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
+        let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let overhead = step.seconds(0.0, decodes, context, rate);
+        let mut ttft = weighted / rate + steps as f64 * overhead / speed;
+        if self.saturated {
+            ttft += 3_600.0;
+        }
+        if self.must_wait(config, miss, output) {
+            ttft += self.admission_wait_s(config, miss, output, speed);
+        }
+        let per_step = (decodes + 1.0) * step.step_s_per_decode
+            + (context + prompt as f64) * step.step_s_per_context_token;
+        (ttft, f64::from(output) * per_step / speed)
+    }
+
+    /// Whether a request with `miss` uncached tokens generating `output` finds the
+    /// worker's running slots or its KV full.
+    #[inline]
+    fn must_wait(&self, config: &LoadConfig, miss: u64, output: u32) -> bool {
+        let seats = self.requests + 1 > config.step.max_num_seqs as u64;
+        let capacity = self.kv_capacity_tokens;
+        let demand = self.kv_tokens + miss + u64::from(output);
+        seats || (capacity > 0 && self.kv_tokens > 0 && demand > capacity)
+    }
+
+    /// Seconds a request with `miss` uncached tokens generating `output` waits for
+    /// admission on this worker, the requests running there generating as many: none while
+    /// the worker has a free running slot ([`StepModel::max_num_seqs`]) and its KV holds
+    /// what its requests add and this one's; past either, until the running requests finish
+    /// and free the excess. Each runs `output` steps of a busy worker (a prefill chunk, as
+    /// far as prefill is queued, with the decodes), half of them left on average.
+    #[cold]
+    fn admission_wait_s(&self, config: &LoadConfig, miss: u64, output: u32, speed: f64) -> f64 {
+        let step = &config.step;
+        let running = self.decoding.max(1) as f64;
+        let seats = (self.requests + 1).saturating_sub(step.max_num_seqs as u64);
+        let capacity = self.kv_capacity_tokens;
+        let demand = self.kv_tokens + miss + u64::from(output);
+        let memory = if capacity == 0 || self.kv_tokens == 0 {
+            0.0
+        } else {
+            demand.saturating_sub(capacity) as f64 / self.kv_tokens as f64
+        };
+        let excess = (seats as f64 / running).max(memory);
+        let rate = config.prefill_tokens_per_s * speed;
+        let decodes = self.decoding as f64;
+        let chunk = (step.max_num_batched_tokens as f64 - decodes).max(0.0);
+        let chunk = chunk.min(self.prefill_tokens as f64);
+        let busy = step.seconds(chunk, decodes, self.decode_context(), rate) / speed;
+        excess * f64::from(output.max(1)) * busy / 2.0
+    }
+
+    /// Seconds a request of `prompt` tokens takes on this worker at `speed` to decode its
+    /// `output` tokens, beyond the fixed part of their steps: every step carries the
+    /// worker's decodes and their context with its own.
+    pub(crate) fn decode_s(
+        &self,
+        config: &LoadConfig,
+        prompt: u64,
+        output: u32,
+        speed: f64,
+    ) -> f64 {
+        self.times(config, (prompt, 0, output), 1.0, speed).1
+    }
+
+    /// The worker's load in seconds, for ordering workers that hold alike: its time to a
+    /// first token with nothing of a request's own (queued prefill and one step among its
+    /// decodes at its speed; saturation; the wait for a slot or KV once either is full).
+    #[inline]
+    pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
+        let speed = f64::from(self.speed);
+        let rate = config.prefill_tokens_per_s * speed;
+        let overhead = config
+            .step
+            .seconds(0.0, self.decoding as f64, self.decode_context(), rate);
+        let mut load = (self.prefill_tokens as f64 / rate) + overhead / speed;
+        if self.saturated {
+            load += 3_600.0;
+        }
+        let output = config.default_output_tokens;
+        if self.must_wait(config, 0, output) {
+            load += self.admission_wait_s(config, 0, output, speed);
+        }
+        load
+    }
+}
