@@ -301,15 +301,17 @@ async fn engine_metrics_are_scraped_into_the_routers_load_reports() {
     let client = client();
     let (mut resp, _) = start_stream(&client, &gw, 128, 1_500).await;
     // Mid-stream the engine reports one request running and 8 of its 64 blocks in use.
-    let stats = wait_for(&client, &gw, |w| w["reported_queue"] == 1).await;
+    let stats = wait_for(&client, &gw, |w| w["reported_running"] == 1).await;
     let w = &stats["workers"][0];
     assert!(
         (w["reported_kv_usage"].as_f64().unwrap() - 8.0 / 64.0).abs() < 1e-6,
         "{w}"
     );
     assert!(w["metrics_age_ms"].as_f64().unwrap() < 1_000.0, "{w}");
+    assert_eq!(w["reported_waiting"], 0, "{w}");
+    assert!(w["estimated_requests"].as_u64().unwrap() >= 1, "{w}");
     while resp.chunk().await.unwrap().is_some() {}
-    wait_for(&client, &gw, |w| w["reported_queue"] == 0).await;
+    wait_for(&client, &gw, |w| w["reported_running"] == 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
