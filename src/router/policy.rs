@@ -303,11 +303,14 @@ pub enum CandidateSet {
     All,
     /// Of the available workers holding the same part of the prompt (as many blocks, at the
     /// same tiers), and of those holding none of it, the one the least loaded rule picks:
-    /// fewest outstanding prefill tokens, then least prefill handed out, then fewest requests
-    /// routed, then a per-request rotation (the rule [`choose_min`] breaks ties by). For a
-    /// cache-reading policy that scores workers holding alike by those loads in that order,
-    /// so that no other worker could win: then a route reads every worker's load once and
-    /// scores a handful, and costs about as much on 1,024 workers as on 16.
+    /// lowest load key (the load model's cost of a request with nothing of its own and the
+    /// default output), then least prefill handed out, then fewest requests routed, then a
+    /// per-request rotation (the rule [`choose_min`] breaks ties by). A route then reads every
+    /// worker's load once and scores a handful, and costs about as much on 1,024 workers as
+    /// on 16. For [`BalancedRouter`](crate::BalancedRouter) it is an approximation: a
+    /// request's own uncached tokens weigh more on a worker with more requests waiting, and
+    /// its output may differ from the default, so another worker holding alike can cost less
+    /// (`tests/policy.rs` bounds it: within half again of the best).
     LeastLoadedPerMatch,
 }
 

@@ -118,17 +118,22 @@ impl Estimate {
         self.times(config, (prompt, 0, output), 1.0, speed).1
     }
 
-    /// The worker's load in seconds, for ordering workers that hold alike: its time to a
-    /// first token with nothing of a request's own (queued prefill and one step among its
-    /// decodes at its speed; saturation; the wait for a slot or KV once either is full).
+    /// The worker's load in seconds, for ordering workers that hold alike: the cost of a
+    /// request with nothing of its own and the default output (queued prefill and one step
+    /// among its decodes at its speed; saturation; the wait for a slot or KV once either is
+    /// full; the decode among its decodes). Workers holding alike order by it as by a
+    /// request's cost, up to the request's own output and context against their speeds.
     #[inline]
     pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
         let speed = f64::from(self.speed);
         let rate = config.prefill_tokens_per_s * speed;
-        let overhead = config
-            .step
-            .seconds(0.0, self.decoding as f64, self.decode_context(), rate);
-        let mut load = (self.prefill_tokens as f64 / rate) + overhead / speed;
+        let step = &config.step;
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        // One step's fixed and decode part, then the default output's decodes among them.
+        let per_step = decodes * step.step_s_per_decode + context * step.step_s_per_context_token;
+        let output = f64::from(config.default_output_tokens);
+        let steps = step.step_base_s + per_step * (1.0 + output) + output * step.step_s_per_decode;
+        let mut load = (self.prefill_tokens as f64 / rate) + steps / speed;
         if self.saturated {
             load += 3_600.0;
         }
