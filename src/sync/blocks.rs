@@ -195,6 +195,21 @@ impl EngineBlocks {
         self.find(engine).map(|id| self.arenas.record(id).router)
     }
 
+    /// The router hash of block `engine` and the engine hash of its parent (through its
+    /// record's parent link; `None` at the root), when it has a record.
+    pub(super) fn link(&self, engine: u64) -> Option<(BlockHash, Option<u64>)> {
+        let id = self.find(engine)?;
+        let parent = match id.place() {
+            Place::Plain(s) => match self.neighbour_parent(s) {
+                Some(p) => self.arenas.plain[p].engine,
+                None => *self.links.get(&(s as u32))?,
+            },
+            Place::Linked(s) => self.arenas.linked[s].parent,
+        };
+        let router = self.arenas.record(id).router;
+        Some((router, (parent != engine).then_some(parent)))
+    }
+
     /// The router path from the root to `engine` (inclusive), through the parent links.
     /// `false` when an ancestor has no record (or the links loop: a hostile stream).
     pub(super) fn path_to(&self, engine: u64, out: &mut Vec<BlockHash>) -> bool {

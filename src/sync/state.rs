@@ -257,7 +257,16 @@ impl SyncState {
         if tokens.is_empty() {
             if *group == 0 {
                 let ws = &mut self.workers[worker.index()];
-                ws.store_placeholder(tree, worker, blocks, *tier, &mut self.scratch, outcome);
+                let chunk = self.config.chunk_blocks;
+                ws.store_placeholder(
+                    tree,
+                    worker,
+                    blocks,
+                    *tier,
+                    chunk,
+                    &mut self.scratch,
+                    outcome,
+                );
             } else {
                 outcome.skipped_blocks += blocks.len();
             }

@@ -30,6 +30,9 @@ pub(super) struct WorkerSync {
     pub(super) blocks: EngineBlocks,
     /// Chain tips most likely named by the next events.
     recent: Tips,
+    /// The block the last placeholder store placed, where the tree has it: a copy's chunks
+    /// are named root first, so the next one names the chunk below it.
+    placed: Option<Tip>,
     /// Blocks held below the device tier, by router hash: how many lower-tier stores
     /// announced each and were not removed since (absent: none).
     lower: FoldMap<BlockHash, u32>,
@@ -108,6 +111,7 @@ impl WorkerSync {
     pub(super) fn clear(&mut self) {
         self.blocks.clear();
         self.recent.clear();
+        self.placed = None;
         self.lower.clear();
         self.copies.clear();
         self.lower_only.clear();
@@ -257,19 +261,26 @@ impl WorkerSync {
         self.announce_run(event.blocks, &path[..event.blocks.len()], &again);
     }
 
-    /// Applies a placeholder store: each named block (a chunk's last) the worker reported
-    /// before is held at `tier` too, with the path above it.
+    /// Applies a placeholder store: each named block (a chunk's last, `chunk` blocks after
+    /// the previous chunk's last) the worker reported before is held at `tier` too, with the
+    /// path above it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn store_placeholder(
         &mut self,
         tree: &mut RadixTree,
         worker: WorkerId,
         blocks: &[u64],
         tier: Tier,
+        chunk: usize,
         scratch: &mut Scratch,
         outcome: &mut SyncOutcome,
     ) {
         for &engine in blocks {
-            let found = self.locate_or_walk(tree, engine, None, worker, &mut scratch.path);
+            let below = self.below_placed(tree, engine, chunk, worker);
+            let found = match below {
+                Some(at) => Some(at),
+                None => self.locate_or_walk(tree, engine, None, worker, &mut scratch.path),
+            };
             let Some(at) = found else {
                 // Not in the tree: a block recorded for a lower tier, or copied before the
                 // device dropped it and reported after.
@@ -297,12 +308,41 @@ impl WorkerSync {
             if tier != Tier::Device {
                 self.announce(at.block());
             }
-            tree.path_to(at, &mut scratch.full);
-            if let Some(position) = tree.insert_path(worker, &scratch.full, tier) {
+            if let Some(position) = tree.insert_to(worker, at, tier) {
                 outcome.duplicate_blocks += 1;
                 self.remember(tree, Tip { engine, position });
+                self.placed = Some(Tip { engine, position });
             }
         }
+    }
+
+    /// Where the tree holds block `engine` for `worker` when it ends the chunk below the one
+    /// the last placeholder placed (`chunk` blocks further on the same path): found from
+    /// that position by the block's parent links, without the walk from the root.
+    fn below_placed(
+        &self,
+        tree: &RadixTree,
+        engine: u64,
+        chunk: usize,
+        worker: WorkerId,
+    ) -> Option<Position> {
+        let placed = self.placed?;
+        // The chunk's router hashes, deepest first, up to the placed block.
+        let mut routers: smallvec::SmallVec<[BlockHash; 8]> = smallvec::SmallVec::new();
+        let mut at = engine;
+        for _ in 0..chunk {
+            let (router, parent) = self.blocks.link(at)?;
+            routers.push(router);
+            at = parent?;
+        }
+        if at != placed.engine {
+            return None;
+        }
+        let mut position = placed.position;
+        for &router in routers.iter().rev() {
+            position = tree.below(position, router)?;
+        }
+        tree.resolve(position, worker)
     }
 
     /// Applies the removal of one block from `tier` (below the device tier, one
@@ -365,6 +405,7 @@ impl WorkerSync {
     /// tier go; tips are forgotten.
     pub(super) fn cleared_device(&mut self) {
         self.recent.clear();
+        self.placed = None;
         self.copies.clear();
         self.lower_only.clear();
         let (lower, lower_only) = (&self.lower, &mut self.lower_only);

@@ -278,6 +278,55 @@ impl RadixTree {
         Some(self.finish_insert(w, end, depth + blocks.len(), last))
     }
 
+    /// [`Self::insert_path`] of the path from the root to `at` (a position resolved for
+    /// `worker`), without the path: the same insert, continued below the block above `at`
+    /// ([`Self::insert_below`]), so that its cost is the nodes above `at`, not its depth.
+    pub(crate) fn insert_to(
+        &mut self,
+        worker: WorkerId,
+        at: Position,
+        tier: Tier,
+    ) -> Option<Position> {
+        let above = at.depth().checked_sub(1).filter(|&d| d > 0);
+        if let Some(parent) = above.and_then(|depth| self.ancestor(at, depth)) {
+            if let Some(end) = self.insert_below(worker, parent, &[at.block()], tier) {
+                return Some(end);
+            }
+        }
+        let mut path = Vec::new();
+        at.path(&self.arena, &mut path);
+        self.insert_path(worker, &path, tier)
+    }
+
+    /// The position of the block at `depth` (at least 1, at most `at`'s) on the path to
+    /// `at`, a position resolved or found since the tree last changed.
+    pub(crate) fn ancestor(&self, at: Position, depth: usize) -> Option<Position> {
+        let (node, block) = Position::containing(&self.arena, at.node, depth)?;
+        Some(Position {
+            node,
+            depth: u32::try_from(depth).ok()?,
+            block,
+        })
+    }
+
+    /// The position of `block` right below `at` (a position resolved or found since the tree
+    /// last changed), when the tree continues `at`'s path with it.
+    pub(crate) fn below(&self, at: Position, block: BlockHash) -> Option<Position> {
+        let depth = at.depth();
+        let (node, _) = Position::containing(&self.arena, at.node, depth)?;
+        let n = &self.arena[node];
+        let node = if depth < n.end() {
+            (self.arena.edge(node)[depth - n.depth()] == block).then_some(node)?
+        } else {
+            self.search().child(node, block)?
+        };
+        Some(Position {
+            node,
+            depth: u32::try_from(depth + 1).ok()?,
+            block,
+        })
+    }
+
     /// Refreshes the path from the root down to `node` for `w` at `tier`, root first, as the
     /// walk from the root does.
     fn refresh_path(&mut self, w: usize, cursor: &mut Cursor, node: NodeId, tier: Tier) {

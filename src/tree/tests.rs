@@ -530,3 +530,67 @@ mod insert_below {
         }
     }
 }
+
+/// `insert_to` (an insert of the path to a known position, without the path) leaves the tree
+/// exactly as an insert of that path does, and `below` finds the block a path continues with
+/// where a walk from the root finds it: two trees, one fed each way, agree on every answer,
+/// count and later eviction.
+mod insert_to {
+    use super::random_ops::{Op, apply_other, chained, ops};
+    use super::*;
+    use crate::PrefixHasher;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn inserting_to_a_position_is_inserting_its_path(ops in ops()) {
+            let hasher = PrefixHasher::new(1).unwrap();
+            let (mut to, mut whole) = (chained(), chained());
+            let mut seen: Vec<Vec<BlockHash>> = Vec::new();
+            let mut used = 0;
+            let mut out = Vec::new();
+            for op in &ops {
+                if let Op::Insert(w, p, k) = op {
+                    let (w, blocks) = (WorkerId::new(*w), hasher.hash(p));
+                    // The prompt, then its first `k` blocks again at the host tier, from
+                    // their position where the tree has them for `w` (its capacity may
+                    // have evicted them at once).
+                    to.insert(w, &blocks);
+                    whole.insert(w, &blocks);
+                    let k = (*k).min(blocks.len());
+                    let found = to.find_path(&blocks[..k]).and_then(|at| to.resolve(at, w));
+                    if let Some(at) = found {
+                        prop_assert!(to.insert_to(w, at, Tier::Host).is_some());
+                        whole.insert_at(w, &blocks[..k], Tier::Host);
+                        used += 1;
+                    }
+                    seen.push(blocks);
+                }
+                apply_other(&mut to, &hasher, op);
+                apply_other(&mut whole, &hasher, op);
+                to.validate().map_err(TestCaseError::fail)?;
+                prop_assert_eq!(to.block_count(), whole.block_count());
+                prop_assert_eq!(to.node_count(), whole.node_count());
+                for p in &seen {
+                    let (a, b) = (to.match_prefix(p), whole.match_prefix(p));
+                    for w in 0..3 {
+                        let w = WorkerId::new(w);
+                        prop_assert_eq!(a.matched_blocks(w), b.matched_blocks(w));
+                        prop_assert_eq!(a.matched_blocks_at(w, Tier::Host), b.matched_blocks_at(w, Tier::Host));
+                        prop_assert_eq!(to.worker_block_count(w), whole.worker_block_count(w));
+                    }
+                    for k in 1..p.len() {
+                        let Some(at) = to.find_path(&p[..k]) else { continue };
+                        let next = to.below(at, p[k]);
+                        prop_assert_eq!(next.map(|n| (n.depth(), n.block())), to.find_path(&p[..=k]).map(|n| (n.depth(), n.block())));
+                        if let Some(next) = next {
+                            to.path_to(to.ancestor(next, k + 1).unwrap(), &mut out);
+                            prop_assert_eq!(&out[..], &p[..=k]);
+                        }
+                    }
+                }
+            }
+            prop_assume!(used > 0);
+        }
+    }
+}
