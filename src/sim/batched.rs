@@ -15,14 +15,12 @@
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
 use super::events::{DELIVER, EventBus, REPLAY};
-use super::host::HostChange;
-use super::pool::PoolChange;
 use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::scheduler::{Outcome, Scheduler, Seq, Step};
 use super::simulation::Simulation;
 use super::tally::{Tally, Workers};
-use crate::{CacheEvent, CacheSync, Error, RouteDecision, Tier, WorkerId};
+use crate::{CacheSync, Error, RouteDecision, WorkerId};
 
 /// Timed events, in the order they go at equal times (with [`DELIVER`] = 1 and
 /// [`REPLAY`] = 2 of the event bus). A step's end: subject `worker + workers × generation`.
@@ -299,24 +297,10 @@ impl<'s> Run<'s> {
     fn publish(&mut self, w: usize, now: f64) -> Result<(), Error> {
         let worker = &mut self.workers[w];
         let (pool, host) = worker.scheduler.drain_changes();
-        if pool.is_empty() && host.is_empty() {
+        if pool.changes.is_empty() && host.is_empty() {
             return Ok(());
         }
-        let pool = pool.into_iter().map(|change| match change {
-            PoolChange::Cached {
-                hash,
-                parent,
-                tokens,
-            } => CacheEvent::stored(parent.map(|p| p.get()), vec![hash.get()], tokens),
-            PoolChange::Evicted(hash) => CacheEvent::removed(vec![hash.get()]),
-        });
-        let host = host.into_iter().map(|change| match change {
-            HostChange::Stored(last) => CacheEvent::placeholder(vec![last.get()], Tier::Host),
-            HostChange::Dropped(last) => {
-                CacheEvent::removed(vec![last.get()]).with_tier(Tier::Host)
-            }
-        });
-        let events = pool.chain(host).collect();
+        let events = super::publish::events(&pool, &host);
         let seq = worker.batches;
         worker.batches += 1;
         let id = WorkerId::new(w as u32);

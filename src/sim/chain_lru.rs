@@ -124,8 +124,8 @@ impl ChainLru {
     }
 
     /// Refreshes the first `len` chunks of `path` (one refresh, see the module docs); with
-    /// `store`, those not held are inserted, and `stored` is called with each, deepest
-    /// first.
+    /// `store`, those not held are inserted, and `stored` is called with each, root first
+    /// (the order an engine names a store's blocks in).
     pub(super) fn refresh(
         &mut self,
         path: Path<'_>,
@@ -157,7 +157,7 @@ impl ChainLru {
     }
 
     /// Inserts the chunks of `path` at depths `held + 1..=len` (none held, chunk `held`
-    /// held or `held` 0) as refreshed now, telling `stored` deepest first.
+    /// held or `held` 0) as refreshed now, telling `stored` root first.
     fn insert_below(
         &mut self,
         path: Path<'_>,
@@ -165,7 +165,7 @@ impl ChainLru {
         len: usize,
         stored: &mut dyn FnMut(BlockHash),
     ) {
-        for j in (held + 1..=len).rev() {
+        for j in held + 1..=len {
             stored(path.key(j));
         }
         if held > 0 {

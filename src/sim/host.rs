@@ -25,7 +25,9 @@
 use super::chain_lru::{ChainLru, Path};
 use crate::BlockHash;
 
-/// A change of the host tier, named by the chunk's last block.
+/// A change of the host tier, named by the chunk's last block. A refresh records the chunks
+/// it copies root first (as vLLM's offloading connector names a store's blocks), then the
+/// chunks it drops in the order dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HostChange {
     /// A chunk was copied.
@@ -147,6 +149,7 @@ mod tests {
     impl Naive {
         fn refresh(&mut self, hashes: &[BlockHash], last: usize, store: bool) {
             let mut end = last;
+            let mut stored = Vec::new();
             while end >= self.chunk {
                 let key = hashes[end - 1];
                 if let Some(i) = self.order.iter().position(|&c| c == key) {
@@ -154,10 +157,12 @@ mod tests {
                     self.order.push(key);
                 } else if store {
                     self.order.push(key);
-                    self.changes.push(HostChange::Stored(key));
+                    stored.push(HostChange::Stored(key));
                 }
                 end -= self.chunk;
             }
+            // Copies are reported root first.
+            self.changes.extend(stored.into_iter().rev());
             while self.order.len() > self.capacity {
                 let victim = self.order.remove(0);
                 self.changes.push(HostChange::Dropped(victim));

@@ -39,6 +39,7 @@ mod config;
 mod events;
 mod host;
 mod pool;
+mod publish;
 mod references;
 mod replicas;
 mod report;

@@ -50,15 +50,24 @@ list::linked!(Block, BlockId, prev, next);
 /// blocks evicted, by hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PoolChange {
-    /// A full block of `tokens` was cached under `hash`, after `parent` (the hash before it
-    /// in its request, `None` at the start).
+    /// A full block was cached under `hash`, after `parent` (the hash before it in its
+    /// request, `None` at the start); its tokens are `tokens` of the [`PoolLog`]'s.
     Cached {
         hash: BlockHash,
         parent: Option<BlockHash>,
-        tokens: Vec<TokenId>,
+        tokens: std::ops::Range<usize>,
     },
     /// A cached block of this hash was evicted (another copy may still be cached).
     Evicted(BlockHash),
+}
+
+/// The pool's changes since the last drain, in order, and the tokens of the blocks cached
+/// among them, one block after another in the order cached (so a run of blocks cached one
+/// after another has its tokens in one piece).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PoolLog {
+    pub(crate) changes: Vec<PoolChange>,
+    pub(crate) tokens: Vec<TokenId>,
 }
 
 /// A fixed pool of KV blocks: see the module docs.
@@ -70,7 +79,7 @@ pub(crate) struct BlockPool {
     /// Hash → the first block cached under it (the others follow through `dup`).
     cached: FoldMap<BlockHash, BlockId>,
     /// Changes since the last [`BlockPool::drain_changes`], when recorded.
-    changes: Option<Vec<PoolChange>>,
+    changes: Option<PoolLog>,
 }
 
 impl BlockPool {
@@ -91,7 +100,7 @@ impl BlockPool {
             free: List::EMPTY,
             free_len: 0,
             cached: FoldMap::default(),
-            changes: record.then(Vec::new),
+            changes: record.then(PoolLog::default),
         };
         for i in 0..n {
             pool.push_free(BlockId(i as u32));
@@ -197,11 +206,13 @@ impl BlockPool {
                 self.blocks[last.index()].dup = id;
             }
         }
-        if let Some(changes) = &mut self.changes {
-            changes.push(PoolChange::Cached {
+        if let Some(log) = &mut self.changes {
+            let start = log.tokens.len();
+            log.tokens.extend_from_slice(tokens);
+            log.changes.push(PoolChange::Cached {
                 hash,
                 parent,
-                tokens: tokens.to_vec(),
+                tokens: start..log.tokens.len(),
             });
         }
     }
@@ -220,7 +231,7 @@ impl BlockPool {
     }
 
     /// The changes recorded since the last call, in order.
-    pub(crate) fn drain_changes(&mut self) -> Vec<PoolChange> {
+    pub(crate) fn drain_changes(&mut self) -> PoolLog {
         self.changes
             .as_mut()
             .map(std::mem::take)
@@ -257,8 +268,8 @@ impl BlockPool {
             self.cached.remove(&hash);
         }
         // vLLM reports every cached block it evicts, a copy of a hash still cached too.
-        if let Some(changes) = &mut self.changes {
-            changes.push(PoolChange::Evicted(hash));
+        if let Some(log) = &mut self.changes {
+            log.changes.push(PoolChange::Evicted(hash));
         }
     }
 
@@ -482,22 +493,22 @@ mod tests {
         assert_eq!(c, [BlockId(5), BlockId(4), BlockId(3), BlockId(2)]);
         assert_eq!(pool.cached_prefix(&[h(1), h(2), h(3)]), 2);
         assert_eq!(
-            pool.drain_changes(),
+            pool.drain_changes().changes,
             [
                 PoolChange::Cached {
                     hash: h(1),
                     parent: None,
-                    tokens: vec![]
+                    tokens: 0..0
                 },
                 PoolChange::Cached {
                     hash: h(2),
                     parent: Some(h(1)),
-                    tokens: vec![]
+                    tokens: 0..0
                 },
                 PoolChange::Cached {
                     hash: h(3),
                     parent: Some(h(2)),
-                    tokens: vec![]
+                    tokens: 0..0
                 },
                 PoolChange::Evicted(h(3)),
             ]
@@ -539,6 +550,7 @@ mod tests {
         assert!(!pool.is_cached(h(7)));
         let evictions = pool
             .drain_changes()
+            .changes
             .into_iter()
             .filter(|c| matches!(c, PoolChange::Evicted(_)))
             .count();

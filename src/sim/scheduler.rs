@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 
 use super::config::BatchConfig;
 use super::host::{HostChange, HostTier};
-use super::pool::{BlockId, BlockPool, PoolChange};
+use super::pool::{BlockId, BlockPool, PoolLog};
 use crate::{BlockHash, PrefixHasher, TokenId};
 
 /// A sequence's index in the run (its request's index in the trace).
@@ -232,7 +232,7 @@ impl Scheduler {
 
     /// The pool's changes and the host tier's since the last call (every host change came
     /// after the pool changes it follows: a chunk is copied once its blocks are cached).
-    pub(super) fn drain_changes(&mut self) -> (Vec<PoolChange>, Vec<HostChange>) {
+    pub(super) fn drain_changes(&mut self) -> (PoolLog, Vec<HostChange>) {
         let host = self
             .host
             .as_mut()

@@ -52,6 +52,7 @@ impl Prompt {
                 tokens_per_id,
                 len,
             } => {
+                out.reserve(*len);
                 for &id in ids {
                     let mut rng = Rng::new(id ^ 0x7472_6163_6562_6c6b);
                     let take = (*len - out.len()).min(*tokens_per_id);
