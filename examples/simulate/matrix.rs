@@ -78,32 +78,69 @@ impl Bar {
     }
 }
 
-/// Runs the matrix and prints it.
+/// Runs the matrix and prints it: every (cell, policy) run is one job of one queue over
+/// the machine's cores (the simulations first, each built once), so that no core waits for
+/// a cell's last policy.
 pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     let workloads = workloads(args)?;
     let cells = cells(args, &workloads);
-    let mut results = Vec::new();
-    for (c, cell) in cells.iter().enumerate() {
-        let (name, requests) = &workloads[cell.workload];
-        let sim =
-            runner::simulation(requests.clone(), &cell.args).map_err(|e| (e.to_string(), 2))?;
-        let label = |k: usize| {
-            format!(
-                "[cell {}/{}] {name} {}: {}",
-                c + 1,
-                cells.len(),
-                cell.label,
-                POLICIES[k]
-            )
-        };
-        let reports = runner::run_all(&sim, &POLICIES, &cell.args, &label)
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| (e.to_string(), 2))?;
-        results.push(reports);
+    let sims = runner::run_queue(cells.len(), &|c| {
+        let cell = &cells[c];
+        runner::simulation(workloads[cell.workload].1.clone(), &cell.args)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(|e| (e.to_string(), 2))?;
+    let jobs = jobs(&workloads, &cells);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let reports = runner::run_queue(jobs.len(), &|j| {
+        let (c, k) = jobs[j];
+        let report = runner::run_with(&sims[c], POLICIES[k], &cells[c].args, &mut |_, _| {});
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let cell = &cells[c];
+        let name = &workloads[cell.workload].0;
+        eprintln!(
+            "[{n}/{}] {name} {}: {}",
+            jobs.len(),
+            cell.label,
+            POLICIES[k]
+        );
+        report
+    });
+    let mut results: Vec<Vec<Option<SimReport>>> = cells
+        .iter()
+        .map(|_| POLICIES.iter().map(|_| None).collect())
+        .collect();
+    for (&(c, k), report) in jobs.iter().zip(reports) {
+        results[c][k] = Some(report.map_err(|e| (e.to_string(), 2))?);
     }
+    let results: Vec<Vec<SimReport>> = results
+        .into_iter()
+        .map(|cell| cell.into_iter().flatten().collect())
+        .collect();
     print(&workloads, &cells, &results);
     Ok(())
+}
+
+/// Every (cell, policy) pair, the longest first as far as can be told before running:
+/// cells by their workload's prompt tokens times their router replicas (each replica keeps
+/// its own mirror), then policies from the last of `POLICIES` (those reading the cache,
+/// the slowest). Among equals, print order.
+fn jobs(workloads: &[(String, Vec<Request>)], cells: &[Cell]) -> Vec<(usize, usize)> {
+    let weight = |cell: &Cell| {
+        let tokens: usize = workloads[cell.workload]
+            .1
+            .iter()
+            .map(|r| r.prompt.len())
+            .sum();
+        tokens.saturating_mul(cell.args.replicas as usize)
+    };
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by_key(|&c| std::cmp::Reverse(weight(&cells[c])));
+    order
+        .into_iter()
+        .flat_map(|c| (0..POLICIES.len()).rev().map(move |k| (c, k)))
+        .collect()
 }
 
 /// The matrix's workloads: both Mooncake traces (from `data/`) and the agentic one.

@@ -99,8 +99,41 @@ fn tell_speeds(router: &dyn Router, sim: &Simulation) -> Result<(), Error> {
     Ok(())
 }
 
+/// Runs `job(k)` for every `k` in `0..count` from one queue on as many threads as the
+/// machine has cores, each thread taking the next `k` when it is free (so jobs of unequal
+/// length keep every core busy: give the longest first); the results in the order of `k`.
+pub(crate) fn run_queue<T: Send>(count: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(count);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new((0..count).map(|_| None).collect::<Vec<_>>());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k >= count {
+                        break;
+                    }
+                    let result = job(k);
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)[k] = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| unreachable!("every job ran")))
+        .collect()
+}
+
 /// Runs `policy` on `sim` with `args.replicas` replicas, calling `progress`.
-fn run_with(
+pub(crate) fn run_with(
     sim: &Simulation,
     policy: &str,
     args: &Args,
