@@ -21,6 +21,7 @@
 use crate::fold::FoldMap;
 use crate::list::{self, List, Slot};
 use crate::{BlockHash, TokenId};
+use hashbrown::hash_map::Entry;
 
 /// A block of the pool: a typed index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -124,6 +125,7 @@ impl BlockPool {
     }
 
     /// How many leading `hashes` are cached: the prefix a request would hit.
+    #[cfg(test)]
     pub(crate) fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {
         hashes
             .iter()
@@ -131,12 +133,17 @@ impl BlockPool {
             .count()
     }
 
-    /// How many of the cached blocks of the first `n` `hashes` (all cached) are free: those
-    /// a hit takes out of the free queue.
-    pub(crate) fn free_among(&self, hashes: &[BlockHash], n: usize) -> usize {
-        hashes[..n]
-            .iter()
-            .filter_map(|h| self.cached.get(h))
+    /// The blocks a request of `hashes` would hit, written into `out` (cleared first): for
+    /// each hash of the longest cached prefix, the first block cached under it (one index
+    /// lookup per block, for [`free_among`](Self::free_among) and [`take`](Self::take)).
+    pub(crate) fn hit_blocks(&self, hashes: &[BlockHash], out: &mut Vec<BlockId>) {
+        out.clear();
+        out.extend(hashes.iter().map_while(|h| self.cached.get(h).copied()));
+    }
+
+    /// How many of the cached blocks `ids` are free: those a hit takes out of the queue.
+    pub(crate) fn free_among(&self, ids: &[BlockId]) -> usize {
+        ids.iter()
             .filter(|id| self.blocks[id.index()].refs == 0)
             .count()
     }
@@ -147,13 +154,11 @@ impl BlockPool {
         self.cached.contains_key(&hash)
     }
 
-    /// Takes the cached blocks of the first `n` `hashes` (all cached) for a request,
-    /// appending them to `out`: each gains a reference, and a free one leaves the queue.
-    pub(crate) fn take_cached(&mut self, hashes: &[BlockHash], n: usize, out: &mut Vec<BlockId>) {
-        for h in &hashes[..n] {
-            let Some(&id) = self.cached.get(h) else {
-                return;
-            };
+    /// Takes the cached blocks `ids` (from [`hit_blocks`](Self::hit_blocks), the pool
+    /// unchanged since) for a request, appending them to `out`: each gains a reference, and
+    /// a free one leaves the queue.
+    pub(crate) fn take(&mut self, ids: &[BlockId], out: &mut Vec<BlockId>) {
+        for &id in ids {
             if self.blocks[id.index()].refs == 0 {
                 list::unlink(&mut self.blocks, &mut self.free, id);
                 self.free_len -= 1;
@@ -194,17 +199,19 @@ impl BlockPool {
             return;
         }
         block.hash = Some(hash);
-        match self.cached.get(&hash) {
-            None => {
-                self.cached.insert(hash, id);
+        let first = match self.cached.entry(hash) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(id);
+                None
             }
-            Some(&first) => {
-                let mut last = first;
-                while self.blocks[last.index()].dup != BlockId::NONE {
-                    last = self.blocks[last.index()].dup;
-                }
-                self.blocks[last.index()].dup = id;
+            Entry::Occupied(occupied) => Some(*occupied.get()),
+        };
+        if let Some(first) = first {
+            let mut last = first;
+            while self.blocks[last.index()].dup != BlockId::NONE {
+                last = self.blocks[last.index()].dup;
             }
+            self.blocks[last.index()].dup = id;
         }
         if let Some(log) = &mut self.changes {
             let start = log.tokens.len();
@@ -249,9 +256,10 @@ impl BlockPool {
             return;
         };
         let next = std::mem::replace(&mut self.blocks[id.index()].dup, BlockId::NONE);
-        let Some(&first) = self.cached.get(&hash) else {
+        let Entry::Occupied(mut entry) = self.cached.entry(hash) else {
             return;
         };
+        let first = *entry.get();
         if first != id {
             // A later copy: unlink it from the chain.
             let mut at = first;
@@ -263,9 +271,9 @@ impl BlockPool {
                 self.blocks[at.index()].dup = next;
             }
         } else if next != BlockId::NONE {
-            self.cached.insert(hash, next);
+            entry.insert(next);
         } else {
-            self.cached.remove(&hash);
+            entry.remove();
         }
         // vLLM reports every cached block it evicts, a copy of a hash still cached too.
         if let Some(log) = &mut self.changes {
@@ -417,8 +425,10 @@ mod tests {
                         let hashes: Vec<BlockHash> = prompt.iter().map(|&x| h(x)).collect();
                         let hit = pool.cached_prefix(&hashes);
                         prop_assert_eq!(hit, model.prefix(&prompt));
-                        let (mut got, mut want) = (Vec::new(), Vec::new());
-                        pool.take_cached(&hashes, hit, &mut got);
+                        let (mut ids, mut got, mut want) = (Vec::new(), Vec::new(), Vec::new());
+                        pool.hit_blocks(&hashes, &mut ids);
+                        prop_assert_eq!(ids.len(), hit);
+                        pool.take(&ids, &mut got);
                         model.take(&prompt[..hit], &mut want);
                         let rest = prompt.len() - hit;
                         let ok = pool.allocate(rest, &mut got);
@@ -472,8 +482,10 @@ mod tests {
         assert_eq!(pool.free_blocks(), 2);
         // Request B shares blocks 1 and 2 while A runs: a hit on blocks in use.
         assert_eq!(pool.cached_prefix(&[h(1), h(2), h(9)]), 2);
-        let mut b = Vec::new();
-        pool.take_cached(&[h(1), h(2)], 2, &mut b);
+        let (mut ids, mut b) = (Vec::new(), Vec::new());
+        pool.hit_blocks(&[h(1), h(2), h(9)], &mut ids);
+        assert_eq!(pool.free_among(&ids), 0, "both in use by A");
+        pool.take(&ids, &mut b);
         assert!(pool.allocate(2, &mut b));
         assert_eq!(b, [BlockId(0), BlockId(1), BlockId(4), BlockId(5)]);
         assert_eq!(pool.free_blocks(), 0);
@@ -524,8 +536,10 @@ mod tests {
         pool.cache(a[0], h(1), None, &[]);
         pool.cache(a[1], h(2), Some(h(1)), &[]);
         pool.free(a.iter().rev().copied());
-        let mut b = Vec::new();
-        pool.take_cached(&[h(1), h(2)], 2, &mut b);
+        let (mut ids, mut b) = (Vec::new(), Vec::new());
+        pool.hit_blocks(&[h(1), h(2)], &mut ids);
+        assert_eq!(pool.free_among(&ids), 2);
+        pool.take(&ids, &mut b);
         assert_eq!(b, a);
         assert_eq!(pool.free_blocks(), 1);
         // The remaining free block is the never-used one; taking it evicts nothing.

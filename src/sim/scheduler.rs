@@ -159,6 +159,8 @@ pub(super) struct Scheduler {
     config: BatchConfig,
     waiting: VecDeque<SeqId>,
     running: Vec<SeqId>,
+    /// The blocks the sequence being admitted hits (reused from one admission to the next).
+    hit: Vec<BlockId>,
 }
 
 impl Scheduler {
@@ -175,6 +177,7 @@ impl Scheduler {
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            hit: Vec::new(),
         }
     }
 
@@ -332,9 +335,9 @@ impl Scheduler {
             }
             // The longest cached prefix, never the last token.
             let max_hit = (seq.len() - 1) / self.block_size;
-            let hit = self
-                .pool
-                .cached_prefix(&seq.hashes[..max_hit.min(seq.hashes.len())]);
+            let hashes = &seq.hashes[..max_hit.min(seq.hashes.len())];
+            self.pool.hit_blocks(hashes, &mut self.hit);
+            let hit = self.hit.len();
             let found = self
                 .host
                 .as_ref()
@@ -342,14 +345,14 @@ impl Scheduler {
             let computed = found * self.block_size;
             let tokens = (seq.len() - computed).min(*budget);
             let need = (computed + tokens).div_ceil(self.block_size) - hit;
-            if need + self.pool.free_among(&seq.hashes, hit) > self.pool.free_blocks() {
+            if need + self.pool.free_among(&self.hit) > self.pool.free_blocks() {
                 return;
             }
             self.waiting.pop_front();
             if let Some(host) = &mut self.host {
                 host.load(&seq.hashes, found);
             }
-            self.pool.take_cached(&seq.hashes, hit, &mut seq.blocks);
+            self.pool.take(&self.hit, &mut seq.blocks);
             let fitted = self.pool.allocate(need, &mut seq.blocks);
             debug_assert!(fitted, "checked above");
             seq.computed = computed;
