@@ -125,7 +125,6 @@ impl BlockPool {
     }
 
     /// How many leading `hashes` are cached: the prefix a request would hit.
-    #[cfg(test)]
     pub(crate) fn cached_prefix(&self, hashes: &[BlockHash]) -> usize {
         hashes
             .iter()
