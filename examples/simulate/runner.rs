@@ -24,51 +24,24 @@ pub(crate) fn simulation(requests: Vec<Request>, args: &Args) -> Result<Simulati
     }
 }
 
-/// Runs every policy on `sim`, on as many threads as the machine has cores (each policy
-/// on one thread; the simulation is deterministic, so the reports do not depend on it),
-/// in the order of `policies`, with [`Progress`] labelled by `label(k)`.
+/// Runs every policy on `sim`, on as many threads as the machine has cores (the
+/// simulation is deterministic, so the reports do not depend on it), in the order of
+/// `policies`, with [`Progress`] labelled by `label(k)`. The slowest policies (those reading
+/// the cache) come last in `POLICIES`, so they are started first.
 pub(crate) fn run_all(
     sim: &Simulation,
     policies: &[&str],
     args: &Args,
     label: &(dyn Fn(usize) -> String + Sync),
 ) -> Vec<Result<SimReport, Error>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(policies.len());
     let progress = Progress::new();
-    if threads <= 1 {
-        return (0..policies.len())
-            .map(|k| progress.run(sim, policies[k], args, &label(k)))
-            .collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results = std::sync::Mutex::new((0..policies.len()).map(|_| None).collect::<Vec<_>>());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if j >= policies.len() {
-                        break;
-                    }
-                    // The slowest policies (those reading the cache) come last in
-                    // `POLICIES`: taken first, they leave the short ones to fill the gaps.
-                    let k = policies.len() - 1 - j;
-                    let report = progress.run(sim, policies[k], args, &label(k));
-                    results
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)[k] = Some(report);
-                }
-            });
-        }
+    let last = policies.len().saturating_sub(1);
+    let mut reports = run_queue(policies.len(), &|j| {
+        let k = last - j;
+        progress.run(sim, policies[k], args, &label(k))
     });
-    results
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| unreachable!("every policy ran")))
-        .collect()
+    reports.reverse();
+    reports
 }
 
 /// One router replica of `policy` for `args`' fleet.
