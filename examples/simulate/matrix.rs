@@ -7,7 +7,9 @@
 //! 4× with events with 4 router replicas, with half the fleet at half speed (the routers
 //! not told, then told), with a worker out for a quarter of the trace, with a host tier
 //! four times each worker's KV (the pooled reference then holds both tiers) and with load
-//! reports every 5 s, and the agentic workload at 4× with 4 replicas. A cell where every
+//! reports every 5 s, and the agentic workload at 4× with 4 replicas. A policy that reads
+//! no cache routes alike under every sync mode: it runs once per workload and load, and its
+//! report stands in the three sync cells. A cell where every
 //! policy's TTFT p50 exceeds the TTFT target is past the fleet's capacity: its bar is
 //! marked – (not checked). Everything else is as the other flags say.
 
@@ -25,6 +27,9 @@ struct Cell {
     workload: usize,
     label: String,
     args: Args,
+    /// The cell that differs from this one in its sync mode only: a policy reading no cache
+    /// routes alike under every sync mode, so its run there stands for this cell's.
+    sync_sibling: Option<usize>,
 }
 
 /// The bar of the recommended policy in a cell.
@@ -91,7 +96,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     .into_iter()
     .collect::<Result<Vec<_>, _>>()
     .map_err(|e| (e.to_string(), 2))?;
-    let jobs = jobs(&workloads, &cells);
+    let reads_cache = runner::reads_cache(&POLICIES, args).map_err(|e| (e.to_string(), 2))?;
+    let jobs = jobs(&workloads, &cells, &reads_cache);
     let done = std::sync::atomic::AtomicUsize::new(0);
     let reports = runner::run_queue(jobs.len(), &|j| {
         let (c, k) = jobs[j];
@@ -114,6 +120,13 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     for (&(c, k), report) in jobs.iter().zip(reports) {
         results[c][k] = Some(report.map_err(|e| (e.to_string(), 2))?);
     }
+    for (c, cell) in cells.iter().enumerate() {
+        if let Some(sibling) = cell.sync_sibling {
+            for k in (0..POLICIES.len()).filter(|&k| !reads_cache[k]) {
+                results[c][k] = results[sibling][k].clone();
+            }
+        }
+    }
     let results: Vec<Vec<SimReport>> = results
         .into_iter()
         .map(|cell| cell.into_iter().flatten().collect())
@@ -122,11 +135,16 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Every (cell, policy) pair, the longest first as far as can be told before running:
-/// cells by their workload's prompt tokens times their router replicas (each replica keeps
-/// its own mirror), then policies from the last of `POLICIES` (those reading the cache,
-/// the slowest). Among equals, print order.
-fn jobs(workloads: &[(String, Vec<Request>)], cells: &[Cell]) -> Vec<(usize, usize)> {
+/// Every (cell, policy) pair to run, the longest first as far as can be told before
+/// running: cells by their workload's prompt tokens times their router replicas (each
+/// replica keeps its own mirror), then policies from the last of `POLICIES` (those reading
+/// the cache, the slowest). Among equals, print order. A policy reading no cache
+/// (`reads_cache[k]` false) runs only in a cell without a sync sibling.
+fn jobs(
+    workloads: &[(String, Vec<Request>)],
+    cells: &[Cell],
+    reads_cache: &[bool],
+) -> Vec<(usize, usize)> {
     let weight = |cell: &Cell| {
         let tokens: usize = workloads[cell.workload]
             .1
@@ -140,6 +158,7 @@ fn jobs(workloads: &[(String, Vec<Request>)], cells: &[Cell]) -> Vec<(usize, usi
     order
         .into_iter()
         .flat_map(|c| (0..POLICIES.len()).rev().map(move |k| (c, k)))
+        .filter(|&(c, k)| reads_cache[k] || cells[c].sync_sibling.is_none())
         .collect()
 }
 
@@ -170,6 +189,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for workload in 0..workloads.len() {
         for load in [1.0, 4.0, 8.0] {
+            let first = cells.len();
             for (sync_name, sync) in syncs {
                 let mut a = args.clone();
                 a.cluster.speedup = load;
@@ -179,6 +199,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
                     workload,
                     label,
                     args: a,
+                    sync_sibling: (cells.len() > first).then_some(first),
                 });
             }
         }
@@ -235,6 +256,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
             workload: 0,
             label,
             args: a,
+            sync_sibling: None,
         });
     }
     let mut agentic = base.clone();
@@ -243,6 +265,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
         workload: 2,
         label: "4× events, 4 replicas".to_owned(),
         args: agentic,
+        sync_sibling: None,
     });
     cells
 }

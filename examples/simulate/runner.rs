@@ -63,6 +63,17 @@ fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
     router
 }
 
+/// Whether each of `policies` reads the cache (its router offers a [`CacheSync`]): only
+/// then can the sync mode change its routes.
+///
+/// [`CacheSync`]: prefix_router::CacheSync
+pub(crate) fn reads_cache(policies: &[&str], args: &Args) -> Result<Vec<bool>, Error> {
+    policies
+        .iter()
+        .map(|p| Ok(router(p, args)?.cache_sync().is_some()))
+        .collect()
+}
+
 /// Tells `router` each worker's speed (`--router-speeds known`).
 fn tell_speeds(router: &dyn Router, sim: &Simulation) -> Result<(), Error> {
     for (w, spec) in sim.fleet().iter().enumerate() {
