@@ -85,6 +85,13 @@ pub enum Error {
         /// Ranks per endpoint.
         ranks: u32,
     },
+    /// Admission refused the request: no worker is predicted to meet its time-to-first-token
+    /// target ([`RouteRequest::with_ttft_target`](crate::RouteRequest::with_ttft_target)).
+    /// Nothing was charged or recorded; the host may answer 429 with
+    /// [`Shed::retry_after`](crate::Shed::retry_after), or queue the request and route it
+    /// again then.
+    #[error("{0}")]
+    Shed(crate::Shed),
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

@@ -6,7 +6,9 @@ use clap::builder::PossibleValuesParser;
 use clap::{CommandFactory, Parser, ValueEnum};
 
 use super::policy::POLICIES;
-use prefix_router::sim::{ClusterConfig, Engine, Front, SyncMode, WorkerSpec, Workload};
+use prefix_router::sim::{
+    ClusterConfig, Engine, Front, PriorityMix, SyncMode, WorkerSpec, Workload,
+};
 
 /// Everything the flags set.
 #[derive(Clone, Debug)]
@@ -166,6 +168,12 @@ struct RouterFlags {
     /// Whether a lost batch is replayed from the engine, or left for the mirror to carry.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     event_replay: OnOff,
+    /// Whether requests ask for admission: each carries the TTFT target, and one no worker is predicted to meet is shed.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    admission: OnOff,
+    /// Shares of priorities under admission, drawn per request: critical:0.1,standard:0.6,sheddable:0.3.
+    #[arg(long, value_name = "SPEC", default_value = "standard:1", value_parser = priorities)]
+    priorities: PriorityMix,
 }
 
 /// What is printed and written.
@@ -218,7 +226,7 @@ enum SyncArg {
     Events,
 }
 
-/// `--event-replay`.
+/// `--event-replay`, `--admission`.
 #[derive(Clone, Copy, ValueEnum)]
 enum OnOff {
     On,
@@ -265,6 +273,11 @@ fn known_tokens(v: &str) -> Result<Option<usize>, String> {
         .map_err(|_| format!("{v:?} is neither a number nor unknown"))
 }
 
+/// Parses `--priorities`.
+fn priorities(v: &str) -> Result<PriorityMix, String> {
+    PriorityMix::parse(v).map_err(|e| e.to_string())
+}
+
 impl From<Cli> for Args {
     fn from(cli: Cli) -> Self {
         let Cli {
@@ -299,6 +312,8 @@ impl From<Cli> for Args {
         cluster.event_delay_s = r.event_delay;
         cluster.event_loss = r.event_loss;
         cluster.event_replay = matches!(r.event_replay, OnOff::On);
+        cluster.admission = matches!(r.admission, OnOff::On);
+        cluster.priorities = r.priorities;
         cluster.ttft_target_s = o.ttft_target;
         cluster.tpot_target_s = o.tpot_target;
         if let Some(seed) = run.seed {

@@ -26,11 +26,11 @@ fn print_csv(rows: &[(String, SimReport)]) {
     println!(
         "workload,policy,requests,prompt_tokens,prefill_tokens,hit_ratio,ideal_hit_ratio,\
          pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,tpot_p50_s,\
-         tpot_p99_s,e2e_p99_s,goodput,preemptions,makespan_s,decision_ns"
+         tpot_p99_s,e2e_p99_s,goodput,goodput_rps,shed,preemptions,makespan_s,decision_ns"
     );
     for (w, r) in rows {
         println!(
-            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.1},{:.0}",
+            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.1},{:.0}",
             r.policy,
             r.requests,
             r.prompt_tokens,
@@ -46,6 +46,8 @@ fn print_csv(rows: &[(String, SimReport)]) {
             r.tpot_p99_s,
             r.e2e_p99_s,
             r.goodput,
+            r.goodput_rps,
+            r.shed,
             r.preemptions,
             r.makespan_s,
             r.decision_ns
@@ -63,7 +65,7 @@ fn print_table(rows: &[(String, SimReport)]) {
                 r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
             );
             println!(
-                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
+                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9}",
                 "policy",
                 "prefill tokens",
                 "hit",
@@ -73,6 +75,7 @@ fn print_table(rows: &[(String, SimReport)]) {
                 "ttft p99",
                 "tpot p99",
                 "goodput",
+                "shed",
                 "preempt",
                 "route µs"
             );
@@ -80,7 +83,7 @@ fn print_table(rows: &[(String, SimReport)]) {
         }
         let pooled = r.ratio_to_pooled();
         println!(
-            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>8} {:>9.2}",
+            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>7} {:>8} {:>9.2}",
             r.policy,
             r.prefill_tokens,
             r.hit_ratio,
@@ -90,6 +93,7 @@ fn print_table(rows: &[(String, SimReport)]) {
             r.ttft_p99_s,
             r.tpot_p99_s,
             r.goodput,
+            r.shed,
             r.preemptions,
             r.decision_ns / 1000.0
         );

@@ -298,6 +298,8 @@ pub struct LoadConfig {
     /// counts this many times over. Without it replicas herd: every one of them sends the
     /// next second's requests to the worker the last report showed least loaded.
     pub replicas: u32,
+    /// How admission treats priorities.
+    pub admission: crate::AdmissionConfig,
 }
 
 impl Default for LoadConfig {
@@ -310,6 +312,7 @@ impl Default for LoadConfig {
             default_output_tokens: 256,
             learning_rate: 0.1,
             replicas: 1,
+            admission: crate::AdmissionConfig::default(),
         }
     }
 }
@@ -330,6 +333,8 @@ impl LoadConfig {
         with_learning_rate: learning_rate: f64;
         /// Sets [`replicas`](Self::replicas).
         with_replicas: replicas: u32;
+        /// Sets [`admission`](Self::admission).
+        with_admission: admission: crate::AdmissionConfig;
     }
 
     /// Checks every field.
@@ -351,6 +356,7 @@ impl LoadConfig {
             "between 0.0 and 1.0",
         )?;
         crate::config::int("replicas", self.replicas, 1.., "at least 1")?;
+        self.admission.validate()?;
         self.step.validate()
     }
 }

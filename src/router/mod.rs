@@ -2,8 +2,11 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+#[cfg(doc)]
+use crate::PolicyRouter;
 use crate::{Error, TokenId, WorkerId};
 
+mod admission;
 mod affinity;
 mod balanced;
 mod baseline;
@@ -19,6 +22,7 @@ mod ranks;
 mod receipt;
 mod reload;
 
+pub use self::admission::{AdmissionConfig, Limit, Priority, Shed};
 pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
 pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
 pub use self::baseline::{
@@ -60,6 +64,8 @@ pub struct RouteRequest<'a> {
     keys: &'a [crate::BlockKey],
     expected_output: Option<u32>,
     time: Option<std::time::Duration>,
+    ttft_target: Option<std::time::Duration>,
+    priority: Priority,
     /// [`key`](Self::key) without a session, computed once.
     token_key: u64,
     /// The session's key, computed once.
@@ -77,6 +83,8 @@ impl<'a> RouteRequest<'a> {
             keys: &[],
             expected_output: None,
             time: None,
+            ttft_target: None,
+            priority: Priority::Standard,
             token_key: token_key(tokens, &[]),
             session_key: None,
         }
@@ -92,6 +100,61 @@ impl<'a> RouteRequest<'a> {
             time: Some(at),
             ..self
         }
+    }
+
+    /// A time-to-first-token target: the request asks for admission. It is routed only to
+    /// a worker the load model predicts meets the target (held to
+    /// [`AdmissionConfig::sheddable_share`] of it when [`Priority::Sheddable`]), or refused
+    /// with [`Error::Shed`] when none does, unless it is [`Priority::Critical`]. Routers
+    /// without a load model ([`PolicyRouter`]s all have one) ignore it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use prefix_router::{BalancedRouter, EngineLoad, Error, Priority, RouteRequest, Router, WorkerId};
+    ///
+    /// let router = BalancedRouter::new(2)?;
+    /// // Both workers report 200 requests waiting: far more than two seconds of prefill.
+    /// for w in 0..2 {
+    ///     let load = EngineLoad::new(200, 8, Duration::ZERO).with_prefill_tokens(400_000);
+    ///     router.report_load(WorkerId::new(w), load)?;
+    /// }
+    /// let tokens = vec![7u32; 2_048];
+    /// let request = RouteRequest::new(&tokens)
+    ///     .with_ttft_target(Duration::from_secs(2))
+    ///     .with_priority(Priority::Sheddable);
+    /// match router.route(&request) {
+    ///     Err(Error::Shed(shed)) => assert!(shed.retry_after.is_some()),
+    ///     other => panic!("expected a shed, got {other:?}"),
+    /// }
+    /// // A critical request is routed all the same.
+    /// let critical = request.with_priority(Priority::Critical);
+    /// assert!(router.route(&critical).is_ok());
+    /// # Ok::<(), Error>(())
+    /// ```
+    #[must_use]
+    pub fn with_ttft_target(self, target: std::time::Duration) -> Self {
+        Self {
+            ttft_target: Some(target),
+            ..self
+        }
+    }
+
+    /// The time-to-first-token target, if given.
+    #[must_use]
+    pub fn ttft_target(&self) -> Option<std::time::Duration> {
+        self.ttft_target
+    }
+
+    /// The request's priority under admission (default [`Priority::Standard`]).
+    #[must_use]
+    pub fn with_priority(self, priority: Priority) -> Self {
+        Self { priority, ..self }
+    }
+
+    /// The request's priority.
+    #[must_use]
+    pub fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// The request's time, if given.

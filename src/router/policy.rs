@@ -2,6 +2,7 @@
 //! everything else once, for every policy (load tracking, the mirror, event sync, worker
 //! registration).
 
+use super::admission::Admission;
 use super::estimate::Estimate;
 use super::fleet::{Candidates, Fleet, NO_CLASS};
 use super::load::{EngineLoad, LoadConfig, WorkerProfile};
@@ -303,13 +304,14 @@ pub enum CandidateSet {
     All,
     /// Of the available workers holding the same part of the prompt (as many blocks, at the
     /// same tiers), and of those holding none of it, the one the least loaded rule picks:
-    /// lowest load key (the load model's cost of a request with nothing of its own and the
-    /// default output), then least prefill handed out, then fewest requests routed, then a
+    /// lowest load key (the load model's time to first token of a request with nothing of
+    /// its own), then least prefill handed out, then fewest requests routed, then a
     /// per-request rotation (the rule [`choose_min`] breaks ties by). A route then reads every
     /// worker's load once and scores a handful, and costs about as much on 1,024 workers as
     /// on 16. For [`BalancedRouter`](crate::BalancedRouter) it is an approximation: a
     /// request's own uncached tokens weigh more on a worker with more requests waiting, and
-    /// its output may differ from the default, so another worker holding alike can cost less
+    /// its decode time differs with the worker's decodes, so another worker holding alike can
+    /// cost less
     /// (`tests/policy.rs` bounds it: within half again of the best).
     LeastLoadedPerMatch,
 }
@@ -434,16 +436,22 @@ impl<P: Policy> PolicyRouter<P> {
         blocks: &Blocks,
         candidates: &mut Candidates,
     ) -> Result<usize, Error> {
+        let admission = self.admission(request);
         if blocks.is_empty() {
             self.fleet.candidates(candidates);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
             }
+            if let Some(admission) = &admission {
+                admission.filter(self.fleet.config(), candidates)?;
+            }
             return self.select(request, candidates);
         }
         let block_size = self.index.hasher().block_size();
         let tokens = request.tokens().len();
-        let shortlist = self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
+        // Admission reads every worker: a refusal must hold for all of them.
+        let shortlist =
+            self.policy.candidates() == CandidateSet::LeastLoadedPerMatch && admission.is_none();
         if !shortlist {
             // Every worker: the snapshot is taken before the mirror's lock.
             self.fleet.candidates(candidates);
@@ -460,8 +468,29 @@ impl<P: Policy> PolicyRouter<P> {
             for c in candidates.iter_mut() {
                 c.set_cached(block_size, tokens);
             }
+            if let Some(admission) = &admission {
+                admission.filter(self.fleet.config(), candidates)?;
+            }
             let chosen = self.select(request, candidates)?;
             Ok((chosen, candidates[chosen].worker))
+        })
+    }
+}
+
+impl<P: Policy> PolicyRouter<P> {
+    /// The request's admission, when it carries a target.
+    #[inline]
+    fn admission(&self, request: &RouteRequest<'_>) -> Option<Admission> {
+        let target = request.ttft_target()?;
+        let config = self.fleet.config();
+        let target = config.admission.target_of(request.priority(), target);
+        Some(Admission {
+            priority: request.priority(),
+            target_s: target.as_secs_f64(),
+            prompt: request.tokens().len() as u64,
+            output: request
+                .expected_output()
+                .unwrap_or(config.default_output_tokens),
         })
     }
 }

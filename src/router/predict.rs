@@ -3,6 +3,7 @@
 //! scheduler runs a step: a token budget shared by prefill chunks and one token per decode,
 //! a cap on running requests, and KV that admission must find free.
 
+use super::admission::Limit;
 use super::estimate::Estimate;
 use super::load::LoadConfig;
 #[cfg(doc)]
@@ -45,7 +46,25 @@ impl Estimate {
         miss_weight: f64,
         speed: f64,
     ) -> (f64, f64) {
-        let (prompt, miss, output) = request;
+        let (prompt, _, output) = request;
+        let ttft = self
+            .ttft_parts(config, request, miss_weight, speed)
+            .cost_s();
+        let step = &config.step;
+        let per_step = (self.decoding as f64 + 1.0) * step.step_s_per_decode
+            + (self.decode_context() + prompt as f64) * step.step_s_per_context_token;
+        (ttft, f64::from(output) * per_step / speed)
+    }
+
+    /// The parts of [`ttft_s`](Self::ttft_s).
+    #[inline]
+    pub(crate) fn ttft_parts(
+        &self,
+        config: &LoadConfig,
+        (_, miss, output): (u64, u64, u32),
+        miss_weight: f64,
+        speed: f64,
+    ) -> TtftParts {
         let step = &config.step;
         let rate = config.prefill_tokens_per_s * speed;
         let budget = (step.max_num_batched_tokens as u64)
@@ -53,19 +72,22 @@ impl Estimate {
             .max(1);
         let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
         let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
-        let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let overhead = step.seconds(0.0, decodes, context, rate);
-        let mut ttft = weighted / rate + steps as f64 * overhead / speed;
-        if self.saturated {
-            ttft += 3_600.0;
+        let wait = if self.must_wait(config, miss, output) {
+            self.admission_wait_s(config, miss, output, speed)
+        } else {
+            (0.0, false)
+        };
+        TtftParts {
+            queue_s: self.prefill_tokens as f64 / rate,
+            own_s: miss as f64 / rate,
+            miss_weight,
+            steps_s: steps as f64 * overhead / speed,
+            wait_s: wait.0,
+            wait_for_kv: wait.1,
+            saturated: self.saturated,
         }
-        if self.must_wait(config, miss, output) {
-            ttft += self.admission_wait_s(config, miss, output, speed);
-        }
-        let per_step = (decodes + 1.0) * step.step_s_per_decode
-            + (context + prompt as f64) * step.step_s_per_context_token;
-        (ttft, f64::from(output) * per_step / speed)
     }
 
     /// Whether a request with `miss` uncached tokens generating `output` finds the
@@ -84,8 +106,15 @@ impl Estimate {
     /// what its requests add and this one's; past either, until the running requests finish
     /// and free the excess. Each runs `output` steps of a busy worker (a prefill chunk, as
     /// far as prefill is queued, with the decodes), half of them left on average.
+    /// Also whether KV, not a running slot, is what it waits for.
     #[cold]
-    fn admission_wait_s(&self, config: &LoadConfig, miss: u64, output: u32, speed: f64) -> f64 {
+    fn admission_wait_s(
+        &self,
+        config: &LoadConfig,
+        miss: u64,
+        output: u32,
+        speed: f64,
+    ) -> (f64, bool) {
         let step = &config.step;
         let running = self.decoding.max(1) as f64;
         let seats = (self.requests + 1).saturating_sub(step.max_num_seqs as u64);
@@ -102,7 +131,8 @@ impl Estimate {
         let chunk = (step.max_num_batched_tokens as f64 - decodes).max(0.0);
         let chunk = chunk.min(self.prefill_tokens as f64);
         let busy = step.seconds(chunk, decodes, self.decode_context(), rate) / speed;
-        excess * f64::from(output.max(1)) * busy / 2.0
+        let for_kv = memory > seats as f64 / running;
+        (excess * f64::from(output.max(1)) * busy / 2.0, for_kv)
     }
 
     /// Seconds a request of `prompt` tokens takes on this worker at `speed` to decode its
@@ -118,29 +148,94 @@ impl Estimate {
         self.times(config, (prompt, 0, output), 1.0, speed).1
     }
 
-    /// The worker's load in seconds, for ordering workers that hold alike: the cost of a
-    /// request with nothing of its own and the default output (queued prefill and one step
-    /// among its decodes at its speed; saturation; the wait for a slot or KV once either is
-    /// full; the decode among its decodes). Workers holding alike order by it as by a
-    /// request's cost, up to the request's own output and context against their speeds.
+    /// The worker's load in seconds, for ordering workers that hold alike: its time to a
+    /// first token with nothing of a request's own (queued prefill and one step among its
+    /// decodes at its speed; saturation; the wait for a slot or KV once either is full).
+    /// Workers holding alike order by it as by a request's time to first token, up to the
+    /// request's own tokens against their waiting requests and speeds; the decode term is
+    /// left to the policy's scoring of the shortlist.
     #[inline]
     pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
         let speed = f64::from(self.speed);
         let rate = config.prefill_tokens_per_s * speed;
-        let step = &config.step;
-        let (decodes, context) = (self.decoding as f64, self.decode_context());
-        // One step's fixed and decode part, then the default output's decodes among them.
-        let per_step = decodes * step.step_s_per_decode + context * step.step_s_per_context_token;
-        let output = f64::from(config.default_output_tokens);
-        let steps = step.step_base_s + per_step * (1.0 + output) + output * step.step_s_per_decode;
-        let mut load = (self.prefill_tokens as f64 / rate) + steps / speed;
+        let overhead = config
+            .step
+            .seconds(0.0, self.decoding as f64, self.decode_context(), rate);
+        let mut load = (self.prefill_tokens as f64 / rate) + overhead / speed;
         if self.saturated {
             load += 3_600.0;
         }
         let output = config.default_output_tokens;
         if self.must_wait(config, 0, output) {
-            load += self.admission_wait_s(config, 0, output, speed);
+            load += self.admission_wait_s(config, 0, output, speed).0;
         }
         load
+    }
+}
+
+/// A request's predicted time to first token on one worker, by part (seconds).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TtftParts {
+    /// The prefill queued ahead of it.
+    pub(crate) queue_s: f64,
+    /// Its own uncached tokens.
+    pub(crate) own_s: f64,
+    /// What each of them weighs in the cost: the policy's miss weight, or one more than
+    /// the requests waiting there when they are more (each waits for it too).
+    pub(crate) miss_weight: f64,
+    /// The fixed and decode part of the steps its prefill takes.
+    pub(crate) steps_s: f64,
+    /// The wait for a running slot or KV.
+    pub(crate) wait_s: f64,
+    /// Whether that wait is for KV.
+    pub(crate) wait_for_kv: bool,
+    /// A stale report counting as saturation.
+    pub(crate) saturated: bool,
+}
+
+impl TtftParts {
+    /// The predicted time: a saturated worker takes an hour more.
+    #[inline]
+    pub(crate) fn total_s(&self) -> f64 {
+        self.rest_s() + self.own_s
+    }
+
+    /// The policy's cost: the predicted time with the request's own tokens weighted.
+    #[inline]
+    pub(crate) fn cost_s(&self) -> f64 {
+        self.rest_s() + self.miss_weight * self.own_s
+    }
+
+    /// Everything but the request's own tokens.
+    #[inline]
+    fn rest_s(&self) -> f64 {
+        let stale = if self.saturated { 3_600.0 } else { 0.0 };
+        self.queue_s + self.steps_s + self.wait_s + stale
+    }
+
+    /// What bounds the prediction against a target of `target_s`: a stale report counting
+    /// as saturation; the request's own prefill when it alone misses the target; else the
+    /// largest of the queue, the decodes (their share of the steps, or the wait for a slot)
+    /// and the wait for KV.
+    pub(crate) fn limit(&self, target_s: f64) -> Limit {
+        if self.saturated {
+            return Limit::Stale;
+        }
+        if self.own_s > target_s {
+            return Limit::Prompt;
+        }
+        let (slot_s, kv_s) = if self.wait_for_kv {
+            (0.0, self.wait_s)
+        } else {
+            (self.wait_s, 0.0)
+        };
+        let decode_s = self.steps_s + slot_s;
+        if kv_s >= self.queue_s && kv_s >= decode_s {
+            Limit::Kv
+        } else if decode_s > self.queue_s {
+            Limit::Decode
+        } else {
+            Limit::Queue
+        }
     }
 }

@@ -170,9 +170,12 @@ impl<'s> Run<'s> {
     /// Routes request `i` (arriving, or again after its worker left) and queues it on its
     /// worker, which starts a step if idle.
     fn dispatch(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let routed = self
+        let Some(routed) = self
             .sim
-            .route(&mut self.replicas, i, now, &mut self.tally)?;
+            .route(&mut self.replicas, i, now, &mut self.tally)?
+        else {
+            return Ok(());
+        };
         let w = routed.worker;
         if self.workers[w].down {
             self.replicas

@@ -1,7 +1,7 @@
 //! The modelled fleet's configuration.
 
 use crate::config::{float, int};
-use crate::{Error, PrefixHasher, RadixTree};
+use crate::{Error, PrefixHasher, Priority, RadixTree};
 
 /// How the router's mirror is corrected during a simulation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -315,8 +315,98 @@ pub struct ClusterConfig {
     ///
     /// [`event_delay_s`]: Self::event_delay_s
     pub event_replay: bool,
-    /// Seed of the simulator's own randomness (a random front, event loss). Default 0.
+    /// Seed of the simulator's own randomness (a random front, event loss, priorities).
+    /// Default 0.
     pub seed: u64,
+    /// Whether requests ask for admission: each carries [`ttft_target_s`] as its target
+    /// ([`RouteRequest::with_ttft_target`](crate::RouteRequest::with_ttft_target)) and a
+    /// priority drawn from [`priorities`], and a request the router refuses
+    /// ([`Error::Shed`]) is not run. Default false.
+    ///
+    /// [`ttft_target_s`]: Self::ttft_target_s
+    /// [`priorities`]: Self::priorities
+    pub admission: bool,
+    /// The share of requests of each priority under [`admission`](Self::admission).
+    /// Default: every request [`Priority::Standard`].
+    pub priorities: PriorityMix,
+}
+
+/// The share of requests of each priority, drawn per request from the simulator's seed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PriorityMix {
+    /// The shares of [`Priority::ALL`]'s priorities (sheddable, standard, critical), summing
+    /// to 1.
+    pub shares: [f64; 3],
+}
+
+impl Default for PriorityMix {
+    fn default() -> Self {
+        Self {
+            shares: [0.0, 1.0, 0.0],
+        }
+    }
+}
+
+impl PriorityMix {
+    /// Parses `critical:0.1,standard:0.6,sheddable:0.3` (any order; a priority not named has
+    /// no requests).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown priority, a share that is not a number
+    /// between 0 and 1, a priority named twice, or shares that do not sum to 1.
+    pub fn parse(spec: &str) -> Result<Self, Error> {
+        let mut shares = [0.0; 3];
+        let mut named = [false; 3];
+        for part in spec.split(',') {
+            let bad =
+                || crate::config::invalid("priorities", part, "NAME:SHARE, e.g. standard:0.6");
+            let (name, share) = part.split_once(':').ok_or_else(bad)?;
+            let priority = Priority::parse(name.trim())?;
+            let k = Priority::ALL
+                .iter()
+                .position(|p| *p == priority)
+                .unwrap_or(1);
+            let share: f64 = share.trim().parse().map_err(|_| bad())?;
+            if !(0.0..=1.0).contains(&share) || std::mem::replace(&mut named[k], true) {
+                return Err(bad());
+            }
+            shares[k] = share;
+        }
+        let mix = Self { shares };
+        mix.validate()?;
+        Ok(mix)
+    }
+
+    /// Checks that the shares are between 0 and 1 and sum to 1.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] otherwise.
+    pub fn validate(&self) -> Result<(), Error> {
+        let sum: f64 = self.shares.iter().sum();
+        if self.shares.iter().any(|s| !(0.0..=1.0).contains(s)) || (sum - 1.0).abs() > 1e-6 {
+            return Err(crate::config::invalid(
+                "priorities",
+                format!("{:?}", self.shares),
+                "shares between 0 and 1 that sum to 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The priority of a request whose uniform draw is `u` in `[0, 1)`.
+    #[must_use]
+    pub fn pick(&self, u: f64) -> Priority {
+        let mut acc = 0.0;
+        for (p, share) in Priority::ALL.into_iter().zip(self.shares) {
+            acc += share;
+            if u < acc {
+                return p;
+            }
+        }
+        Priority::Standard
+    }
 }
 
 impl ClusterConfig {
@@ -339,6 +429,10 @@ impl ClusterConfig {
         with_ttft_target_s: ttft_target_s: f64;
         /// Sets [`tpot_target_s`](Self::tpot_target_s).
         with_tpot_target_s: tpot_target_s: f64;
+        /// Sets [`admission`](Self::admission).
+        with_admission: admission: bool;
+        /// Sets [`priorities`](Self::priorities).
+        with_priorities: priorities: PriorityMix;
         /// Sets [`speedup`](Self::speedup).
         with_speedup: speedup: f64;
         /// Sets [`sync`](Self::sync).
@@ -437,6 +531,7 @@ impl ClusterConfig {
                 "0 (no host tier) or at least one chunk of blocks",
             ));
         }
+        self.priorities.validate()?;
         self.batch.validate()
     }
 }
@@ -462,6 +557,8 @@ impl Default for ClusterConfig {
             event_loss: 0.0,
             event_replay: true,
             seed: 0,
+            admission: false,
+            priorities: PriorityMix::default(),
         }
     }
 }

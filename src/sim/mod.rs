@@ -51,7 +51,9 @@ mod tally;
 mod trace;
 mod workload;
 
-pub use self::config::{BatchConfig, ClusterConfig, Engine, Fault, Front, SyncMode, WorkerSpec};
+pub use self::config::{
+    BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, SyncMode, WorkerSpec,
+};
 pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};

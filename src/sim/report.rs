@@ -54,6 +54,14 @@ pub struct SimReport {
     /// ([`ClusterConfig::ttft_target_s`](super::ClusterConfig::ttft_target_s),
     /// [`tpot_target_s`](super::ClusterConfig::tpot_target_s)).
     pub goodput: f64,
+    /// Requests per second that met both targets, over the makespan.
+    pub goodput_rps: f64,
+    /// Requests refused by admission
+    /// ([`ClusterConfig::admission`](super::ClusterConfig::admission)).
+    pub shed: usize,
+    /// Of those, by priority, in the order of [`Priority::ALL`](crate::Priority::ALL)
+    /// (sheddable, standard, critical).
+    pub shed_by_priority: [usize; 3],
     /// Preemptions (a running request's blocks taken back to make room); 0 with
     /// [`Engine::Simple`](super::Engine::Simple).
     pub preemptions: u64,
@@ -101,7 +109,9 @@ impl SimReport {
                 "\"ttft_p50_s\":{:.6},\"ttft_p90_s\":{:.6},\"ttft_p99_s\":{:.6},",
                 "\"tpot_p50_s\":{:.6},\"tpot_p90_s\":{:.6},\"tpot_p99_s\":{:.6},",
                 "\"e2e_p50_s\":{:.6},\"e2e_p90_s\":{:.6},\"e2e_p99_s\":{:.6},",
-                "\"goodput\":{:.6},\"preemptions\":{},\"rejected\":{},\"retried\":{},",
+                "\"goodput\":{:.6},\"goodput_rps\":{:.6},\"shed\":{},",
+                "\"shed_sheddable\":{},\"shed_standard\":{},\"shed_critical\":{},",
+                "\"preemptions\":{},\"rejected\":{},\"retried\":{},",
                 "\"lost_event_batches\":{},",
                 "\"makespan_s\":{:.6},\"throughput_rps\":{:.6},\"decision_ns\":{:.1},",
                 "\"worker_prefill_tokens\":[{}]}}"
@@ -127,6 +137,11 @@ impl SimReport {
             self.e2e_p90_s,
             self.e2e_p99_s,
             self.goodput,
+            self.goodput_rps,
+            self.shed,
+            self.shed_by_priority[0],
+            self.shed_by_priority[1],
+            self.shed_by_priority[2],
             self.preemptions,
             self.rejected,
             self.retried,
@@ -177,6 +192,10 @@ pub struct RequestRecord {
     pub retries: u32,
     /// Dropped: it can never fit its worker's KV cache.
     pub rejected: bool,
+    /// Its priority under admission.
+    pub priority: crate::Priority,
+    /// Refused by admission: never run.
+    pub shed: bool,
 }
 
 impl RequestRecord {
@@ -189,7 +208,8 @@ impl RequestRecord {
                 "{{\"index\":{},\"prompt_tokens\":{},\"worker\":{},\"replica\":{},",
                 "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"host_cached_tokens\":{},",
                 "\"ttft_s\":{},",
-                "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{}}}"
+                "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{},",
+                "\"priority\":\"{}\",\"shed\":{}}}"
             ),
             self.index,
             self.prompt_tokens,
@@ -204,7 +224,9 @@ impl RequestRecord {
             opt(self.e2e_s),
             self.preemptions,
             self.retries,
-            self.rejected
+            self.rejected,
+            self.priority.name(),
+            self.shed
         )
     }
 }

@@ -100,9 +100,12 @@ impl<'s> Run<'s> {
 
     /// Routes request `i` and queues it on its worker.
     fn arrive(&mut self, i: usize, now: f64) -> Result<(), Error> {
-        let routed = self
+        let Some(routed) = self
             .sim
-            .route(&mut self.replicas, i, now, &mut self.tally)?;
+            .route(&mut self.replicas, i, now, &mut self.tally)?
+        else {
+            return Ok(());
+        };
         let w = routed.worker;
         self.flights[i] = Some(InFlight { routed });
         self.fleet[w].queue.push_back(i);

@@ -296,8 +296,16 @@ impl Simulation {
         )
     }
 
+    /// The priority of request `i` under admission: drawn from the seed and the index.
+    fn priority(&self, i: usize) -> crate::Priority {
+        let draw =
+            crate::router::mix64(self.config.seed ^ 0x7072_696f ^ (i as u64).rotate_left(17));
+        let uniform = (draw >> 11) as f64 / (1u64 << 53) as f64;
+        self.config.priorities.pick(uniform)
+    }
+
     /// Routes request `i` arriving at `now`, recording it and timing the decision into
-    /// `tally` (when configured).
+    /// `tally` (when configured); `None` when admission refused it (recorded as shed).
     ///
     /// # Errors
     ///
@@ -309,7 +317,7 @@ impl Simulation {
         i: usize,
         now: f64,
         tally: &mut Tally,
-    ) -> Result<Routed, Error> {
+    ) -> Result<Option<Routed>, Error> {
         let replica = replicas.pick();
         let router = replicas.router(replica);
         let r = &self.requests[i];
@@ -321,11 +329,23 @@ impl Simulation {
         if let Some(s) = &r.session {
             request = request.with_session(s);
         }
+        let priority = self.priority(i);
+        if self.config.admission {
+            let target = std::time::Duration::from_secs_f64(self.config.ttft_target_s);
+            request = request.with_ttft_target(target).with_priority(priority);
+        }
         let started = self
             .config
             .measure_decision_time
             .then(std::time::Instant::now);
-        let decision = router.route(&request)?;
+        let decision = match router.route(&request) {
+            Ok(decision) => decision,
+            Err(Error::Shed(_)) => {
+                tally.shed(i, now, tokens.len(), priority);
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(started) = started {
             tally.decision_ns += started.elapsed().as_nanos();
         }
@@ -342,14 +362,14 @@ impl Simulation {
             decision.worker().get(),
             replica.index(),
         );
-        Ok(Routed {
+        Ok(Some(Routed {
             replica,
             decision,
             worker,
             tokens,
             blocks,
             at: now,
-        })
+        }))
     }
 
     /// The report of a finished run.

@@ -83,6 +83,18 @@ impl Tally {
         }
     }
 
+    /// Request `i`, of `priority`, was refused by admission at `at`.
+    pub(super) fn shed(
+        &mut self,
+        i: usize,
+        at: f64,
+        prompt_tokens: usize,
+        priority: crate::Priority,
+    ) {
+        let r = &mut self.records[i];
+        (r.arrival_s, r.prompt_tokens, r.priority, r.shed) = (at, prompt_tokens, priority, true);
+    }
+
     /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached, `host` of
     /// them on the host tier (its first admission only counts).
     pub(super) fn admitted(&mut self, i: usize, at: f64, cached: usize, host: usize) {
@@ -136,7 +148,7 @@ impl Tally {
     ) -> SimReport {
         let requests = self.records.len();
         let makespan = (self.last_completion - first).max(0.0);
-        let served = || self.records.iter().filter(|r| !r.rejected);
+        let served = || self.records.iter().filter(|r| !r.rejected && !r.shed);
         let prompt_tokens: u64 = served().map(|r| r.prompt_tokens as u64).sum();
         let cached_tokens: u64 = served().map(|r| r.cached_tokens as u64).sum();
         let host_tokens: u64 = served().map(|r| r.host_cached_tokens as u64).sum();
@@ -171,6 +183,14 @@ impl Tally {
             e2e_p90_s: e2e[1],
             e2e_p99_s: e2e[2],
             goodput: ratio(good as f64, requests as f64),
+            goodput_rps: ratio(good as f64, makespan),
+            shed: self.records.iter().filter(|r| r.shed).count(),
+            shed_by_priority: crate::Priority::ALL.map(|p| {
+                self.records
+                    .iter()
+                    .filter(|r| r.shed && r.priority == p)
+                    .count()
+            }),
             preemptions: self.records.iter().map(|r| u64::from(r.preemptions)).sum(),
             rejected: self.records.iter().filter(|r| r.rejected).count(),
             retried: self.records.iter().filter(|r| r.retries > 0).count(),

@@ -1,0 +1,227 @@
+//! Admission: a request carrying a time-to-first-token target is routed only to a worker
+//! the load model predicts meets it, and is refused with [`Error::Shed`] before any prefill
+//! is spent when none does. Critical requests are never refused; sheddable ones are held
+//! to a share of their target, so that under a rising load they go first.
+
+use std::time::Duration;
+
+use super::fleet::Candidates;
+use super::load::LoadConfig;
+use super::predict::TtftParts;
+use crate::{Error, WorkerId};
+
+/// How much a request matters under overload, as the Gateway API Inference Extension names
+/// it: sheddable requests are refused first, then standard ones; critical ones never.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Refused first: held to [`AdmissionConfig::sheddable_share`] of its target.
+    Sheddable,
+    /// Refused when no worker is predicted to meet its target. The default.
+    #[default]
+    Standard,
+    /// Never refused: routed as without a target.
+    Critical,
+}
+
+impl Priority {
+    /// Every priority, from the first refused.
+    pub const ALL: [Priority; 3] = [Priority::Sheddable, Priority::Standard, Priority::Critical];
+
+    /// The priority's name: `sheddable`, `standard` or `critical`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Sheddable => "sheddable",
+            Priority::Standard => "standard",
+            Priority::Critical => "critical",
+        }
+    }
+
+    /// The priority named `name` (as [`name`](Self::name) gives it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for any other name.
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| {
+                crate::config::invalid("priority", name, "critical, standard or sheddable")
+            })
+    }
+}
+
+/// What bound the best worker's predicted time to first token, in a [`Shed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The prefill queued ahead of the request.
+    Queue,
+    /// The wait for KV to free up (the worker's KV is full).
+    Kv,
+    /// The running decodes: their share of every step, or the wait for a running slot.
+    Decode,
+    /// The request's own prefill: even an idle worker would miss the target, so waiting
+    /// does not help.
+    Prompt,
+    /// The worker's load report is stale and counts as saturation.
+    Stale,
+}
+
+impl Limit {
+    /// The limit's name: `queue`, `kv`, `decode`, `prompt` or `stale`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Queue => "queue",
+            Limit::Kv => "kv",
+            Limit::Decode => "decode",
+            Limit::Prompt => "prompt",
+            Limit::Stale => "stale",
+        }
+    }
+}
+
+/// Why a request was refused ([`Error::Shed`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Shed {
+    /// The request's priority.
+    pub priority: Priority,
+    /// The target it was held to: its own, or a share of it for a sheddable request.
+    pub target: Duration,
+    /// The best predicted time to first token over every available worker.
+    pub best_ttft: Duration,
+    /// The worker with that best prediction.
+    pub best_worker: WorkerId,
+    /// What bound that prediction most.
+    pub limit: Limit,
+    /// How long until the best worker is predicted to meet the target, if nothing more
+    /// arrives there: when a host queues the request instead of refusing it, the time to
+    /// route it again. `None` when waiting cannot help ([`Limit::Prompt`]).
+    pub retry_after: Option<Duration>,
+}
+
+impl std::fmt::Display for Shed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} request shed: best predicted time to first token {:.3} s (worker {}, bound by {}) against a target of {:.3} s",
+            self.priority.name(),
+            self.best_ttft.as_secs_f64(),
+            self.best_worker.index(),
+            self.limit.name(),
+            self.target.as_secs_f64(),
+        )
+    }
+}
+
+/// How admission treats priorities.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AdmissionConfig {
+    /// The share of its target a [`Priority::Sheddable`] request is held to, in `(0, 1]`:
+    /// at 0.5 sheddable requests are refused once the best worker's predicted time to
+    /// first token passes half their target, leaving the rest to standard ones. Default 0.5.
+    pub sheddable_share: f64,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        Self {
+            sheddable_share: 0.5,
+        }
+    }
+}
+
+impl AdmissionConfig {
+    crate::config::setters! {
+        /// Sets [`sheddable_share`](Self::sheddable_share).
+        with_sheddable_share: sheddable_share: f64;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range.
+    pub fn validate(&self) -> Result<(), Error> {
+        crate::config::float(
+            "sheddable_share",
+            self.sheddable_share,
+            f64::MIN_POSITIVE..=1.0,
+            "a share above 0 and at most 1",
+        )
+    }
+
+    /// The target a request of `priority` asking for `target` is held to.
+    #[must_use]
+    pub fn target_of(&self, priority: Priority, target: Duration) -> Duration {
+        match priority {
+            Priority::Sheddable => target.mul_f64(self.sheddable_share),
+            Priority::Standard | Priority::Critical => target,
+        }
+    }
+}
+
+/// One request's admission: its target and priority, and the request's shape for the load
+/// model's prediction.
+pub(crate) struct Admission {
+    pub(crate) priority: Priority,
+    /// The target it is held to, in seconds.
+    pub(crate) target_s: f64,
+    pub(crate) prompt: u64,
+    pub(crate) output: u32,
+}
+
+impl Admission {
+    /// Keeps the candidates predicted to meet the target (all of them for a critical
+    /// request, or when every one does).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shed`] when none does and the request is not critical.
+    pub(crate) fn filter(
+        &self,
+        config: &LoadConfig,
+        candidates: &mut Candidates,
+    ) -> Result<(), Error> {
+        let parts = |c: &super::Candidate| {
+            let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
+            c.estimate
+                .ttft_parts(config, (self.prompt, miss, self.output), 1.0, c.speed())
+        };
+        let meets = |c: &super::Candidate| parts(c).total_s() <= self.target_s;
+        if self.priority == Priority::Critical || candidates.iter().all(meets) {
+            return Ok(());
+        }
+        if candidates.iter().any(meets) {
+            candidates.retain(|c| meets(c));
+            return Ok(());
+        }
+        let best = candidates
+            .iter()
+            .map(|c| (parts(c), c.worker))
+            .min_by(|a, b| a.0.total_s().total_cmp(&b.0.total_s()));
+        let Some((best, worker)) = best else {
+            return Err(Error::NoWorkers);
+        };
+        Err(Error::Shed(self.shed(&best, worker)))
+    }
+
+    /// The refusal, from the best worker's prediction.
+    fn shed(&self, best: &TtftParts, worker: WorkerId) -> Shed {
+        let limit = best.limit(self.target_s);
+        let total = best.total_s();
+        let wait = (total - self.target_s).max(0.0);
+        Shed {
+            priority: self.priority,
+            target: Duration::from_secs_f64(self.target_s),
+            best_ttft: Duration::from_secs_f64(total.min(1e9)),
+            best_worker: worker,
+            limit,
+            retry_after: (limit != Limit::Prompt).then(|| Duration::from_secs_f64(wait.min(1e9))),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Admission: a request with a time-to-first-token target is refused exactly when no worker
+//! is predicted to meet it, sheddable requests go before standard ones and critical ones
+//! never, and a refusal charges nothing.
+
+use std::time::Duration;
+
+use prefix_router::{
+    AdmissionConfig, BalancedConfig, BalancedRouter, EngineLoad, Error, Limit, LoadConfig,
+    Priority, RouteRequest, Router, WorkerId,
+};
+use proptest::prelude::*;
+
+/// A router over `loads.len()` workers, each told its load.
+fn fleet(loads: &[EngineLoad]) -> BalancedRouter {
+    let router = BalancedRouter::new(loads.len() as u32).expect("router");
+    for (w, load) in loads.iter().enumerate() {
+        router
+            .report_load(WorkerId::new(w as u32), *load)
+            .expect("report");
+    }
+    router
+}
+
+fn load(waiting: u64, running: u64, prefill: u64) -> EngineLoad {
+    EngineLoad::new(waiting, running, Duration::ZERO).with_prefill_tokens(prefill)
+}
+
+fn admitted(router: &BalancedRouter, request: &RouteRequest<'_>) -> bool {
+    match router.route(request) {
+        Ok(decision) => {
+            router.complete(&decision);
+            true
+        }
+        Err(Error::Shed(_)) => false,
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+fn arb_load() -> impl Strategy<Value = EngineLoad> {
+    (0u64..300, 0u64..300, 0u64..2_000_000).prop_map(|(w, r, p)| load(w, r, p))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// The fleet refuses a request exactly when each of its workers, alone, would: the
+    /// refusal holds for every worker's prediction, and one worker meeting the target is
+    /// enough to admit it.
+    #[test]
+    fn shedding_is_exact(
+        loads in prop::collection::vec(arb_load(), 1..8),
+        prompt in 16usize..20_000,
+        target_ms in 1u64..60_000,
+        sheddable in any::<bool>(),
+    ) {
+        let tokens: Vec<u32> = (0..prompt as u32).collect();
+        let priority = if sheddable { Priority::Sheddable } else { Priority::Standard };
+        let request = RouteRequest::new(&tokens)
+            .with_ttft_target(Duration::from_millis(target_ms))
+            .with_priority(priority);
+        let alone: Vec<bool> = loads
+            .iter()
+            .map(|l| admitted(&fleet(&[*l]), &request))
+            .collect();
+        let router = fleet(&loads);
+        match router.route(&request) {
+            Ok(decision) => {
+                prop_assert!(alone.iter().any(|&a| a), "admitted though no worker alone admits");
+                // It went to a worker that meets the target alone.
+                prop_assert!(alone[decision.worker().index()]);
+            }
+            Err(Error::Shed(shed)) => {
+                prop_assert!(alone.iter().all(|&a| !a), "shed though a worker alone admits");
+                prop_assert!(shed.best_ttft > shed.target);
+                prop_assert_eq!(shed.priority, priority);
+                // Asking for the best prediction (and a little more) admits it.
+                let relaxed = request.with_ttft_target(
+                    (shed.best_ttft + Duration::from_millis(1)).mul_f64(1.0 / share(priority)),
+                );
+                prop_assert!(admitted(&router, &relaxed));
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("unexpected error {e}"))),
+        }
+    }
+
+    /// A critical request is never refused.
+    #[test]
+    fn critical_is_never_shed(
+        loads in prop::collection::vec(arb_load(), 1..8),
+        prompt in 16usize..200_000,
+        target_ms in 1u64..10_000,
+    ) {
+        let tokens: Vec<u32> = (0..prompt as u32).collect();
+        let request = RouteRequest::new(&tokens)
+            .with_ttft_target(Duration::from_millis(target_ms))
+            .with_priority(Priority::Critical);
+        prop_assert!(fleet(&loads).route(&request).is_ok());
+    }
+}
+
+fn share(priority: Priority) -> f64 {
+    match priority {
+        Priority::Sheddable => AdmissionConfig::default().sheddable_share,
+        _ => 1.0,
+    }
+}
+
+/// Under a rising queue, sheddable requests are refused first, then standard ones;
+/// critical ones never.
+#[test]
+fn lower_priorities_go_first() {
+    let tokens = vec![1u32; 4_096];
+    let first_shed = |priority: Priority| {
+        (0..200u64).find(|&step| {
+            let queued = step * 5_000;
+            let router = fleet(&[load(step, 4, queued), load(step, 4, queued)]);
+            let request = RouteRequest::new(&tokens)
+                .with_ttft_target(Duration::from_secs(2))
+                .with_priority(priority);
+            !admitted(&router, &request)
+        })
+    };
+    let sheddable = first_shed(Priority::Sheddable).expect("sheddable shed at some load");
+    let standard = first_shed(Priority::Standard).expect("standard shed at some load");
+    assert!(
+        sheddable < standard,
+        "sheddable at {sheddable}, standard at {standard}"
+    );
+    assert_eq!(first_shed(Priority::Critical), None);
+}
+
+/// A refused request charges no worker and records nothing in the mirror.
+#[test]
+fn a_refusal_charges_nothing() {
+    let router = fleet(&[load(100, 8, 900_000), load(100, 8, 900_000)]);
+    let before: Vec<_> = (0..2)
+        .map(|w| router.load(WorkerId::new(w)).expect("load").in_flight)
+        .collect();
+    let tokens = vec![3u32; 8_192];
+    let request = RouteRequest::new(&tokens).with_ttft_target(Duration::from_millis(500));
+    let Err(Error::Shed(shed)) = router.route(&request) else {
+        panic!("expected a refusal");
+    };
+    assert_eq!(shed.limit, Limit::Queue);
+    assert!(shed.retry_after.is_some_and(|d| d > Duration::ZERO));
+    let after: Vec<_> = (0..2)
+        .map(|w| router.load(WorkerId::new(w)).expect("load").in_flight)
+        .collect();
+    assert_eq!(before, after);
+    // Without a target the same request is routed, and finds nothing cached: the refusal
+    // did not record its prompt.
+    let decision = router.route(&RouteRequest::new(&tokens)).expect("routed");
+    assert_eq!(decision.cached_tokens(), 0);
+}
+
+/// A prompt whose own prefill misses the target on an idle worker is refused as such: no
+/// wait helps.
+#[test]
+fn a_prompt_too_long_for_its_target_says_so() {
+    let router = fleet(&[load(0, 0, 0)]);
+    let tokens = vec![5u32; 200_000];
+    let request = RouteRequest::new(&tokens).with_ttft_target(Duration::from_secs(1));
+    let Err(Error::Shed(shed)) = router.route(&request) else {
+        panic!("expected a refusal");
+    };
+    assert_eq!(shed.limit, Limit::Prompt);
+    assert_eq!(shed.retry_after, None);
+    assert!(shed.to_string().contains("bound by prompt"), "{shed}");
+}
+
+/// Bad settings and names are errors, not panics.
+#[test]
+fn bad_admission_settings_are_errors() {
+    for share in [0.0, -1.0, 1.5, f64::NAN] {
+        let admission = AdmissionConfig::default().with_sheddable_share(share);
+        let mut config = BalancedConfig::default();
+        config.load = LoadConfig::default().with_admission(admission);
+        assert!(matches!(
+            BalancedRouter::with_config(2, config),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+    assert!(matches!(
+        Priority::parse("urgent"),
+        Err(Error::InvalidConfig { .. })
+    ));
+    for p in Priority::ALL {
+        assert_eq!(Priority::parse(p.name()).expect("own name"), p);
+    }
+}

@@ -1,0 +1,107 @@
+//! Admission in the simulator: refused requests are counted by priority and never run,
+//! critical ones are never refused, and without admission nothing is.
+
+#![cfg(feature = "sim")]
+#![allow(clippy::unwrap_used)]
+
+use prefix_router::sim::*;
+use prefix_router::*;
+
+/// Four small workers under the conversations workload at many times its rate: past what
+/// they can serve within a second.
+fn overloaded() -> ClusterConfig {
+    ClusterConfig::default()
+        .with_workers(4)
+        .with_engine(Engine::Batched)
+        .with_capacity_tokens(200_000)
+        .with_prefill_tokens_per_s(4_000.0)
+        .with_speedup(40.0)
+        .with_ttft_target_s(1.0)
+        .with_measure_decision_time(false)
+}
+
+fn conversations() -> Vec<Request> {
+    Workload::builtin()[1].1.generate(5)
+}
+
+fn run(config: ClusterConfig) -> SimReport {
+    let router = BalancedRouter::with_config(
+        config.workers,
+        BalancedConfig::default().with_prefill_tokens_per_s(config.prefill_tokens_per_s),
+    )
+    .unwrap();
+    Simulation::new(conversations(), config)
+        .unwrap()
+        .run(&router)
+        .unwrap()
+}
+
+#[test]
+fn admission_sheds_by_priority_and_loses_nothing() {
+    let mix = PriorityMix::parse("critical:0.2,standard:0.4,sheddable:0.4").unwrap();
+    let report = run(overloaded().with_admission(true).with_priorities(mix));
+    assert!(report.shed > 0, "nothing shed under overload");
+    let [sheddable, standard, critical] = report.shed_by_priority;
+    assert_eq!(critical, 0, "a critical request was shed");
+    assert_eq!(sheddable + standard, report.shed);
+    // Every request is accounted for: run to its end, shed, or dropped as too large.
+    let records = &report.request_records;
+    for r in records {
+        let ran = r.e2e_s.is_some();
+        assert!(
+            [ran, r.shed, r.rejected].iter().filter(|&&b| b).count() == 1,
+            "request {} is neither run, shed nor rejected: {r:?}",
+            r.index
+        );
+        assert_eq!(r.shed, r.ttft_s.is_none() && !r.rejected);
+    }
+    // Sheddable requests go first: a larger share of them is shed than of standard ones.
+    let of = |p: Priority| records.iter().filter(|r| r.priority == p).count().max(1) as f64;
+    let share = |n: usize, p: Priority| n as f64 / of(p);
+    assert!(
+        share(sheddable, Priority::Sheddable) > share(standard, Priority::Standard),
+        "sheddable {sheddable} of {}, standard {standard} of {}",
+        of(Priority::Sheddable),
+        of(Priority::Standard)
+    );
+    assert!(
+        report
+            .to_json()
+            .contains(&format!("\"shed\":{}", report.shed))
+    );
+}
+
+#[test]
+fn admission_improves_goodput_under_overload() {
+    let without = run(overloaded());
+    let with = run(overloaded().with_admission(true));
+    assert_eq!(without.shed, 0);
+    assert!(
+        with.goodput_rps > without.goodput_rps,
+        "goodput {} req/s with admission, {} without",
+        with.goodput_rps,
+        without.goodput_rps
+    );
+    // Admitted requests meet their target far more often than when every one is run.
+    assert!(with.ttft_p50_s < without.ttft_p50_s);
+}
+
+#[test]
+fn bad_priority_mixes_are_errors() {
+    for spec in [
+        "standard:0.5",
+        "urgent:1",
+        "standard:x",
+        "standard:0.5,standard:0.5",
+        "standard",
+        "standard:1.5,sheddable:-0.5",
+    ] {
+        assert!(
+            matches!(PriorityMix::parse(spec), Err(Error::InvalidConfig { .. })),
+            "{spec}"
+        );
+    }
+    let mix = PriorityMix::parse("sheddable:0.25,critical:0.75").unwrap();
+    assert_eq!(mix.pick(0.1), Priority::Sheddable);
+    assert_eq!(mix.pick(0.9), Priority::Critical);
+}
