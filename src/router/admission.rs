@@ -175,22 +175,43 @@ pub(crate) struct Admission {
     pub(crate) output: u32,
 }
 
-impl Admission {
-    /// Keeps the candidates predicted to meet the target (all of them for a critical
-    /// request, or when every one does).
+/// What a route passes its candidates through before the policy chooses: [`Open`] for a
+/// request without a target, its [`Admission`] otherwise.
+pub(crate) trait Gate {
+    /// Whether the candidates may be a shortlist; admission needs every worker.
+    const SHORTLIST: bool;
+
+    /// Keeps the candidates that may take the request.
     ///
     /// # Errors
     ///
-    /// [`Error::Shed`] when none does and the request is not critical.
-    pub(crate) fn filter(
-        &self,
-        config: &LoadConfig,
-        candidates: &mut Candidates,
-    ) -> Result<(), Error> {
+    /// [`Error::Shed`] when none may.
+    fn filter(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error>;
+}
+
+/// Every candidate may take the request.
+pub(crate) struct Open;
+
+impl Gate for Open {
+    const SHORTLIST: bool = true;
+
+    #[inline(always)]
+    fn filter(&self, _: &LoadConfig, _: &mut Candidates) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+impl Gate for Admission {
+    const SHORTLIST: bool = false;
+
+    /// Keeps the candidates predicted to meet the target (all of them for a critical
+    /// request, or when every one does); refuses the request when none does and it is not
+    /// critical.
+    fn filter(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error> {
         let parts = |c: &super::Candidate| {
             let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
             c.estimate
-                .ttft_parts(config, (self.prompt, miss, self.output), 1.0, c.speed())
+                .ttft_parts(config, (self.prompt, miss, self.output), c.speed())
         };
         let meets = |c: &super::Candidate| parts(c).total_s() <= self.target_s;
         if self.priority == Priority::Critical || candidates.iter().all(meets) {
@@ -209,7 +230,9 @@ impl Admission {
         };
         Err(Error::Shed(self.shed(&best, worker)))
     }
+}
 
+impl Admission {
     /// The refusal, from the best worker's prediction.
     fn shed(&self, best: &TtftParts, worker: WorkerId) -> Shed {
         let limit = best.limit(self.target_s);

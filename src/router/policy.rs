@@ -2,7 +2,7 @@
 //! everything else once, for every policy (load tracking, the mirror, event sync, worker
 //! registration).
 
-use super::admission::Admission;
+use super::admission::{Admission, Gate, Open};
 use super::estimate::Estimate;
 use super::fleet::{Candidates, Fleet, NO_CLASS};
 use super::load::{EngineLoad, LoadConfig, WorkerProfile};
@@ -429,29 +429,46 @@ impl<P: Policy> PolicyRouter<P> {
     }
 
     /// One choice: the candidates the policy asks for, with the mirror's prediction filled
-    /// in when it reads the cache; the policy's choice, checked.
+    /// in when it reads the cache; those admission keeps when the request carries a target;
+    /// the policy's choice, checked.
+    #[inline]
     fn choose(
         &self,
         request: &RouteRequest<'_>,
         blocks: &Blocks,
         candidates: &mut Candidates,
     ) -> Result<usize, Error> {
-        let admission = self.admission(request);
+        match request.ttft_target() {
+            None => self.choose_gated(request, blocks, candidates, &Open),
+            Some(target) => {
+                let admission = self.admission(request, target);
+                self.choose_gated(request, blocks, candidates, &admission)
+            }
+        }
+    }
+
+    /// [`choose`](Self::choose) with the candidates passed through `gate`.
+    #[inline]
+    fn choose_gated<G: Gate>(
+        &self,
+        request: &RouteRequest<'_>,
+        blocks: &Blocks,
+        candidates: &mut Candidates,
+        gate: &G,
+    ) -> Result<usize, Error> {
         if blocks.is_empty() {
             self.fleet.candidates(candidates);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
             }
-            if let Some(admission) = &admission {
-                admission.filter(self.fleet.config(), candidates)?;
-            }
+            gate.filter(self.fleet.config(), candidates)?;
             return self.select(request, candidates);
         }
         let block_size = self.index.hasher().block_size();
         let tokens = request.tokens().len();
         // Admission reads every worker: a refusal must hold for all of them.
         let shortlist =
-            self.policy.candidates() == CandidateSet::LeastLoadedPerMatch && admission.is_none();
+            G::SHORTLIST && self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
         if !shortlist {
             // Every worker: the snapshot is taken before the mirror's lock.
             self.fleet.candidates(candidates);
@@ -468,30 +485,25 @@ impl<P: Policy> PolicyRouter<P> {
             for c in candidates.iter_mut() {
                 c.set_cached(block_size, tokens);
             }
-            if let Some(admission) = &admission {
-                admission.filter(self.fleet.config(), candidates)?;
-            }
+            gate.filter(self.fleet.config(), candidates)?;
             let chosen = self.select(request, candidates)?;
             Ok((chosen, candidates[chosen].worker))
         })
     }
-}
 
-impl<P: Policy> PolicyRouter<P> {
-    /// The request's admission, when it carries a target.
-    #[inline]
-    fn admission(&self, request: &RouteRequest<'_>) -> Option<Admission> {
-        let target = request.ttft_target()?;
+    /// The admission of a request asking for `target`.
+    #[cold]
+    fn admission(&self, request: &RouteRequest<'_>, target: std::time::Duration) -> Admission {
         let config = self.fleet.config();
         let target = config.admission.target_of(request.priority(), target);
-        Some(Admission {
+        Admission {
             priority: request.priority(),
             target_s: target.as_secs_f64(),
             prompt: request.tokens().len() as u64,
             output: request
                 .expected_output()
                 .unwrap_or(config.default_output_tokens),
-        })
+        }
     }
 }
 

@@ -46,23 +46,37 @@ impl Estimate {
         miss_weight: f64,
         speed: f64,
     ) -> (f64, f64) {
-        let (prompt, _, output) = request;
-        let ttft = self
-            .ttft_parts(config, request, miss_weight, speed)
-            .cost_s();
+        // What `ttft_parts(..).total_s()` sums, with the request's own tokens weighted,
+        // computed without the parts: this runs for every candidate of every route.
+        let (prompt, miss, output) = request;
         let step = &config.step;
-        let per_step = (self.decoding as f64 + 1.0) * step.step_s_per_decode
-            + (self.decode_context() + prompt as f64) * step.step_s_per_context_token;
+        let rate = config.prefill_tokens_per_s * speed;
+        let budget = (step.max_num_batched_tokens as u64)
+            .saturating_sub(self.decoding)
+            .max(1);
+        let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
+        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
+        let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let overhead = step.seconds(0.0, decodes, context, rate);
+        let mut ttft = weighted / rate + steps as f64 * overhead / speed;
+        if self.saturated {
+            ttft += 3_600.0;
+        }
+        if self.must_wait(config, miss, output) {
+            ttft += self.admission_wait_s(config, miss, output, speed).0;
+        }
+        let per_step = (decodes + 1.0) * step.step_s_per_decode
+            + (context + prompt as f64) * step.step_s_per_context_token;
         (ttft, f64::from(output) * per_step / speed)
     }
 
-    /// The parts of [`ttft_s`](Self::ttft_s).
+    /// The parts of [`ttft_s`](Self::ttft_s): [`times`](Self::times) sums them in one go.
     #[inline]
     pub(crate) fn ttft_parts(
         &self,
         config: &LoadConfig,
         (_, miss, output): (u64, u64, u32),
-        miss_weight: f64,
         speed: f64,
     ) -> TtftParts {
         let step = &config.step;
@@ -71,7 +85,6 @@ impl Estimate {
             .saturating_sub(self.decoding)
             .max(1);
         let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
-        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let overhead = step.seconds(0.0, decodes, context, rate);
         let wait = if self.must_wait(config, miss, output) {
@@ -80,9 +93,9 @@ impl Estimate {
             (0.0, false)
         };
         TtftParts {
-            queue_s: self.prefill_tokens as f64 / rate,
-            own_s: miss as f64 / rate,
-            miss_weight,
+            queue_tokens: self.prefill_tokens as f64,
+            own_tokens: miss as f64,
+            rate,
             steps_s: steps as f64 * overhead / speed,
             wait_s: wait.0,
             wait_for_kv: wait.1,
@@ -176,13 +189,12 @@ impl Estimate {
 /// A request's predicted time to first token on one worker, by part (seconds).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TtftParts {
-    /// The prefill queued ahead of it.
-    pub(crate) queue_s: f64,
+    /// The prefill queued ahead of it, tokens.
+    pub(crate) queue_tokens: f64,
     /// Its own uncached tokens.
-    pub(crate) own_s: f64,
-    /// What each of them weighs in the cost: the policy's miss weight, or one more than
-    /// the requests waiting there when they are more (each waits for it too).
-    pub(crate) miss_weight: f64,
+    pub(crate) own_tokens: f64,
+    /// The worker's prefill rate, tokens per second.
+    pub(crate) rate: f64,
     /// The fixed and decode part of the steps its prefill takes.
     pub(crate) steps_s: f64,
     /// The wait for a running slot or KV.
@@ -197,20 +209,21 @@ impl TtftParts {
     /// The predicted time: a saturated worker takes an hour more.
     #[inline]
     pub(crate) fn total_s(&self) -> f64 {
-        self.rest_s() + self.own_s
+        let mut time = (self.queue_tokens + self.own_tokens) / self.rate + self.steps_s;
+        if self.saturated {
+            time += 3_600.0;
+        }
+        time + self.wait_s
     }
 
-    /// The policy's cost: the predicted time with the request's own tokens weighted.
-    #[inline]
-    pub(crate) fn cost_s(&self) -> f64 {
-        self.rest_s() + self.miss_weight * self.own_s
+    /// The prefill queued ahead, seconds.
+    fn queue_s(&self) -> f64 {
+        self.queue_tokens / self.rate
     }
 
-    /// Everything but the request's own tokens.
-    #[inline]
-    fn rest_s(&self) -> f64 {
-        let stale = if self.saturated { 3_600.0 } else { 0.0 };
-        self.queue_s + self.steps_s + self.wait_s + stale
+    /// The request's own prefill, seconds.
+    fn own_s(&self) -> f64 {
+        self.own_tokens / self.rate
     }
 
     /// What bounds the prediction against a target of `target_s`: a stale report counting
@@ -221,7 +234,7 @@ impl TtftParts {
         if self.saturated {
             return Limit::Stale;
         }
-        if self.own_s > target_s {
+        if self.own_s() > target_s {
             return Limit::Prompt;
         }
         let (slot_s, kv_s) = if self.wait_for_kv {
@@ -230,12 +243,53 @@ impl TtftParts {
             (self.wait_s, 0.0)
         };
         let decode_s = self.steps_s + slot_s;
-        if kv_s >= self.queue_s && kv_s >= decode_s {
+        let queue_s = self.queue_s();
+        if kv_s >= queue_s && kv_s >= decode_s {
             Limit::Kv
-        } else if decode_s > self.queue_s {
+        } else if decode_s > queue_s {
             Limit::Decode
         } else {
             Limit::Queue
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// `times` sums what `ttft_parts` splits: with no request waiting (each uncached
+        /// token then weighs 1) the two agree.
+        #[test]
+        fn times_sum_the_parts(
+            decoding in 0u64..400,
+            prefill in 0u64..2_000_000,
+            context in 0u64..4_000_000,
+            kv in 0u64..2_000_000,
+            capacity in prop_oneof![Just(0u64), 100_000u64..4_000_000],
+            saturated in any::<bool>(),
+            speed in 0.25f64..4.0,
+            (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 1u32..4_000),
+        ) {
+            let e = Estimate {
+                requests: decoding,
+                decoding,
+                prefill_tokens: prefill,
+                context_tokens: context,
+                kv_tokens: kv,
+                kv_usage: 0.0,
+                kv_capacity_tokens: capacity,
+                speed: speed as f32,
+                saturated,
+            };
+            let config = LoadConfig::default();
+            let request = (prompt, miss.min(prompt), output);
+            let whole = e.times(&config, request, 1.0, speed).0;
+            let parts = e.ttft_parts(&config, request, speed).total_s();
+            prop_assert!((whole - parts).abs() <= 1e-9 * whole.max(1.0), "{whole} against {parts}");
         }
     }
 }
