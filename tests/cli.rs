@@ -107,6 +107,10 @@ fn simulate_every_flag_sets_its_field() {
         "0.1",
         "--event-replay",
         "off",
+        "--admission",
+        "on",
+        "--priorities",
+        "critical:0.1,standard:0.6,sheddable:0.3",
         "--format",
         "csv",
         "--ttft-target",
@@ -150,6 +154,8 @@ fn simulate_every_flag_sets_its_field() {
         (0.5, 0.01, 0.1)
     );
     assert!(!c.event_replay);
+    assert!(c.admission);
+    assert_eq!(c.priorities.shares, [0.3, 0.6, 0.1]);
     assert_eq!(a.format, "csv");
     assert_eq!((c.ttft_target_s, c.tpot_target_s), (1.5, 0.05));
     assert_eq!(a.requests_out.as_deref(), Some("r.jsonl"));
@@ -220,6 +226,14 @@ fn simulate_rejects_what_it_cannot_run() {
         Some(ErrorKind::ArgumentConflict)
     );
     assert_eq!(kind(&["--replicas", "0"]), Some(ErrorKind::ValueValidation));
+    assert_eq!(
+        kind(&["--priorities", "standard:0.5"]),
+        Some(ErrorKind::ValueValidation)
+    );
+    assert_eq!(
+        kind(&["--admission", "maybe"]),
+        Some(ErrorKind::InvalidValue)
+    );
     assert_eq!(kind(&["--fleet", "4x"]), Some(ErrorKind::ValueValidation));
     for flags in [&["--help"][..], &["-h"]] {
         let e = simulate_args(flags).unwrap_err();
@@ -461,6 +475,8 @@ fn simulate_help_exits_0_and_lists_every_flag() {
         "--requests-out <FILE>",
         "--router-speeds <ROUTER_SPEEDS>",
         "--router-capacity-tokens <N|unknown>",
+        "--admission <ADMISSION>",
+        "--priorities <SPEC>",
     ] {
         assert!(out.contains(flag), "{flag} not in:\n{out}");
     }

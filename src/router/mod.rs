@@ -2,8 +2,6 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-#[cfg(doc)]
-use crate::PolicyRouter;
 use crate::{Error, TokenId, WorkerId};
 
 mod admission;
