@@ -249,6 +249,31 @@ fn a_worker_configured_twice_as_fast_as_it_is_is_found_within_ten_requests() {
     }
     assert!(found.is_some_and(|i| i < 10), "{found:?}");
     assert_eq!(r.load(WorkerId::new(0)).unwrap().speed, 1.0);
+    // The model's error is reported per worker: worker 0's first tokens came as
+    // predicted (within the noise), worker 1's about twice as late as predicted at its
+    // configured speed.
+    let error = |w| {
+        let load = r.load(WorkerId::new(w)).unwrap();
+        assert!(load.ttft_timings >= 5, "{load:?}");
+        load.ttft_measured_over_predicted.unwrap()
+    };
+    assert!((0.8..1.25).contains(&error(0)), "{}", error(0));
+    assert!((1.6..2.5).contains(&error(1)), "{}", error(1));
+}
+
+/// Before five timings a worker's error is not reported.
+#[test]
+fn the_model_error_needs_five_timings() {
+    let r = BalancedRouter::new(1).unwrap();
+    for i in 0..4u32 {
+        let prompt: Vec<u32> = (0..512).map(|t| t + i * 1_000).collect();
+        let d = r.route(&RouteRequest::new(&prompt)).unwrap();
+        r.first_token_after(&d, s(0.5));
+        r.complete(&d);
+        let load = r.load(WorkerId::new(0)).unwrap();
+        assert_eq!(load.ttft_timings, u64::from(i + 1));
+        assert_eq!(load.ttft_measured_over_predicted, None);
+    }
 }
 
 /// The load model's cost on a hand-computed fleet: worker `h` holds a 2,000-token prompt and

@@ -235,12 +235,25 @@ impl LoadState {
     /// How many times slower than predicted the worker's first tokens have come, as a
     /// base-2 logarithm within ±4; `None` before [`MIN_SAMPLES`] timings.
     pub(crate) fn log_ratio(&self) -> Option<f64> {
+        self.timing_error()
+            .map(|(ratio, _)| ratio.clamp(1.0 / 16.0, 16.0).log2())
+    }
+
+    /// First-token timings learned from.
+    pub(crate) fn timings(&self) -> u64 {
+        self.samples.load(Relaxed)
+    }
+
+    /// The measured over the predicted time to first token (each weighted towards the
+    /// recent ones), and the timings learned from; `None` before [`MIN_SAMPLES`] timings.
+    pub(crate) fn timing_error(&self) -> Option<(f64, u64)> {
         let p = f64::from_bits(self.predicted_bits.load(Relaxed));
-        if p <= 0.0 || self.samples.load(Relaxed) < MIN_SAMPLES {
+        let samples = self.samples.load(Relaxed);
+        if p <= 0.0 || samples < MIN_SAMPLES {
             return None;
         }
         let o = f64::from_bits(self.observed_bits.load(Relaxed));
-        Some((o / p).clamp(1.0 / 16.0, 16.0).log2())
+        Some((o / p, samples))
     }
 
     /// How many times slower than its profile the worker is: its [`log_ratio`](Self::log_ratio)

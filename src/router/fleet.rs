@@ -37,6 +37,14 @@ pub struct WorkerLoad {
     pub predicted_cached_tokens: u64,
     /// The last [`EngineLoad`] reported for it.
     pub reported: Option<EngineLoad>,
+    /// The load model's error on this worker: measured over predicted time to first token
+    /// (weighted towards the recent timings, [`LoadConfig::learning_rate`]), from the timings
+    /// the host reported ([`Router::first_token_after`](crate::Router::first_token_after));
+    /// `None` before five. 1.0 is a model that predicts the worker exactly; 2.0, first
+    /// tokens twice as late as predicted (which admission and the cost then expect).
+    pub ttft_measured_over_predicted: Option<f64>,
+    /// First-token timings the router learned from for this worker.
+    pub ttft_timings: u64,
     /// Cached-token reports received for it
     /// ([`CacheSync::report_cached`](crate::CacheSync::report_cached)).
     pub reports: u64,
@@ -359,6 +367,8 @@ impl Fleet {
                 routed: key.routed.load(Relaxed),
                 predicted_cached_tokens: s.predicted_cached.load(Relaxed),
                 reported: s.load.last_report(),
+                ttft_measured_over_predicted: s.load.timing_error().map(|(ratio, _)| ratio),
+                ttft_timings: s.load.timings(),
                 reports: s.reports.load(Relaxed),
                 reported_cached_tokens: s.reported_cached.load(Relaxed),
                 predicted_for_reports_tokens: s.predicted_for_reports.load(Relaxed),
