@@ -170,10 +170,11 @@ proptest::proptest! {
     /// and of none): through shared prefixes, loads that come and go, unavailable workers,
     /// and workers removed and added again (ids with no worker among those with one), it
     /// decides as the same policy scoring every worker does, or, where the load key orders
-    /// workers holding alike otherwise than a request's cost does (its miss weight grows
+    /// workers holding alike otherwise than a request's cost does (the key is a time to
+    /// first token without the request's own decode time; the request's miss weight grows
     /// with a worker's waiting requests, its steps with the worker's queue), picks a worker
-    /// whose cost is within half again of the best. From the first such step on the two routers'
-    /// loads differ, and the comparison ends.
+    /// whose cost is within two and a half times the best. From the first such step on the
+    /// two routers' loads differ, and the comparison ends.
     #[test]
     fn the_shortlist_decides_as_every_worker_does(
         ops in proptest::collection::vec((0u32..6, 1usize..6, 0u8..5), 1..120),
@@ -198,10 +199,13 @@ proptest::proptest! {
             if a.worker() != b.worker() {
                 let cost = |w: WorkerId| {
                     let line = receipt.candidates.iter().find(|l| l.worker == w);
-                    line.and_then(|l| l.cost.as_ref()).map(|c| c.total())
+                    line.and_then(|l| l.cost.clone()).unwrap()
                 };
-                let (chosen, best) = (cost(a.worker()).unwrap(), cost(b.worker()).unwrap());
-                proptest::prop_assert!(chosen <= best * 1.5 + 1e-9, "op {}: {}", i, receipt);
+                let (chosen, best) = (cost(a.worker()), cost(b.worker()));
+                proptest::prop_assert!(
+                    chosen.total() <= best.total() * 2.5 + 1e-9,
+                    "op {}: {}", i, receipt
+                );
                 break;
             }
             proptest::prop_assert_eq!(a.cached_tokens(), b.cached_tokens());

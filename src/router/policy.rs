@@ -311,8 +311,9 @@ pub enum CandidateSet {
     /// on 16. For [`BalancedRouter`](crate::BalancedRouter) it is an approximation: a
     /// request's own uncached tokens weigh more on a worker with more requests waiting, and
     /// its decode time differs with the worker's decodes, so another worker holding alike can
-    /// cost less
-    /// (`tests/policy.rs` bounds it: within half again of the best).
+    /// cost less: a holder whose decodes are long can rank first in its class and lose to
+    /// a worker holding nothing, while another holder would have cost less than both
+    /// (`tests/policy.rs` bounds the choice's cost at two and a half times the best).
     LeastLoadedPerMatch,
 }
 
