@@ -313,7 +313,8 @@ pub enum CandidateSet {
     /// its decode time differs with the worker's decodes, so another worker holding alike can
     /// cost less: a holder whose decodes are long can rank first in its class and lose to
     /// a worker holding nothing, while another holder would have cost less than both
-    /// (`tests/policy.rs` bounds the choice's cost at two and a half times the best).
+    /// (`tests/policy.rs` bounds the choice's cost at five times the best; its random
+    /// fleets reach four).
     LeastLoadedPerMatch,
 }
 
