@@ -15,7 +15,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prefix_router::{
-    Error, RankLayout, RouteDecision, RouteRequest, Router, TokenId, WorkerId, namespace_salt,
+    Error, Priority, RankLayout, RouteDecision, RouteRequest, Router, Shed, TokenId, WorkerId,
+    namespace_salt,
 };
 use serde_json::{Value, json};
 
@@ -312,6 +313,10 @@ struct Incoming {
     streamed: bool,
     /// Whether the client asked for the routing receipt (`x-routing-receipt`).
     explain: bool,
+    /// The time-to-first-token target (`x-ttft-target-ms`): the request asks for admission.
+    ttft_target: Option<Duration>,
+    /// Its priority under admission (`x-priority`: critical, standard or sheddable).
+    priority: Priority,
     body: Bytes,
 }
 
@@ -337,6 +342,7 @@ impl Incoming {
         let lora = text("model").filter(|m| gw.loras.contains(m));
         let salt = namespace_salt(lora.as_deref(), text("cache_salt").as_deref());
         let streamed = stream::is_streamed(&value);
+        let (ttft_target, priority) = admission_headers(headers)?;
         Ok(Self {
             endpoint,
             tokens,
@@ -344,6 +350,8 @@ impl Incoming {
             session,
             streamed,
             explain: headers.contains_key("x-routing-receipt"),
+            ttft_target,
+            priority,
             body: if streamed {
                 stream::with_usage(value)
             } else {
@@ -353,12 +361,71 @@ impl Incoming {
     }
 
     fn route_request(&self) -> RouteRequest<'_> {
-        let request = RouteRequest::new(&self.tokens).with_salt(&self.salt);
+        let mut request = RouteRequest::new(&self.tokens)
+            .with_salt(&self.salt)
+            .with_priority(self.priority);
+        if let Some(target) = self.ttft_target {
+            request = request.with_ttft_target(target);
+        }
         match &self.session {
             Some(s) => request.with_session(s),
             None => request,
         }
     }
+}
+
+/// The admission headers: `x-ttft-target-ms` (a whole number of milliseconds above 0) and
+/// `x-priority` (`critical`, `standard` or `sheddable`; default standard).
+fn admission_headers(headers: &HeaderMap) -> Result<(Option<Duration>, Priority), String> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| {
+                v.to_str()
+                    .map(str::trim)
+                    .map_err(|_| format!("{name}: not text"))
+            })
+            .transpose()
+    };
+    let target = match text("x-ttft-target-ms")? {
+        None => None,
+        Some(v) => match v.parse::<u64>() {
+            Ok(ms) if ms > 0 => Some(Duration::from_millis(ms)),
+            _ => {
+                return Err(format!(
+                    "x-ttft-target-ms: {v:?} is not a number of milliseconds above 0"
+                ));
+            }
+        },
+    };
+    let priority = match text("x-priority")? {
+        None => Priority::Standard,
+        Some(v) => Priority::parse(v)
+            .map_err(|_| format!("x-priority: {v:?} is not critical, standard or sheddable"))?,
+    };
+    Ok((target, priority))
+}
+
+/// The answer to a request admission refused: `429` with an OpenAI-style error (type
+/// `overloaded`, code `shed_` and the limit that bound the best worker: `queue`, `kv`,
+/// `decode`, `prompt` or `stale`) and, when waiting can help, `Retry-After` in whole seconds
+/// (at least 1). A prompt whose own prefill misses the target on an idle worker gets no
+/// `Retry-After`: retrying will not help.
+pub(crate) fn shed_response(shed: &Shed) -> Response {
+    let body = json!({"error": {
+        "message": shed.to_string(),
+        "type": "overloaded",
+        "code": format!("shed_{}", shed.limit.name()),
+        "param": Value::Null,
+    }});
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    if let Some(after) = shed.retry_after {
+        let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+    }
+    response
 }
 
 async fn completions(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -389,6 +456,7 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
         let (decision, explained) = match routed {
             Ok(d) => d,
             Err(Error::NoWorkers) => break,
+            Err(Error::Shed(shed)) => return shed_response(&shed),
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         let receipt = (decision.worker(), decision.cached_tokens() as u64);

@@ -313,7 +313,7 @@ pub async fn post_to(
 }
 
 /// A response's status, body (`null` when it is not JSON) and headers.
-async fn read(resp: reqwest::Response) -> (u16, Value, reqwest::header::HeaderMap) {
+pub async fn read(resp: reqwest::Response) -> (u16, Value, reqwest::header::HeaderMap) {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let text = resp.text().await.unwrap();

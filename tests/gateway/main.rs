@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
 
+mod admission;
 #[cfg(feature = "zmq")]
 mod events;
 mod fleet;
