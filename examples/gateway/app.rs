@@ -84,6 +84,8 @@ pub(crate) struct Gateway {
     loras: Vec<String>,
     /// Set when the gateway stops taking requests: it is no longer ready.
     draining: AtomicBool,
+    /// Requests admission refused, by the limit that bound them (`queue`, `kv`, ...).
+    shed: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// How a gateway handles requests, beside its router and upstreams.
@@ -110,6 +112,13 @@ impl Default for Options {
 }
 
 impl Gateway {
+    /// Counts a request admission refused.
+    fn count_shed(&self, shed: &Shed) {
+        if let Ok(mut by_limit) = self.shed.lock() {
+            *by_limit.entry(shed.limit.name()).or_insert(0) += 1;
+        }
+    }
+
     /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`), each
     /// with `layout`'s data-parallel ranks, with `router`, which must route over targets
     /// `0..layout.targets(upstreams.len())`. An upstream gets 2 s to accept a connection
@@ -138,6 +147,7 @@ impl Gateway {
             request_timeout: options.request_timeout,
             loras: options.loras,
             draining: AtomicBool::new(false),
+            shed: std::sync::Mutex::default(),
         })
     }
 
@@ -456,7 +466,10 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
         let (decision, explained) = match routed {
             Ok(d) => d,
             Err(Error::NoWorkers) => break,
-            Err(Error::Shed(shed)) => return shed_response(&shed),
+            Err(Error::Shed(shed)) => {
+                gw.count_shed(&shed);
+                return shed_response(&shed);
+            }
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         let receipt = (decision.worker(), decision.cached_tokens() as u64);
@@ -662,7 +675,13 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         let (segments, bytes) = p.tokens().cached();
         json!({"segments": segments, "bytes": bytes})
     });
-    Json(json!({"policy": gw.router.name(), "workers": workers, "tokenize_cache": cache}))
+    let shed = gw.shed.lock().map(|m| json!(*m)).unwrap_or(Value::Null);
+    Json(json!({
+        "policy": gw.router.name(),
+        "workers": workers,
+        "shed": shed,
+        "tokenize_cache": cache,
+    }))
 }
 
 /// `total_us / count` in milliseconds; `None` for no count.

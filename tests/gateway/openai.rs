@@ -74,3 +74,41 @@ async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
         }
     }
 }
+
+/// The real client meets a refusal: it retries the `429` as it retries any (its default
+/// backoff: the refusal is bound by the prompt itself, so no `Retry-After`), then raises
+/// `RateLimitError` with the gateway's error; the same request marked critical is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_client_retries_a_refusal_and_reports_it() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let prompts = test_prompts();
+    let ups: Vec<Upstream> = (0..2)
+        .map(|_| Upstream::with_events(4_096, Some(Arc::clone(&prompts))))
+        .collect();
+    let gw = gateway_reading("balanced", &ups, &prompts).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/shed.py");
+    let base = format!("{gw}/v1");
+    let out =
+        tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).output())
+            .await
+            .unwrap()
+            .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the client failed:\n{stderr}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = &seen["refused"];
+    assert_eq!(refused["status"], 429, "{seen}");
+    assert_eq!(refused["type"], "overloaded", "{seen}");
+    assert_eq!(refused["code"], "shed_prompt", "{seen}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("request shed"),
+        "{seen}"
+    );
+    assert_eq!(seen["critical"], "served", "{seen}");
+    // The first attempt and the client's two retries were each refused, nothing else.
+    let stats = wait_for(&client(), &gw, |w| w["in_flight"] == 0).await;
+    assert_eq!(stats["shed"], serde_json::json!({"prompt": 3}), "{stats}");
+}
