@@ -280,6 +280,7 @@ pub(crate) fn app(gateway: Arc<Gateway>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
         .route("/stats", get(stats))
         .route("/health", get(health))
         .route("/ready", get(ready))
@@ -682,6 +683,43 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         "shed": shed,
         "tokenize_cache": cache,
     }))
+}
+
+/// `GET /v1/models` (OpenAI clients ask it first): the models every upstream endpoint lists,
+/// each id once, in the order the endpoints answer; an endpoint that does not answer is
+/// left out, and with none answering the client gets a `503`.
+async fn models(State(gw): State<Arc<Gateway>>) -> Response {
+    let mut endpoints: Vec<&str> = gw.upstreams.iter().map(String::as_str).collect();
+    endpoints.dedup();
+    let mut data: Vec<Value> = Vec::new();
+    let mut answered = false;
+    for url in endpoints {
+        let Ok(response) = gw.client.get(format!("{url}/v1/models")).send().await else {
+            continue;
+        };
+        let Ok(response) = response.error_for_status() else {
+            continue;
+        };
+        let Ok(bytes) = response.bytes().await else {
+            continue;
+        };
+        let Ok(listed) = serde_json::from_slice::<Value>(&bytes) else {
+            continue;
+        };
+        answered = true;
+        for model in listed["data"].as_array().into_iter().flatten() {
+            if !data.iter().any(|m| m["id"] == model["id"]) {
+                data.push(model.clone());
+            }
+        }
+    }
+    if !answered {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no upstream worker listed its models",
+        );
+    }
+    Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// `total_us / count` in milliseconds; `None` for no count.

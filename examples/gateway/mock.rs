@@ -125,8 +125,17 @@ pub(crate) fn mock_app(worker: Arc<MockWorker>) -> axum::Router {
         .route("/v1/completions", post(complete))
         .route("/v1/chat/completions", post(chat))
         .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .with_state(worker)
+}
+
+/// The one model the mock serves, as vLLM lists it.
+async fn models() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "object": "list",
+        "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "mock"}],
+    }))
 }
 
 /// vLLM's scheduler and cache gauges, per rank, in Prometheus text.

@@ -94,3 +94,27 @@ async fn a_queue_bound_refusal_carries_retry_after() {
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["code"], "shed_queue", "{v}");
 }
+
+/// `GET /v1/models` lists what the upstreams serve, each model once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_are_listed_from_the_upstreams() {
+    let ups: Vec<Upstream> = (0..2).map(|_| Upstream::start(1_000)).collect();
+    let gw = gateway("balanced", &ups.iter().collect::<Vec<_>>()).await;
+    let (status, v, _) = read(
+        client()
+            .get(format!("{gw}/v1/models"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "list", "{v}");
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m"], "{v}");
+}

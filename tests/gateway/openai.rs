@@ -108,6 +108,7 @@ async fn the_openai_client_retries_a_refusal_and_reports_it() {
         "{seen}"
     );
     assert_eq!(seen["critical"], "served", "{seen}");
+    assert_eq!(seen["models"], serde_json::json!(["m"]), "{seen}");
     // The first attempt and the client's two retries were each refused, nothing else.
     let stats = wait_for(&client(), &gw, |w| w["in_flight"] == 0).await;
     assert_eq!(stats["shed"], serde_json::json!({"prompt": 3}), "{stats}");

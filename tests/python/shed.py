@@ -6,8 +6,8 @@ A text completion asking for a time to first token no worker can meet (the
 `x-ttft-target-ms: 1` header: a prompt's own prefill takes longer) is refused with 429. The
 client retries it as it retries any 429 (max_retries=2; the Rust test counts the attempts
 in the gateway's /stats) and then raises RateLimitError carrying the gateway's error. The
-same request marked critical (`x-priority: critical`) is served. Prints one JSON line for
-the Rust test to check.
+same request marked critical (`x-priority: critical`) is served. The models are listed
+first, as clients do. Prints one JSON line for the Rust test to check.
 """
 
 import json
@@ -20,6 +20,7 @@ PROMPT = "The router sends each request to the worker that holds the longest pre
 
 def main(base_url):
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=2, timeout=20)
+    models = [m.id for m in client.models.list()]
     refused = None
     try:
         client.completions.create(
@@ -41,7 +42,7 @@ def main(base_url):
         extra_headers={"x-ttft-target-ms": "1", "x-priority": "critical"},
     )
     assert answer.choices[0].text == " ok done", answer
-    print(json.dumps({"refused": refused, "critical": "served"}))
+    print(json.dumps({"models": models, "refused": refused, "critical": "served"}))
 
 
 if __name__ == "__main__":
