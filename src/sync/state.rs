@@ -255,21 +255,7 @@ impl SyncState {
         }
         self.lower |= *tier != Tier::Device;
         if tokens.is_empty() {
-            if *group == 0 {
-                let ws = &mut self.workers[worker.index()];
-                let chunk = self.config.chunk_blocks;
-                ws.store_placeholder(
-                    tree,
-                    worker,
-                    blocks,
-                    *tier,
-                    chunk,
-                    &mut self.scratch,
-                    outcome,
-                );
-            } else {
-                outcome.skipped_blocks += blocks.len();
-            }
+            self.stored_placeholder(tree, worker, event, outcome);
             return;
         }
         let mut coarse = core::mem::take(&mut self.scratch.coarse);
@@ -311,6 +297,42 @@ impl SyncState {
                 .store(hasher, worker, *group, &stored, main, path, outcome);
         }
         self.scratch.coarse = coarse;
+    }
+
+    /// Applies a `Stored` event without tokens (a lower tier's copy named by hashes only):
+    /// the main group's chunks are placed below the blocks they continue; another group's
+    /// are skipped.
+    fn stored_placeholder(
+        &mut self,
+        tree: &mut RadixTree,
+        worker: WorkerId,
+        event: &CacheEvent,
+        outcome: &mut SyncOutcome,
+    ) {
+        let CacheEvent::Stored {
+            blocks,
+            tier,
+            group,
+            ..
+        } = event
+        else {
+            return;
+        };
+        if *group != 0 {
+            outcome.skipped_blocks += blocks.len();
+            return;
+        }
+        let ws = &mut self.workers[worker.index()];
+        let chunk = self.config.chunk_blocks;
+        ws.store_placeholder(
+            tree,
+            worker,
+            blocks,
+            *tier,
+            chunk,
+            &mut self.scratch,
+            outcome,
+        );
     }
 
     /// Whether a device store is a prefix hit reported again (vLLM's
