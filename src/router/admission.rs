@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use super::fleet::Candidates;
 use super::load::LoadConfig;
 use super::predict::TtftParts;
@@ -208,24 +210,31 @@ impl Gate for Admission {
     /// request, or when every one does); refuses the request when none does and it is not
     /// critical.
     fn filter(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error> {
-        let parts = |c: &super::Candidate| {
-            let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
-            c.estimate
-                .ttft_parts(config, (self.prompt, miss, self.output), c.speed())
-        };
-        let meets = |c: &super::Candidate| parts(c).total_s() <= self.target_s;
-        if self.priority == Priority::Critical || candidates.iter().all(meets) {
+        if self.priority == Priority::Critical {
             return Ok(());
         }
-        if candidates.iter().any(meets) {
-            candidates.retain(|c| meets(c));
-            return Ok(());
-        }
-        let best = candidates
+        let predictions: SmallVec<[TtftParts; 64]> = candidates
             .iter()
-            .map(|c| (parts(c), c.worker))
+            .map(|c| {
+                let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
+                let request = (self.prompt, miss, self.output);
+                c.estimate.ttft_parts(config, request, c.speed())
+            })
+            .collect();
+        let meets = |p: &TtftParts| p.total_s() <= self.target_s;
+        if predictions.iter().all(meets) {
+            return Ok(());
+        }
+        if predictions.iter().any(meets) {
+            let mut kept = predictions.iter().map(meets);
+            candidates.retain(|_| kept.next().unwrap_or(false));
+            return Ok(());
+        }
+        let best = predictions
+            .iter()
+            .zip(candidates.iter())
             .min_by(|a, b| a.0.total_s().total_cmp(&b.0.total_s()));
-        let Some((best, worker)) = best else {
+        let Some((best, worker)) = best.map(|(p, c)| (*p, c.worker)) else {
             return Err(Error::NoWorkers);
         };
         Err(Error::Shed(self.shed(&best, worker)))

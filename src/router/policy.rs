@@ -136,9 +136,8 @@ impl Candidate {
         output: u32,
         miss_weight: f64,
     ) -> f64 {
-        let request = (prompt as u64, miss as u64, output);
-        self.estimate
-            .ttft_s(config, request, miss_weight, self.speed())
+        self.predicted_times(config, prompt, miss, output, miss_weight)
+            .0
     }
 
     /// [`predicted_ttft_s`](Self::predicted_ttft_s) and

@@ -19,26 +19,15 @@ impl Estimate {
         self.context_tokens as f64 * self.decoding as f64 / self.requests as f64
     }
 
-    /// Seconds until the first token of a request of `prompt` tokens, `miss` of them
-    /// uncached, on this worker running at `speed`: its queue and its own tokens at the
-    /// prefill rate, plus the fixed and decode part of every step they take (a step's
-    /// budget is shared with the worker's decodes, one token each), plus its wait for
-    /// admission ([`admission_wait_s`](Self::admission_wait_s), the running requests
-    /// generating `output` tokens). Each uncached token weighs `miss_weight`, or one more
-    /// than the requests waiting there when they are more (each waits for it too). A
-    /// saturated worker takes an hour more.
-    pub(crate) fn ttft_s(
-        &self,
-        config: &LoadConfig,
-        request: (u64, u64, u32),
-        miss_weight: f64,
-        speed: f64,
-    ) -> f64 {
-        self.times(config, request, miss_weight, speed).0
-    }
-
-    /// [`ttft_s`](Self::ttft_s) and [`decode_s`](Self::decode_s) of one request, computed
-    /// together.
+    /// A request's time to first token and decode time on this worker running at `speed`
+    /// (`request` is its prompt tokens, `miss` of them uncached, and its output tokens).
+    /// Time to first token: its queue and its own tokens at the prefill rate, plus the
+    /// fixed and decode part of every step they take (a step's budget is shared with the
+    /// worker's decodes, one token each), plus its wait for admission
+    /// ([`admission_wait_s`](Self::admission_wait_s), the running requests generating
+    /// `output` tokens). Each uncached token weighs `miss_weight`, or one more than the
+    /// requests waiting there when they are more (each waits for it too). A saturated
+    /// worker takes an hour more. Decode time: see [`decode_s`](Self::decode_s).
     pub(crate) fn times(
         &self,
         config: &LoadConfig,
@@ -51,10 +40,7 @@ impl Estimate {
         let (prompt, miss, output) = request;
         let step = &config.step;
         let rate = config.prefill_tokens_per_s * speed;
-        let budget = (step.max_num_batched_tokens as u64)
-            .saturating_sub(self.decoding)
-            .max(1);
-        let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
+        let steps = self.prefill_steps(config, miss);
         let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
         let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
         let (decodes, context) = (self.decoding as f64, self.decode_context());
@@ -71,7 +57,8 @@ impl Estimate {
         (ttft, f64::from(output) * per_step / speed)
     }
 
-    /// The parts of [`ttft_s`](Self::ttft_s): [`times`](Self::times) sums them in one go.
+    /// The parts of the time to first token, each uncached token weighing 1:
+    /// [`times`](Self::times) sums them in one go.
     #[inline]
     pub(crate) fn ttft_parts(
         &self,
@@ -81,10 +68,7 @@ impl Estimate {
     ) -> TtftParts {
         let step = &config.step;
         let rate = config.prefill_tokens_per_s * speed;
-        let budget = (step.max_num_batched_tokens as u64)
-            .saturating_sub(self.decoding)
-            .max(1);
-        let steps = (self.prefill_tokens + miss).div_ceil(budget).max(1);
+        let steps = self.prefill_steps(config, miss);
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let overhead = step.seconds(0.0, decodes, context, rate);
         let wait = if self.must_wait(config, miss, output) {
@@ -101,6 +85,16 @@ impl Estimate {
             wait_for_kv: wait.1,
             saturated: self.saturated,
         }
+    }
+
+    /// Steps the queued prefill and `miss` more tokens take: each step's token budget less
+    /// one token per decode.
+    #[inline(always)]
+    fn prefill_steps(&self, config: &LoadConfig, miss: u64) -> u64 {
+        let budget = (config.step.max_num_batched_tokens as u64)
+            .saturating_sub(self.decoding)
+            .max(1);
+        (self.prefill_tokens + miss).div_ceil(budget).max(1)
     }
 
     /// Whether a request with `miss` uncached tokens generating `output` finds the

@@ -22,15 +22,17 @@ fn python() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
+/// Runs `tests/python/<script>` with the real client against a balanced gateway over two
+/// mock workers that publish KV events: the gateway's URL, its workers (kept running) and
+/// the JSON line the script printed.
+async fn run_client(script: &str) -> (String, Vec<Upstream>, Value) {
     let python = tokio::task::spawn_blocking(python).await.unwrap();
     let prompts = test_prompts();
     let ups: Vec<Upstream> = (0..2)
         .map(|_| Upstream::with_events(4_096, Some(Arc::clone(&prompts))))
         .collect();
     let gw = gateway_reading("balanced", &ups, &prompts).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/client.py");
+    let script = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let base = format!("{gw}/v1");
     let out =
         tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).output())
@@ -39,7 +41,12 @@ async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
             .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the client failed:\n{stderr}");
-    let totals: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (gw, ups, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
+    let (gw, _ups, totals) = run_client("client.py").await;
     eprintln!("the client: {totals}");
     assert_eq!(totals["requests"], 22, "{totals}");
     assert_eq!(totals["streamed"], 11, "{totals}");
@@ -80,22 +87,7 @@ async fn the_openai_client_chats_streams_and_completes_through_the_gateway() {
 /// `RateLimitError` with the gateway's error; the same request marked critical is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_client_retries_a_refusal_and_reports_it() {
-    let python = tokio::task::spawn_blocking(python).await.unwrap();
-    let prompts = test_prompts();
-    let ups: Vec<Upstream> = (0..2)
-        .map(|_| Upstream::with_events(4_096, Some(Arc::clone(&prompts))))
-        .collect();
-    let gw = gateway_reading("balanced", &ups, &prompts).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/shed.py");
-    let base = format!("{gw}/v1");
-    let out =
-        tokio::task::spawn_blocking(move || Command::new(python).arg(script).arg(base).output())
-            .await
-            .unwrap()
-            .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the client failed:\n{stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (gw, _ups, seen) = run_client("shed.py").await;
     let refused = &seen["refused"];
     assert_eq!(refused["status"], 429, "{seen}");
     assert_eq!(refused["type"], "overloaded", "{seen}");
