@@ -153,26 +153,46 @@ fn a_refusal_charges_nothing() {
     assert_eq!(decision.cached_tokens(), 0);
 }
 
-/// A prompt whose own prefill misses the target on an idle worker is refused as such: no
-/// wait helps.
+/// A router over one worker with `load`, admitting oversized requests whose wait is within
+/// `share` of their target.
+fn oversized_fleet(load: EngineLoad, share: f64) -> BalancedRouter {
+    let admission = AdmissionConfig::default().with_oversized_wait_share(share);
+    let mut config = BalancedConfig::default();
+    config.load = LoadConfig::default().with_admission(admission);
+    let router = BalancedRouter::with_config(1, config).expect("router");
+    router.report_load(WorkerId::new(0), load).expect("report");
+    router
+}
+
+/// A prompt whose own prefill misses the target even on an idle worker is served where it
+/// waits little, and refused as such (no wait helps) where the fleet is busy, or always
+/// when oversized requests may not wait at all.
 #[test]
-fn a_prompt_too_long_for_its_target_says_so() {
-    let router = fleet(&[load(0, 0, 0)]);
+fn a_prompt_too_long_for_its_target() {
     let tokens = vec![5u32; 200_000];
     let request = RouteRequest::new(&tokens).with_ttft_target(Duration::from_secs(1));
-    let Err(Error::Shed(shed)) = router.route(&request) else {
-        panic!("expected a refusal");
-    };
-    assert_eq!(shed.limit, Limit::Prompt);
-    assert_eq!(shed.retry_after, None);
-    assert!(shed.to_string().contains("bound by prompt"), "{shed}");
+    assert!(admitted(&oversized_fleet(load(0, 0, 0), 1.0), &request));
+    for (busy, share) in [(load(40, 200, 2_000_000), 1.0), (load(0, 0, 0), 0.0)] {
+        let Err(Error::Shed(shed)) = oversized_fleet(busy, share).route(&request) else {
+            panic!("expected a refusal");
+        };
+        assert_eq!(shed.limit, Limit::Prompt);
+        assert_eq!(shed.retry_after, None);
+        assert!(shed.to_string().contains("bound by prompt"), "{shed}");
+    }
 }
 
 /// Bad settings and names are errors, not panics.
 #[test]
 fn bad_admission_settings_are_errors() {
-    for share in [0.0, -1.0, 1.5, f64::NAN] {
-        let admission = AdmissionConfig::default().with_sheddable_share(share);
+    let bad = [0.0, -1.0, 1.5, f64::NAN]
+        .map(|share| AdmissionConfig::default().with_sheddable_share(share))
+        .into_iter()
+        .chain(
+            [-0.1, 1.5, f64::NAN]
+                .map(|share| AdmissionConfig::default().with_oversized_wait_share(share)),
+        );
+    for admission in bad {
         let mut config = BalancedConfig::default();
         config.load = LoadConfig::default().with_admission(admission);
         assert!(matches!(

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use super::RouteRequest;
 use super::fleet::Candidates;
 use super::load::LoadConfig;
+use super::policy::{Candidate, Policy};
 use super::predict::TtftParts;
 use crate::{Error, WorkerId};
 
@@ -119,6 +121,23 @@ impl std::fmt::Display for Shed {
     }
 }
 
+/// A [`Policy`]'s own admission rule's verdict on a request asking for admission
+/// ([`Policy::admit`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Admit {
+    /// The crate's rule: the request goes to a worker predicted to meet its target, and is
+    /// refused when none is (unless it is [`Priority::Critical`]). The default.
+    #[default]
+    Predicted,
+    /// The request is admitted, and the policy chooses among every candidate.
+    All,
+    /// The request is refused ([`Error::Shed`]), bound by this limit. The refusal reports
+    /// the load model's best prediction all the same, so that hosts see one shape of
+    /// refusal whichever rule made it.
+    Refuse(Limit),
+}
+
 /// How admission treats priorities.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -127,12 +146,20 @@ pub struct AdmissionConfig {
     /// at 0.5 sheddable requests are refused once the best worker's predicted time to
     /// first token passes half their target, leaving the rest to standard ones. Default 0.5.
     pub sheddable_share: f64,
+    /// For a request whose own prefill alone is predicted to miss its target (an idle
+    /// worker could not meet it either, [`Limit::Prompt`]): the share of its target the rest
+    /// of its predicted time (the wait ahead of it, the steps it shares) may take. Such a
+    /// request is served where it delays little and refused where the fleet is busy, when it
+    /// would stall others for nothing it could meet. In `[0, 1]`; 0 refuses every such
+    /// request. Default 0.1.
+    pub oversized_wait_share: f64,
 }
 
 impl Default for AdmissionConfig {
     fn default() -> Self {
         Self {
             sheddable_share: 0.5,
+            oversized_wait_share: 0.1,
         }
     }
 }
@@ -141,6 +168,8 @@ impl AdmissionConfig {
     crate::config::setters! {
         /// Sets [`sheddable_share`](Self::sheddable_share).
         with_sheddable_share: sheddable_share: f64;
+        /// Sets [`oversized_wait_share`](Self::oversized_wait_share).
+        with_oversized_wait_share: oversized_wait_share: f64;
     }
 
     /// Checks every field.
@@ -154,6 +183,12 @@ impl AdmissionConfig {
             self.sheddable_share,
             f64::MIN_POSITIVE..=1.0,
             "a share above 0 and at most 1",
+        )?;
+        crate::config::float(
+            "oversized_wait_share",
+            self.oversized_wait_share,
+            0.0..=1.0,
+            "a share from 0 to 1",
         )
     }
 
@@ -173,6 +208,8 @@ pub(crate) struct Admission {
     pub(crate) priority: Priority,
     /// The target it is held to, in seconds.
     pub(crate) target_s: f64,
+    /// [`AdmissionConfig::oversized_wait_share`].
+    pub(crate) oversized_share: f64,
     pub(crate) prompt: u64,
     pub(crate) output: u32,
 }
@@ -183,12 +220,17 @@ pub(crate) trait Gate {
     /// Whether the candidates may be a shortlist; admission needs every worker.
     const SHORTLIST: bool;
 
-    /// Keeps the candidates that may take the request.
+    /// Keeps the candidates that may take `request`, as `policy`'s rule says.
     ///
     /// # Errors
     ///
     /// [`Error::Shed`] when none may.
-    fn filter(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error>;
+    fn filter(
+        &self,
+        config: &LoadConfig,
+        asking: (&dyn Policy, &RouteRequest<'_>),
+        candidates: &mut Candidates,
+    ) -> Result<(), Error>;
 }
 
 /// Every candidate may take the request.
@@ -198,7 +240,12 @@ impl Gate for Open {
     const SHORTLIST: bool = true;
 
     #[inline(always)]
-    fn filter(&self, _: &LoadConfig, _: &mut Candidates) -> Result<(), Error> {
+    fn filter(
+        &self,
+        _: &LoadConfig,
+        _: (&dyn Policy, &RouteRequest<'_>),
+        _: &mut Candidates,
+    ) -> Result<(), Error> {
         Ok(())
     }
 }
@@ -206,22 +253,55 @@ impl Gate for Open {
 impl Gate for Admission {
     const SHORTLIST: bool = false;
 
-    /// Keeps the candidates predicted to meet the target (all of them for a critical
-    /// request, or when every one does); refuses the request when none does and it is not
-    /// critical.
-    fn filter(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error> {
-        if self.priority == Priority::Critical {
-            return Ok(());
+    /// Asks `policy` first; under the crate's rule keeps the candidates predicted to meet
+    /// the target (all of them for a critical request, or when every one does), and refuses
+    /// the request when none does and it is not critical.
+    fn filter(
+        &self,
+        config: &LoadConfig,
+        (policy, request): (&dyn Policy, &RouteRequest<'_>),
+        candidates: &mut Candidates,
+    ) -> Result<(), Error> {
+        match policy.admit(request, candidates) {
+            Admit::All => Ok(()),
+            Admit::Refuse(limit) => {
+                let predictions = self.predict(config, candidates);
+                let (best, worker) = best_of(&predictions, candidates).ok_or(Error::NoWorkers)?;
+                Err(Error::Shed(self.shed(&best, worker, limit)))
+            }
+            Admit::Predicted if self.priority == Priority::Critical => Ok(()),
+            Admit::Predicted => self.keep_meeting(config, candidates),
         }
-        let predictions: SmallVec<[TtftParts; 64]> = candidates
+    }
+}
+
+/// The best (lowest) prediction of `predictions` (one per candidate), with its worker.
+fn best_of(predictions: &[TtftParts], candidates: &[Candidate]) -> Option<(TtftParts, WorkerId)> {
+    predictions
+        .iter()
+        .zip(candidates)
+        .min_by(|a, b| a.0.total_s().total_cmp(&b.0.total_s()))
+        .map(|(p, c)| (*p, c.worker))
+}
+
+impl Admission {
+    /// Each candidate's predicted time to first token, part by part.
+    fn predict(&self, config: &LoadConfig, candidates: &Candidates) -> SmallVec<[TtftParts; 64]> {
+        candidates
             .iter()
             .map(|c| {
                 let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
                 let request = (self.prompt, miss, self.output);
                 c.estimate.ttft_parts(config, request, c.speed())
             })
-            .collect();
-        let meets = |p: &TtftParts| p.total_s() <= self.target_s;
+            .collect()
+    }
+
+    /// Keeps the candidates predicted to meet the target, or refuses the request when none
+    /// is.
+    fn keep_meeting(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error> {
+        let predictions = self.predict(config, candidates);
+        let meets = |p: &TtftParts| p.meets(self.target_s, self.oversized_share);
         if predictions.iter().all(meets) {
             return Ok(());
         }
@@ -230,21 +310,13 @@ impl Gate for Admission {
             candidates.retain(|_| kept.next().unwrap_or(false));
             return Ok(());
         }
-        let best = predictions
-            .iter()
-            .zip(candidates.iter())
-            .min_by(|a, b| a.0.total_s().total_cmp(&b.0.total_s()));
-        let Some((best, worker)) = best.map(|(p, c)| (*p, c.worker)) else {
-            return Err(Error::NoWorkers);
-        };
-        Err(Error::Shed(self.shed(&best, worker)))
-    }
-}
-
-impl Admission {
-    /// The refusal, from the best worker's prediction.
-    fn shed(&self, best: &TtftParts, worker: WorkerId) -> Shed {
+        let (best, worker) = best_of(&predictions, candidates).ok_or(Error::NoWorkers)?;
         let limit = best.limit(self.target_s);
+        Err(Error::Shed(self.shed(&best, worker, limit)))
+    }
+
+    /// The refusal bound by `limit`, from the best worker's prediction.
+    fn shed(&self, best: &TtftParts, worker: WorkerId, limit: Limit) -> Shed {
         let total = best.total_s();
         let wait = (total - self.target_s).max(0.0);
         Shed {

@@ -7,7 +7,8 @@ use smallvec::SmallVec;
 
 use super::estimate::{Estimate, LoadState, nanos};
 use super::load::{EngineLoad, LoadConfig, WorkerProfile};
-use super::{Candidate, RouteDecision, RouteRequest};
+use super::signals::ShedCounts;
+use super::{Candidate, RouteDecision, RouteRequest, Shed};
 use crate::{Error, RadixTree, WorkerId};
 
 /// A snapshot of one worker's load as the router sees it.
@@ -35,6 +36,19 @@ pub struct WorkerLoad {
     pub routed: u64,
     /// Prompt tokens predicted cached, summed over those requests.
     pub predicted_cached_tokens: u64,
+    /// Prompt tokens predicted cached, summed over every request routed to it (those
+    /// completed too).
+    pub captured_tokens: u64,
+    /// Prompt tokens predicted uncached (to prefill), summed over every request routed to
+    /// it.
+    pub uncached_tokens: u64,
+    /// Prompt tokens the best holder of each of those prompts held: what sending each to its
+    /// best holder would have found cached.
+    pub available_cached_tokens: u64,
+    /// The load model's predicted wait before a new request's own prefill starts, in
+    /// seconds (what the least-loaded rule compares; see
+    /// [`WorkerSignals::wait_s`](crate::WorkerSignals::wait_s)).
+    pub wait_s: f64,
     /// The last [`EngineLoad`] reported for it.
     pub reported: Option<EngineLoad>,
     /// The load model's error on this worker: measured over predicted time to first token
@@ -103,6 +117,10 @@ struct Slot {
     epoch: u64,
     load: LoadState,
     predicted_cached: AtomicU64,
+    /// Blocks the deepest holder held, summed over the requests routed here.
+    available_blocks: AtomicU64,
+    /// Tokens predicted cached here, summed over the requests routed here.
+    captured: AtomicU64,
     reports: AtomicU64,
     reported_cached: AtomicU64,
     predicted_for_reports: AtomicU64,
@@ -172,6 +190,8 @@ pub(crate) struct Fleet {
     reference_bits: AtomicU64,
     /// Timings learned from, fleet-wide.
     timings: AtomicU64,
+    /// Requests refused by admission.
+    shed: ShedCounts,
 }
 
 impl Fleet {
@@ -192,6 +212,7 @@ impl Fleet {
             expiry_ns: AtomicU64::new(u64::MAX),
             reference_bits: AtomicU64::new(0.0f64.to_bits()),
             timings: AtomicU64::new(0),
+            shed: ShedCounts::default(),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -232,6 +253,8 @@ impl Fleet {
             available: AtomicBool::new(true),
             load: LoadState::default(),
             predicted_cached: AtomicU64::new(0),
+            available_blocks: AtomicU64::new(0),
+            captured: AtomicU64::new(0),
             reports: AtomicU64::new(0),
             reported_cached: AtomicU64::new(0),
             predicted_for_reports: AtomicU64::new(0),
@@ -279,6 +302,18 @@ impl Fleet {
     /// How the fleet reads load.
     pub(crate) fn config(&self) -> &LoadConfig {
         &self.config
+    }
+
+    /// Counts a refusal.
+    #[cold]
+    pub(crate) fn shed(&self, shed: &Shed) {
+        self.shed.count(shed);
+    }
+
+    /// The router's clock and the refusal counts.
+    pub(crate) fn clock_and_shed(&self) -> (std::time::Duration, ([u64; 5], [u64; 3])) {
+        let at = std::time::Duration::from_nanos(self.now_ns.load(Relaxed));
+        (at, self.shed.get())
     }
 
     /// Moves the router's clock to `at`, if later.
@@ -366,6 +401,10 @@ impl Fleet {
                 speed: f64::from(e.speed),
                 routed: key.routed.load(Relaxed),
                 predicted_cached_tokens: s.predicted_cached.load(Relaxed),
+                captured_tokens: s.captured.load(Relaxed),
+                uncached_tokens: key.assigned_prefill.load(Relaxed),
+                available_cached_tokens: s.available_blocks.load(Relaxed) * self.block_size,
+                wait_s: key.load_ns.load(Relaxed) as f64 * 1e-9,
                 reported: s.load.last_report(),
                 ttft_measured_over_predicted: s.load.timing_error().map(|(ratio, _)| ratio),
                 ttft_timings: s.load.timings(),
@@ -462,6 +501,7 @@ impl Fleet {
         &self,
         candidate: &Candidate,
         request: &RouteRequest<'_>,
+        available_blocks: u32,
     ) -> Option<RouteDecision> {
         let (matched_blocks, cached_tokens) =
             (candidate.matched_blocks(), candidate.cached_tokens());
@@ -489,6 +529,9 @@ impl Fleet {
         slot.load.routed(prompt_tokens as u64, prefill, output);
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
+        slot.available_blocks
+            .fetch_add(u64::from(available_blocks), Relaxed);
+        slot.captured.fetch_add(cached_tokens as u64, Relaxed);
         key.routed.fetch_add(1, Relaxed);
         key.assigned_prefill.fetch_add(prefill, Relaxed);
         // The candidate's snapshot with this request added, as a refresh would read it.

@@ -1,6 +1,7 @@
 //! Routing: the [`Router`] trait, requests and decisions, load tracking, and every policy.
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 use crate::{Error, TokenId, WorkerId};
 
@@ -19,8 +20,9 @@ mod predict;
 mod ranks;
 mod receipt;
 mod reload;
+mod signals;
 
-pub use self::admission::{AdmissionConfig, Limit, Priority, Shed};
+pub use self::admission::{AdmissionConfig, Admit, Limit, Priority, Shed};
 pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
 pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
 pub use self::baseline::{
@@ -36,6 +38,7 @@ pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min
 pub use self::ranks::RankLayout;
 pub use self::receipt::{Cost, CostTerm, Receipt, ReceiptLine};
 pub use self::reload::ReloadConfig;
+pub use self::signals::{FleetRates, FleetSignals, LIMITS, WorkerSignals};
 
 pub(crate) use self::fleet::{mix64, pick_min};
 
@@ -509,6 +512,19 @@ pub trait Router: Send + Sync {
     fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
         let _ = worker;
         None
+    }
+
+    /// What an autoscaler needs of the fleet, in one snapshot: reuse counters, uncached
+    /// prefill demand, each worker's saturation and the refusals by reason (see
+    /// [`FleetSignals`]). The default: each of [`workers`](Self::workers)' [`load`](Self::load)
+    /// at time zero, no refusals counted.
+    fn fleet_signals(&self) -> FleetSignals {
+        let workers = self
+            .workers()
+            .into_iter()
+            .filter_map(|w| Some(WorkerSignals::of(w, &self.load(w)?)))
+            .collect();
+        FleetSignals::new(Duration::ZERO, workers, ([0; 5], [0; 3]))
     }
 
     /// Registered workers, available or not, in id order (the default: none known).

@@ -2,13 +2,14 @@
 //! everything else once, for every policy (load tracking, the mirror, event sync, worker
 //! registration).
 
-use super::admission::{Admission, Gate, Open};
+use super::admission::{Admission, Admit, Gate, Open};
 use super::estimate::Estimate;
 use super::fleet::{Candidates, Fleet, NO_CLASS};
 use super::load::{EngineLoad, LoadConfig, WorkerProfile};
 use smallvec::SmallVec;
 
 use super::index::{Blocks, CacheIndex, IndexConfig};
+use super::signals::{FleetSignals, WorkerSignals};
 use super::{Cost, Receipt, ReceiptLine, RouteDecision, RouteRequest, Router, WorkerLoad};
 use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
 use crate::tree::Held;
@@ -283,6 +284,16 @@ pub trait Policy: Send + Sync {
         None
     }
 
+    /// The policy's own admission rule for `request`, which asks for admission (it carries
+    /// a [`ttft_target`](RouteRequest::ttft_target)), over every available worker. The
+    /// default: [`Admit::Predicted`], the crate's rule. A policy that answers otherwise
+    /// owns its refusals: [`Priority::Critical`](crate::Priority::Critical) requests are
+    /// never refused only under the crate's rule.
+    fn admit(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Admit {
+        let _ = (request, candidates);
+        Admit::Predicted
+    }
+
     /// `worker` was registered (also called for each initial worker). The default: nothing.
     fn worker_added(&self, worker: WorkerId) {
         let _ = worker;
@@ -431,19 +442,23 @@ impl<P: Policy> PolicyRouter<P> {
 
     /// One choice: the candidates the policy asks for, with the mirror's prediction filled
     /// in when it reads the cache; those admission keeps when the request carries a target;
-    /// the policy's choice, checked.
+    /// the policy's choice, checked, and the blocks the deepest holder holds.
     #[inline]
     fn choose(
         &self,
         request: &RouteRequest<'_>,
         blocks: &Blocks,
         candidates: &mut Candidates,
-    ) -> Result<usize, Error> {
+    ) -> Result<(usize, u32), Error> {
         match request.ttft_target() {
             None => self.choose_gated(request, blocks, candidates, &Open),
             Some(target) => {
                 let admission = self.admission(request, target);
-                self.choose_gated(request, blocks, candidates, &admission)
+                let choice = self.choose_gated(request, blocks, candidates, &admission);
+                if let Err(Error::Shed(shed)) = &choice {
+                    self.fleet.shed(shed);
+                }
+                choice
             }
         }
     }
@@ -456,14 +471,14 @@ impl<P: Policy> PolicyRouter<P> {
         blocks: &Blocks,
         candidates: &mut Candidates,
         gate: &G,
-    ) -> Result<usize, Error> {
+    ) -> Result<(usize, u32), Error> {
         if blocks.is_empty() {
             self.fleet.candidates(candidates);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
             }
-            gate.filter(self.fleet.config(), candidates)?;
-            return self.select(request, candidates);
+            gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
+            return Ok((self.select(request, candidates)?, 0));
         }
         let block_size = self.index.hasher().block_size();
         let tokens = request.tokens().len();
@@ -486,9 +501,11 @@ impl<P: Policy> PolicyRouter<P> {
             for c in candidates.iter_mut() {
                 c.set_cached(block_size, tokens);
             }
-            gate.filter(self.fleet.config(), candidates)?;
+            gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
             let chosen = self.select(request, candidates)?;
-            Ok((chosen, candidates[chosen].worker))
+            // Holders come shallowest first.
+            let deepest = holders.last().map_or(0, |h| h.1.blocks);
+            Ok(((chosen, deepest), candidates[chosen].worker))
         })
     }
 
@@ -500,6 +517,7 @@ impl<P: Policy> PolicyRouter<P> {
         Admission {
             priority: request.priority(),
             target_s: target.as_secs_f64(),
+            oversized_share: config.admission.oversized_wait_share,
             prompt: request.tokens().len() as u64,
             output: request
                 .expected_output()
@@ -524,11 +542,17 @@ fn fill(candidates: &mut [Candidate], holders: &[(WorkerId, Held)]) {
     }
 }
 
+/// Workers [`Classes`] holds on the stack.
+const CLASSES_INLINE: usize = 256;
+
+/// A class for each worker [`Classes`] holds on the stack: none.
+static NO_CLASSES: [u16; CLASSES_INLINE] = [NO_CLASS; CLASSES_INLINE];
+
 /// The holders of a prompt grouped by what they hold: workers holding alike are scored alike
 /// under [`CandidateSet::LeastLoadedPerMatch`].
 struct Classes {
     /// Class by worker index ([`NO_CLASS`]: holds nothing).
-    class_of: SmallVec<[u16; 256]>,
+    class_of: SmallVec<[u16; CLASSES_INLINE]>,
     /// What the workers of each class hold.
     held: SmallVec<[Held; 8]>,
 }
@@ -537,9 +561,14 @@ impl Classes {
     fn of(holders: &[(WorkerId, Held)]) -> Classes {
         let len = holders.iter().map(|h| h.0.index() + 1).max().unwrap_or(0);
         let mut classes = Classes {
-            class_of: smallvec::smallvec![NO_CLASS; len],
+            class_of: SmallVec::new(),
             held: SmallVec::new(),
         };
+        // One copy from a filled array, where `resize` writes element by element.
+        match NO_CLASSES.get(..len) {
+            Some(vacant) => classes.class_of.extend_from_slice(vacant),
+            None => classes.class_of.resize(len, NO_CLASS),
+        }
         for &(worker, held) in holders {
             // Holders come shallowest first, so equal holdings are mostly consecutive.
             let class = match classes.held.iter().rposition(|h| *h == held) {
@@ -588,8 +617,8 @@ impl<P: Policy> PolicyRouter<P> {
         }
         // A chosen worker can be removed before it is charged; choose again (bounded).
         for _ in 0..4 {
-            let chosen = self.choose(request, &blocks, candidates)?;
-            if let Some(decision) = self.fleet.commit(&candidates[chosen], request) {
+            let (chosen, deepest) = self.choose(request, &blocks, candidates)?;
+            if let Some(decision) = self.fleet.commit(&candidates[chosen], request, deepest) {
                 return Ok(decision.with_rank(self.layout.rank(candidates[chosen].worker)));
             }
         }
@@ -667,6 +696,17 @@ impl<P: Policy> Router for PolicyRouter<P> {
 
     fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
         self.fleet.load(worker)
+    }
+
+    fn fleet_signals(&self) -> FleetSignals {
+        let (at, shed) = self.fleet.clock_and_shed();
+        let workers = self
+            .fleet
+            .workers()
+            .into_iter()
+            .filter_map(|w| Some(WorkerSignals::of(w, &self.fleet.load(w)?)))
+            .collect();
+        FleetSignals::new(at, workers, shed)
     }
 
     fn workers(&self) -> Vec<WorkerId> {

@@ -210,6 +210,18 @@ impl TtftParts {
         time + self.wait_s
     }
 
+    /// Whether the prediction meets a target of `target_s`: the whole time does, or, for a
+    /// request whose own prefill alone misses the target (no worker could meet it), the
+    /// rest of the time (the wait ahead of it and the steps) is within `oversized_share` of
+    /// the target: such a request is served where it delays little, and refused where
+    /// the fleet is busy.
+    #[inline]
+    pub(crate) fn meets(&self, target_s: f64, oversized_share: f64) -> bool {
+        let total = self.total_s();
+        total <= target_s
+            || (self.own_s() > target_s && total - self.own_s() <= oversized_share * target_s)
+    }
+
     /// The prefill queued ahead, seconds.
     fn queue_s(&self) -> f64 {
         self.queue_tokens / self.rate

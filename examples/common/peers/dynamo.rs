@@ -40,14 +40,16 @@
 //! `router_track_output_blocks` (the candidate's context includes them). Active requests are
 //! [`Candidate::in_flight`] (weight 0 by default).
 //!
-//! Left out: the router's request queue (`router_queue_threshold`, busy thresholds),
+//! Under admission the busy thresholds refuse requests (`shedding.rs`). Left out: the
+//! router's request queue (`router_queue_threshold`),
 //! temperature sampling (off by default), the overlap-credit decay (off by default),
 //! prefill/decode disaggregation and its conditional variants, replica sync, the
 //! prefill-load model (off by default).
 
-use prefix_router::{Candidate, Cost, Policy, RouteRequest, Tier, choose_min};
+use prefix_router::{Admit, Candidate, Cost, Policy, RouteRequest, Tier, choose_min};
 
 use super::full_blocks;
+use super::shedding::dynamo_admit;
 
 /// Dynamo's default selector over the mirror's blocks of `block_size` tokens.
 #[derive(Clone, Copy, Debug)]
@@ -130,6 +132,12 @@ impl Policy for Dynamo {
 
     fn reads_cache(&self) -> bool {
         true
+    }
+
+    /// The project's own admission rule (`shedding.rs`).
+    fn admit(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Admit {
+        let _ = request;
+        dynamo_admit(candidates)
     }
 
     /// The lowest cost.

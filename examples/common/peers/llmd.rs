@@ -32,14 +32,16 @@
 //! router's since (requests awaiting their first token when no report came). KV usage is
 //! the engine's last report ([`Candidate::kv_usage`], 0 without a fresh one).
 //!
-//! Left out: flow control (the admission queue and the saturation detector ahead of
-//! scheduling), the precise scorer's per-tier weights (a block counts alike at every tier
+//! Under admission the saturation detector and the legacy admission controller refuse
+//! sheddable requests (`shedding.rs`). Left out: flow control (the admission queue ahead of
+//! scheduling, behind a feature gate off by default), the precise scorer's per-tier weights (a block counts alike at every tier
 //! here), the approximate index's own LRU (the mirror's capacity bounds it instead),
 //! prefill/decode and data-parallel profiles, LoRA affinity.
 
-use prefix_router::{Candidate, Policy, RouteRequest, choose_min};
+use prefix_router::{Admit, Candidate, Policy, RouteRequest, choose_min};
 
 use super::full_blocks;
+use super::shedding::llmd_admit;
 
 /// The queue scorer's weight in the default profile.
 pub(crate) const QUEUE_WEIGHT: f64 = 2.0;
@@ -90,6 +92,11 @@ impl Policy for Llmd {
 
     fn reads_cache(&self) -> bool {
         true
+    }
+
+    /// The project's own admission rule (`shedding.rs`).
+    fn admit(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Admit {
+        llmd_admit(request.priority(), candidates)
     }
 
     /// The highest weighted total. No [`cost`](Policy::cost): the queue score is relative to

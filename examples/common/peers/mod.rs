@@ -14,6 +14,8 @@
 //!   requests routed so far, then a per-request rotation. Deterministic, as the simulator
 //!   must be; not the same draws.
 //! - Blocks are the mirror's (`--block-size`, default 16 tokens).
+//! - Under `--admission on`, llm-d's and Dynamo's own admission rules decide which requests
+//!   they refuse (`shedding.rs`), in place of the crate's predicted time to first token.
 //!
 //! [`Candidate::matched_blocks`]: prefix_router::Candidate::matched_blocks
 
@@ -23,6 +25,8 @@ mod aibrix;
 mod dynamo;
 #[path = "llmd.rs"]
 mod llmd;
+#[path = "shedding.rs"]
+mod shedding;
 
 pub(crate) use aibrix::Aibrix;
 pub(crate) use dynamo::Dynamo;

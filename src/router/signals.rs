@@ -1,0 +1,258 @@
+//! Fleet signals: what an autoscaler reads of a fleet in one call
+//! ([`Router::fleet_signals`](crate::Router::fleet_signals)): the predicted hit ratio, the
+//! uncached prefill demand, each worker's saturation, the requests shed by reason, and the
+//! reuse counters (available at the best holder, captured by the chosen worker, delivered as
+//! the engine reported).
+//!
+//! Every count is cumulative since the router started (or the worker was added), as a
+//! Prometheus counter is; [`FleetSignals::rates_since`] turns two snapshots into rates over
+//! the router's own clock (the times requests and reports carried), never the wall clock.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use super::admission::{Limit, Priority, Shed};
+use super::fleet::WorkerLoad;
+use crate::WorkerId;
+
+/// Every [`Limit`], in the order [`FleetSignals::shed_by_limit`] counts them.
+pub const LIMITS: [Limit; 5] = [
+    Limit::Queue,
+    Limit::Kv,
+    Limit::Decode,
+    Limit::Prompt,
+    Limit::Stale,
+];
+
+/// The index of `limit` in [`LIMITS`].
+fn limit_index(limit: Limit) -> usize {
+    LIMITS.iter().position(|l| *l == limit).unwrap_or(0)
+}
+
+/// The index of `priority` in [`Priority::ALL`].
+fn priority_index(priority: Priority) -> usize {
+    Priority::ALL
+        .iter()
+        .position(|p| *p == priority)
+        .unwrap_or(0)
+}
+
+/// Requests refused by admission, by limit and by priority (lock-free).
+#[derive(Debug, Default)]
+pub(crate) struct ShedCounts {
+    by_limit: [AtomicU64; 5],
+    by_priority: [AtomicU64; 3],
+}
+
+impl ShedCounts {
+    /// Counts one refusal.
+    pub(crate) fn count(&self, shed: &Shed) {
+        self.by_limit[limit_index(shed.limit)].fetch_add(1, Relaxed);
+        self.by_priority[priority_index(shed.priority)].fetch_add(1, Relaxed);
+    }
+
+    /// The counts: by [`LIMITS`], then by [`Priority::ALL`].
+    pub(crate) fn get(&self) -> ([u64; 5], [u64; 3]) {
+        (
+            self.by_limit.each_ref().map(|c| c.load(Relaxed)),
+            self.by_priority.each_ref().map(|c| c.load(Relaxed)),
+        )
+    }
+}
+
+/// One worker in [`FleetSignals`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WorkerSignals {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Whether it takes new requests.
+    pub available: bool,
+    /// Its saturation: the load model's predicted wait before a new request's own prefill
+    /// starts, in seconds (the prefill queued ahead, the steps it shares, the wait for a
+    /// running slot or KV; an hour more when its report is stale and counts as saturation).
+    /// A worker whose wait passes the fleet's time-to-first-token target is saturated.
+    pub wait_s: f64,
+    /// The fraction of KV in use it last reported (0 without a fresh report).
+    pub kv_usage: f64,
+    /// Requests on it, waiting or running, as estimated.
+    pub requests: u64,
+    /// Requests routed to it.
+    pub routed: u64,
+    /// Prompt tokens routed to it.
+    pub prompt_tokens: u64,
+    /// Of those, tokens the mirror predicted it held (captured reuse).
+    pub captured_tokens: u64,
+    /// Tokens the best holder of each of those prompts held (available reuse).
+    pub available_tokens: u64,
+    /// Prompt tokens of the requests the host reported cached tokens for.
+    pub reported_cached_tokens: u64,
+    /// What the mirror predicted cached for those same prompts.
+    pub predicted_for_reports_tokens: u64,
+}
+
+impl WorkerSignals {
+    /// The signals of `worker` from its load snapshot.
+    #[must_use]
+    pub fn of(worker: WorkerId, load: &WorkerLoad) -> Self {
+        let kv_usage = load.reported.map_or(0.0, |r| r.kv_usage);
+        Self {
+            worker,
+            available: load.available,
+            wait_s: load.wait_s,
+            kv_usage,
+            requests: load.estimated_requests,
+            routed: load.routed,
+            prompt_tokens: load.captured_tokens + load.uncached_tokens,
+            captured_tokens: load.captured_tokens,
+            available_tokens: load.available_cached_tokens,
+            reported_cached_tokens: load.reported_cached_tokens,
+            predicted_for_reports_tokens: load.predicted_for_reports_tokens,
+        }
+    }
+}
+
+/// What an autoscaler needs of a fleet, in one snapshot
+/// ([`Router::fleet_signals`](crate::Router::fleet_signals)).
+///
+/// ```
+/// use std::time::Duration;
+/// use prefix_router::{BalancedRouter, Router, RouteRequest};
+///
+/// let router = BalancedRouter::new(2)?;
+/// let prompt: Vec<u32> = (0..64).collect();
+/// let at = |s| RouteRequest::new(&prompt).with_time(Duration::from_secs(s));
+/// let before = router.fleet_signals();
+/// router.route(&at(1))?;
+/// router.route(&at(3))?;
+/// let after = router.fleet_signals();
+/// // The second request found the first's prompt cached on the worker it was sent to.
+/// assert!(after.predicted_hit_ratio() > 0.0);
+/// let rates = after.rates_since(&before).expect("the clock moved");
+/// assert_eq!(rates.requests_per_s, 2.0 / 3.0);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct FleetSignals {
+    /// The router's clock: the latest time a request or a report carried.
+    pub at: Duration,
+    /// Every registered worker, in id order.
+    pub workers: Vec<WorkerSignals>,
+    /// Requests refused by admission, by [`LIMITS`].
+    pub shed_by_limit: [u64; 5],
+    /// Requests refused by admission, by [`Priority::ALL`].
+    pub shed_by_priority: [u64; 3],
+}
+
+impl FleetSignals {
+    /// Signals from each worker's snapshot and the refusal counts.
+    #[must_use]
+    pub fn new(at: Duration, workers: Vec<WorkerSignals>, shed: ([u64; 5], [u64; 3])) -> Self {
+        Self {
+            at,
+            workers,
+            shed_by_limit: shed.0,
+            shed_by_priority: shed.1,
+        }
+    }
+
+    fn sum(&self, field: impl Fn(&WorkerSignals) -> u64) -> u64 {
+        self.workers.iter().map(field).sum()
+    }
+
+    /// Requests routed.
+    #[must_use]
+    pub fn routed(&self) -> u64 {
+        self.sum(|w| w.routed)
+    }
+
+    /// Prompt tokens routed.
+    #[must_use]
+    pub fn prompt_tokens(&self) -> u64 {
+        self.sum(|w| w.prompt_tokens)
+    }
+
+    /// Prompt tokens the chosen workers were predicted to hold (captured reuse).
+    #[must_use]
+    pub fn captured_tokens(&self) -> u64 {
+        self.sum(|w| w.captured_tokens)
+    }
+
+    /// Prompt tokens the best holders held (available reuse: what a router sending every
+    /// request to its best holder would have captured).
+    #[must_use]
+    pub fn available_tokens(&self) -> u64 {
+        self.sum(|w| w.available_tokens)
+    }
+
+    /// Prompt tokens to prefill: routed less captured (the uncached prefill demand).
+    #[must_use]
+    pub fn uncached_tokens(&self) -> u64 {
+        self.prompt_tokens().saturating_sub(self.captured_tokens())
+    }
+
+    /// Captured over routed prompt tokens (0 before any).
+    #[must_use]
+    pub fn predicted_hit_ratio(&self) -> f64 {
+        ratio(self.captured_tokens(), self.prompt_tokens())
+    }
+
+    /// Cached tokens the engines reported over what the mirror predicted for the same
+    /// prompts (1 when the mirror is exact; `None` before any report).
+    #[must_use]
+    pub fn delivered_over_predicted(&self) -> Option<f64> {
+        let predicted = self.sum(|w| w.predicted_for_reports_tokens);
+        (predicted > 0).then(|| ratio(self.sum(|w| w.reported_cached_tokens), predicted))
+    }
+
+    /// Requests refused by admission.
+    #[must_use]
+    pub fn shed(&self) -> u64 {
+        self.shed_by_limit.iter().sum()
+    }
+
+    /// Rates over the router's clock from `earlier` to this snapshot; `None` when the clock
+    /// did not move forward.
+    #[must_use]
+    pub fn rates_since(&self, earlier: &FleetSignals) -> Option<FleetRates> {
+        let secs = self.at.checked_sub(earlier.at)?.as_secs_f64();
+        if secs <= 0.0 {
+            return None;
+        }
+        let per_s = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+        let prompt = self.prompt_tokens().saturating_sub(earlier.prompt_tokens());
+        let captured = self
+            .captured_tokens()
+            .saturating_sub(earlier.captured_tokens());
+        Some(FleetRates {
+            seconds: secs,
+            requests_per_s: per_s(self.routed(), earlier.routed()),
+            uncached_tokens_per_s: per_s(self.uncached_tokens(), earlier.uncached_tokens()),
+            predicted_hit_ratio: ratio(captured, prompt),
+            shed_per_s: std::array::from_fn(|i| {
+                per_s(self.shed_by_limit[i], earlier.shed_by_limit[i])
+            }),
+        })
+    }
+}
+
+/// Rates between two [`FleetSignals`] ([`FleetSignals::rates_since`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct FleetRates {
+    /// Seconds of the router's clock between the two snapshots.
+    pub seconds: f64,
+    /// Requests routed per second.
+    pub requests_per_s: f64,
+    /// Uncached prompt tokens routed per second: the prefill demand.
+    pub uncached_tokens_per_s: f64,
+    /// Captured over routed prompt tokens in the window.
+    pub predicted_hit_ratio: f64,
+    /// Requests refused per second, by [`LIMITS`].
+    pub shed_per_s: [f64; 5],
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
