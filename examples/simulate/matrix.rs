@@ -17,10 +17,19 @@ use super::Failure;
 use super::args::Args;
 use super::policy::POLICIES;
 use super::runner;
-use prefix_router::sim::{Request, SimReport, SyncMode, Workload, load_mooncake};
+use prefix_router::sim::{PriorityMix, Request, SimReport, SyncMode, Workload, load_mooncake};
 
 /// The recommended policy, whose bar each cell checks.
 const RECOMMENDED: &str = "balanced";
+
+/// Policies run in the admission cells at 8×: the recommended one and the peers', each
+/// with its own admission rule.
+const ADMISSION_POLICIES: [&str; 3] = [RECOMMENDED, "llmd", "dynamo"];
+
+/// Priorities drawn in the admission cells: sheddable 0.3, standard 0.6, critical 0.1.
+const ADMISSION_PRIORITIES: PriorityMix = PriorityMix {
+    shares: [0.3, 0.6, 0.1],
+};
 
 /// One cell: a workload under one setting.
 struct Cell {
@@ -30,6 +39,18 @@ struct Cell {
     /// The cell that differs from this one in its sync mode only: a policy reading no cache
     /// routes alike under every sync mode, so its run there stands for this cell's.
     sync_sibling: Option<usize>,
+    /// The policies the cell runs: every one of `POLICIES` when `None`.
+    only: Option<&'static [&'static str]>,
+    /// Whether the cell is the workload's fleet at one load (no replicas, faults or other
+    /// fleet): its goodput counts toward the fleet's peak.
+    plain: bool,
+}
+
+impl Cell {
+    /// Whether the cell runs `POLICIES[k]`.
+    fn runs(&self, k: usize) -> bool {
+        self.only.is_none_or(|only| only.contains(&POLICIES[k]))
+    }
 }
 
 /// The bar of the recommended policy in a cell.
@@ -158,6 +179,7 @@ fn jobs(
     order
         .into_iter()
         .flat_map(|c| (0..POLICIES.len()).rev().map(move |k| (c, k)))
+        .filter(|&(c, k)| cells[c].runs(k))
         .filter(|&(c, k)| reads_cache[k] || cells[c].sync_sibling.is_none())
         .collect()
 }
@@ -200,6 +222,8 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
                     label,
                     args: a,
                     sync_sibling: (cells.len() > first).then_some(first),
+                    only: None,
+                    plain: true,
                 });
             }
         }
@@ -257,6 +281,8 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
             label,
             args: a,
             sync_sibling: None,
+            only: None,
+            plain: false,
         });
     }
     let mut agentic = base.clone();
@@ -266,7 +292,40 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
         label: "4× events, 4 replicas".to_owned(),
         args: agentic,
         sync_sibling: None,
+        only: None,
+        plain: false,
     });
+    cells.extend(admission_cells(args, workloads.len()));
+    cells
+}
+
+/// The admission cells: every workload at each load with engine events, admission on and
+/// priorities drawn; the recommended policy alone at 1× and 4× (what it sheds that a
+/// worker could serve), the peers' rules beside it at 8×.
+fn admission_cells(args: &Args, workloads: usize) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for workload in 0..workloads {
+        for load in [1.0, 4.0, 8.0] {
+            let mut a = args.clone();
+            a.cluster.speedup = load;
+            a.cluster.sync = SyncMode::Events;
+            a.cluster.admission = true;
+            a.cluster.priorities = ADMISSION_PRIORITIES;
+            let only: &'static [&'static str] = if load < 8.0 {
+                &ADMISSION_POLICIES[..1]
+            } else {
+                &ADMISSION_POLICIES
+            };
+            cells.push(Cell {
+                workload,
+                label: format!("{load}× events, admission"),
+                args: a,
+                sync_sibling: None,
+                only: Some(only),
+                plain: true,
+            });
+        }
+    }
     cells
 }
 
@@ -285,12 +344,13 @@ fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<Si
             );
         }
     }
+    print_admission(workloads, cells, results);
     for (cell, reports) in cells.iter().zip(results) {
         println!("\n**{}, {}**\n", workloads[cell.workload].0, cell.label);
         println!(
-            "| policy | hit | / pooled | TTFT p50 | TTFT p99 | TPOT p99 | e2e p99 | goodput | preempted |"
+            "| policy | hit | / pooled | TTFT p50 | TTFT p99 | TPOT p99 | e2e p99 | goodput | preempted | shed |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for r in reports {
             let name = if r.policy == RECOMMENDED {
                 format!("**{}** ◀", r.policy)
@@ -298,7 +358,7 @@ fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<Si
                 r.policy.clone()
             };
             println!(
-                "| {name} | {:.3} | {:.1} % | {:.3} s | {:.3} s | {:.4} s | {:.2} s | {:.3} | {} |",
+                "| {name} | {:.3} | {:.1} % | {:.3} s | {:.3} s | {:.4} s | {:.2} s | {:.3} | {} | {} |",
                 r.hit_ratio,
                 r.ratio_to_pooled() * 100.0,
                 r.ttft_p50_s,
@@ -306,7 +366,66 @@ fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<Si
                 r.tpot_p99_s,
                 r.e2e_p99_s,
                 r.goodput,
-                r.preemptions
+                r.preemptions,
+                r.shed
+            );
+        }
+    }
+}
+
+/// The admission summary: per admission cell and policy, the goodput per second against
+/// the fleet's peak (the highest any policy reaches on the workload's fleet at any load),
+/// the share shed, the critical requests shed and the admitted requests' TTFT p99.
+fn print_admission(
+    workloads: &[(String, Vec<Request>)],
+    cells: &[Cell],
+    results: &[Vec<SimReport>],
+) {
+    println!(
+        "\nAdmission (priorities sheddable 0.3, standard 0.6, critical 0.1; peak: the highest goodput per second of any policy on the fleet at 1×–8×)\n"
+    );
+    println!(
+        "| workload | cell | policy | goodput | / peak (≥ 0.90 at 8×) | shed (≤ 0.5 % at 1×, 4×) | critical shed | admitted TTFT p99 (≤ target) | TPOT p99 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (cell, reports) in cells.iter().zip(results) {
+        if !cell.args.cluster.admission {
+            continue;
+        }
+        let peak = cells
+            .iter()
+            .zip(results)
+            .filter(|(c, _)| c.plain && c.workload == cell.workload)
+            .flat_map(|(_, reports)| reports.iter().map(|r| r.goodput_rps))
+            .fold(0.0, f64::max);
+        let at_8 = cell.args.cluster.speedup >= 8.0;
+        for r in reports {
+            let ratio = if peak > 0.0 {
+                r.goodput_rps / peak
+            } else {
+                0.0
+            };
+            let share = r.shed as f64 / r.requests.max(1) as f64;
+            let target = cell.args.cluster.ttft_target_s;
+            let mark = |checked: bool, ok: bool| match (checked && r.policy == RECOMMENDED, ok) {
+                (false, _) => "",
+                (true, true) => " ✓",
+                (true, false) => " ✗",
+            };
+            println!(
+                "| {} | {} | {} | {:.2}/s | {:.3}{} | {:.2} %{} | {} | {:.3} s{} | {:.4} s |",
+                workloads[cell.workload].0,
+                cell.label,
+                r.policy,
+                r.goodput_rps,
+                ratio,
+                mark(at_8, ratio >= 0.90),
+                share * 100.0,
+                mark(!at_8, share <= 0.005),
+                r.shed_by_priority[2],
+                r.ttft_p99_s,
+                mark(at_8, r.ttft_p99_s <= target),
+                r.tpot_p99_s,
             );
         }
     }
