@@ -14,3 +14,4 @@ mod load;
 #[cfg(feature = "zmq")]
 mod openai;
 mod prompts;
+mod telemetry;
