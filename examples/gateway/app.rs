@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use super::prompt::{self, Endpoint, Prompts};
 use super::stream;
+use super::telemetry::{self, Outcome, Telemetry};
 
 /// Per-upstream counters the gateway keeps beside the router's load.
 #[derive(Default)]
@@ -86,6 +87,8 @@ pub(crate) struct Gateway {
     draining: AtomicBool,
     /// Requests admission refused, by the limit that bound them (`queue`, `kv`, ...).
     shed: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// The gateway's own metrics (`GET /metrics`).
+    telemetry: Telemetry,
 }
 
 /// How a gateway handles requests, beside its router and upstreams.
@@ -117,6 +120,12 @@ impl Gateway {
         if let Ok(mut by_limit) = self.shed.lock() {
             *by_limit.entry(shed.limit.name()).or_insert(0) += 1;
         }
+        self.telemetry.shed(shed);
+    }
+
+    /// The gateway's own metrics.
+    pub(crate) fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
     }
 
     /// A gateway routing over `upstreams` (base URLs such as `http://127.0.0.1:8001`), each
@@ -148,6 +157,7 @@ impl Gateway {
             loras: options.loras,
             draining: AtomicBool::new(false),
             shed: std::sync::Mutex::default(),
+            telemetry: Telemetry::new(targets),
         })
     }
 
@@ -249,6 +259,7 @@ impl Gateway {
         s.first_tokens.fetch_add(1, Relaxed);
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         s.first_token_us.fetch_add(us, Relaxed);
+        self.telemetry.first_token(decision.worker(), elapsed);
     }
 
     /// The upstream reported `cached` of the request's `tokens` (salted with `salt`) cached:
@@ -262,26 +273,28 @@ impl Gateway {
     ) {
         let w = decision.worker();
         let stats = &self.stats[w.index()];
+        let (predicted, prompt) = (decision.cached_tokens() as u64, tokens.len() as u64);
         stats.reported_cached_tokens.fetch_add(cached, Relaxed);
-        stats
-            .predicted_cached_tokens
-            .fetch_add(decision.cached_tokens() as u64, Relaxed);
-        stats.prompt_tokens.fetch_add(tokens.len() as u64, Relaxed);
+        stats.predicted_cached_tokens.fetch_add(predicted, Relaxed);
+        stats.prompt_tokens.fetch_add(prompt, Relaxed);
+        self.telemetry.cached(w, predicted, cached, prompt);
         if let Some(sync) = self.router.cache_sync() {
             let _ = sync.report_cached_salted(w, salt, tokens, cached as usize);
         }
     }
 }
 
-/// The HTTP routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /stats`,
-/// `GET /health` (the gateway is up) and `GET /ready` (it can route: some worker is
-/// available and it is not shutting down).
+/// The HTTP routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
+/// `GET /stats`, `GET /metrics` (the gateway's own, in Prometheus text), `GET /health` (the
+/// gateway is up) and `GET /ready` (it can route: some worker is available and it is not
+/// shutting down).
 pub(crate) fn app(gateway: Arc<Gateway>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/ready", get(ready))
         .with_state(gateway)
@@ -453,7 +466,11 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
     let started = Instant::now();
     let incoming = match Incoming::parse(&gw, endpoint, &headers, body) {
         Ok(i) => i,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        Err(message) => {
+            gw.telemetry
+                .finished(None, Outcome::Invalid, started.elapsed());
+            return error(StatusCode::BAD_REQUEST, message);
+        }
     };
     let request = incoming.route_request().with_time(gw.clock());
     for _ in 0..2 {
@@ -471,7 +488,11 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
                 gw.count_shed(&shed);
                 return shed_response(&shed);
             }
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            Err(e) => {
+                gw.telemetry
+                    .finished(None, Outcome::Error, started.elapsed());
+                return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            }
         };
         let receipt = (decision.worker(), decision.cached_tokens() as u64);
         let Some(response) = forward(&gw, &incoming, decision, started).await else {
@@ -483,6 +504,8 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
         }
         return response;
     }
+    gw.telemetry
+        .finished(None, Outcome::Unavailable, started.elapsed());
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         "no upstream worker is available: every worker is down or draining",
@@ -491,7 +514,8 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: 
 
 /// Sends the request to the upstream of `decision` and answers from it: `None` when the
 /// upstream could not be reached (the decision is completed and the worker marked down), a
-/// 504 when it did not answer within the request timeout.
+/// 504 when it did not answer within the request timeout. A whole answer's outcome is
+/// counted here, a stream's when it ends (`stream.rs`).
 async fn forward(
     gw: &Arc<Gateway>,
     incoming: &Incoming,
@@ -504,10 +528,7 @@ async fn forward(
             failed(gw, &decision);
             return None;
         }
-        Sent::TimedOut => {
-            gw.router.complete(&decision);
-            return Some(timed_out(gw));
-        }
+        Sent::TimedOut => return Some(timed_out(gw, &decision, started)),
     };
     let status =
         StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -524,10 +545,7 @@ async fn forward(
     }
     let bytes = match upstream.bytes().await {
         Ok(b) => b,
-        Err(e) if e.is_timeout() => {
-            gw.router.complete(&decision);
-            return Some(timed_out(gw));
-        }
+        Err(e) if e.is_timeout() => return Some(timed_out(gw, &decision, started)),
         Err(_) => {
             failed(gw, &decision);
             return None;
@@ -543,10 +561,22 @@ async fn forward(
         bytes,
     );
     gw.router.complete(&decision);
+    let outcome = if status.is_success() {
+        Outcome::Served
+    } else {
+        Outcome::Error
+    };
+    gw.telemetry
+        .finished(Some(decision.worker()), outcome, started.elapsed());
     Some(response)
 }
 
-fn timed_out(gw: &Gateway) -> Response {
+/// The upstream of `decision` did not answer in time: the decision is completed, the
+/// timeout counted, and the client gets a 504.
+fn timed_out(gw: &Gateway, decision: &RouteDecision, started: Instant) -> Response {
+    gw.router.complete(decision);
+    gw.telemetry
+        .finished(Some(decision.worker()), Outcome::Timeout, started.elapsed());
     error(
         StatusCode::GATEWAY_TIMEOUT,
         format!(
@@ -562,6 +592,7 @@ fn failed(gw: &Gateway, decision: &RouteDecision) {
     gw.stats[decision.worker().index()]
         .failures
         .fetch_add(1, Relaxed);
+    gw.telemetry.failure(decision.worker());
     let _ = gw.router.set_available(decision.worker(), false);
     gw.router.complete(decision);
 }
@@ -683,6 +714,12 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         "shed": shed,
         "tokenize_cache": cache,
     }))
+}
+
+/// `GET /metrics`: the gateway's own metrics in Prometheus text (`telemetry.rs`).
+async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    let text = gw.telemetry.render(gw.router(), gw.stats.len());
+    ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], text).into_response()
 }
 
 /// `GET /v1/models` (OpenAI clients ask it first): the models every upstream endpoint lists,

@@ -11,7 +11,12 @@
 //! curl -s localhost:8000/v1/completions -d '{"model":"m","prompt":[1,2,3]}'
 //! curl -sN localhost:8000/v1/completions -d '{"model":"m","prompt":[1,2,3],"stream":true}'
 //! curl -s localhost:8000/stats
+//! curl -s localhost:8000/metrics
 //! ```
+//!
+//! `GET /metrics` is the gateway's own metrics in Prometheus text (`telemetry.rs`): requests
+//! by worker and outcome, refusals by limit and priority, measured times to first token and
+//! end-to-end latencies, cached tokens predicted against those the engines reported.
 //!
 //! Point `--upstream` at vLLM or SGLang servers (started with prefix caching, reporting
 //! `usage.prompt_tokens_details.cached_tokens`) to route real traffic. With `--dp-ranks N`
@@ -78,6 +83,7 @@ mod policy;
 mod probe;
 mod prompt;
 mod stream;
+mod telemetry;
 mod tokenize;
 #[cfg(feature = "zmq")]
 #[path = "../vllm_events/zmq.rs"]

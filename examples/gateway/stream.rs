@@ -8,7 +8,10 @@
 //!
 //! The router hears `first_token` at the first content event, the cached-token report at
 //! the usage event, and `complete` when the stream ends, fails or the client goes away
-//! (whichever comes first: the watcher is dropped then).
+//! (whichever comes first: the watcher is dropped then). The gateway's metrics count the
+//! request then too: served when a 2xx stream ran to its end, an error when the upstream
+//! answered with an error status or its stream broke, cancelled when the client went away
+//! first.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +22,7 @@ use prefix_router::{RouteDecision, TokenId};
 use serde_json::Value;
 
 use super::app::Gateway;
+use super::telemetry::Outcome;
 
 /// Whether the request asks for a stream (`"stream": true`).
 pub(crate) fn is_streamed(body: &Value) -> bool {
@@ -104,9 +108,19 @@ struct Watch {
     salt: Vec<u8>,
     started: Instant,
     events: Events,
+    /// Whether the upstream answered with a 2xx status.
+    answered: bool,
+    /// Whether the upstream's stream ended, and whether it broke on the way.
+    ended: bool,
+    broken: bool,
 }
 
 impl Watch {
+    /// The upstream's stream ended: the request counts as served if it answered 2xx.
+    fn end(&mut self) {
+        self.ended = true;
+    }
+
     fn chunk(&mut self, chunk: &[u8]) {
         if self.events.feed(chunk) {
             self.gw
@@ -122,11 +136,22 @@ impl Drop for Watch {
                 .reported(&self.decision, &self.tokens, &self.salt, cached);
         }
         self.gw.router().complete(&self.decision);
+        let outcome = match (self.answered && !self.broken, self.ended) {
+            (false, _) => Outcome::Error,
+            (true, true) => Outcome::Served,
+            (true, false) => Outcome::Cancelled,
+        };
+        self.gw.telemetry().finished(
+            Some(self.decision.worker()),
+            outcome,
+            self.started.elapsed(),
+        );
     }
 }
 
 /// The client's body: `upstream`'s bytes as they come, watched for the router. `complete`
-/// is called when the stream ends or the client disconnects.
+/// is called when the stream ends (the watcher is dropped with the stream's state when the
+/// upstream has no more) or the client disconnects (dropping the body).
 pub(crate) fn pass_through(
     gw: Arc<Gateway>,
     decision: RouteDecision,
@@ -135,20 +160,31 @@ pub(crate) fn pass_through(
     started: Instant,
     upstream: reqwest::Response,
 ) -> Body {
-    let mut watch = Watch {
+    let watch = Watch {
         gw,
         decision,
         tokens,
         salt,
         started,
         events: Events::default(),
+        answered: upstream.status().is_success(),
+        ended: false,
+        broken: false,
     };
-    Body::from_stream(upstream.bytes_stream().map(move |chunk| {
-        if let Ok(bytes) = &chunk {
-            watch.chunk(bytes);
-        }
-        chunk
-    }))
+    let chunks = Box::pin(upstream.bytes_stream());
+    let body =
+        futures_util::stream::unfold((chunks, watch), |(mut chunks, mut watch)| async move {
+            let Some(chunk) = chunks.next().await else {
+                watch.end();
+                return None;
+            };
+            match &chunk {
+                Ok(bytes) => watch.chunk(bytes),
+                Err(_) => watch.broken = true,
+            }
+            Some((chunk, (chunks, watch)))
+        });
+    Body::from_stream(body)
 }
 
 #[cfg(test)]

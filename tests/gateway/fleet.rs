@@ -25,6 +25,8 @@ pub mod probe;
 pub mod prompt;
 #[path = "../../examples/gateway/stream.rs"]
 pub mod stream;
+#[path = "../../examples/gateway/telemetry.rs"]
+pub mod telemetry;
 #[path = "../../examples/gateway/tokenize.rs"]
 pub mod tokenize;
 #[cfg(feature = "zmq")]
@@ -264,6 +266,46 @@ pub async fn wait_for(client: &reqwest::Client, gw: &str, done: impl Fn(&Value) 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the gateway's stats never got there");
+}
+
+/// Polls the gateway's `/stats` until no worker has a request in flight, for at most 5 s.
+pub async fn wait_idle(client: &reqwest::Client, gw: &str) -> Value {
+    for _ in 0..100 {
+        let stats = get(client, format!("{gw}/stats")).await;
+        let workers = stats["workers"].as_array().unwrap();
+        if workers.iter().all(|w| w["in_flight"] == 0) {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the gateway's workers never went idle");
+}
+
+/// The gateway's `GET /metrics`, checked to be Prometheus text, parsed.
+pub async fn scrape(client: &reqwest::Client, gw: &str) -> prometheus_parse::Scrape {
+    let resp = client.get(format!("{gw}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let kind = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    let text = resp.text().await.unwrap();
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+}
+
+/// The sum of the samples named `name` that carry every `(label, value)` of `with`: a
+/// histogram's count is its `_count` sample.
+pub fn total(scrape: &prometheus_parse::Scrape, name: &str, with: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| with.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum()
 }
 
 /// The byte-level test tokenizer and its ChatML template.

@@ -13,4 +13,6 @@ mod http;
 mod load;
 #[cfg(feature = "zmq")]
 mod openai;
+mod overload;
 mod prompts;
+mod telemetry;

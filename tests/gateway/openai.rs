@@ -1,10 +1,12 @@
 //! The real OpenAI Python client drives the gateway over loopback: chat and text prompts,
 //! whole and streamed, against mock workers that tokenize with the same test tokenizer,
-//! publish their KV events over ZMQ and serve Prometheus metrics. The client is installed
+//! publish their KV events over ZMQ and serve Prometheus metrics; refusals it gives up on,
+//! and one it retries after `Retry-After` and gets served. The client is installed
 //! from the package registry into `target/openai-venv` by `tests/python/setup.sh` (which
 //! `.ci/run` runs too); a failed install fails this test.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use super::fleet::*;
@@ -104,4 +106,106 @@ async fn the_openai_client_retries_a_refusal_and_reports_it() {
     // The first attempt and the client's two retries were each refused, nothing else.
     let stats = wait_for(&client(), &gw, |w| w["in_flight"] == 0).await;
     assert_eq!(stats["shed"], serde_json::json!({"prompt": 3}), "{stats}");
+}
+
+/// Requests that occupy the worker in the retry test, each of this many tokens no other
+/// shares, held by the mock this long: their prefill queued at the gateway is predicted to
+/// take about a second, far past the client's 300 ms target, and they are done before the
+/// shortest Retry-After (1 s) has passed.
+const OCCUPYING: usize = 4;
+const OCCUPYING_TOKENS: u32 = 8_192;
+const OCCUPYING_MS: u64 = 600;
+
+/// Sends occupying request `i` and checks it is served.
+async fn occupy(client: reqwest::Client, gw: String, i: u32) {
+    let start = i * 10_000;
+    let tokens: Vec<u32> = (start..start + OCCUPYING_TOKENS).collect();
+    let body = serde_json::json!({"model": "m", "prompt": tokens, "max_tokens": 1,
+        "mock_pause_ms": OCCUPYING_MS});
+    let (status, v, _) = post(&client, &gw, &body, None).await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// The first line `stdout` gives, with the reader kept for the rest.
+fn first_line(stdout: std::process::ChildStdout) -> (BufReader<std::process::ChildStdout>, String) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    (reader, line)
+}
+
+/// The real client's request meets a busy worker: refused with `429` and `Retry-After`, it
+/// is retried by the client after that wait, when the worker's requests are done, and
+/// served. The gateway counts one refusal and one completion for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_client_waits_retry_after_and_its_retry_is_served() {
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let prompts = test_prompts();
+    let up = Upstream::with_prompts(65_536, &prompts);
+    let gw = gateway_reading("balanced", std::slice::from_ref(&up), &prompts).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/retry.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg(format!("{gw}/v1"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (mut reader, ready) = tokio::task::spawn_blocking(move || first_line(stdout))
+        .await
+        .unwrap();
+    if ready.trim() != "ready" {
+        let out = child.wait_with_output().unwrap();
+        panic!("the client: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let client = client();
+    let occupying: Vec<_> = (0..OCCUPYING as u32)
+        .map(|i| tokio::spawn(occupy(client.clone(), gw.clone(), i)))
+        .collect();
+    wait_for(&client, &gw, |w| w["in_flight"] == OCCUPYING).await;
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    for task in occupying {
+        task.await.unwrap();
+    }
+    let (rest, out) = tokio::task::spawn_blocking(move || {
+        let mut rest = String::new();
+        reader.read_to_string(&mut rest).unwrap();
+        (rest, child.wait_with_output().unwrap())
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the client failed:\n{stderr}");
+    let seen: Value = serde_json::from_str(rest.trim()).unwrap();
+    eprintln!("the client: {seen}");
+    check_retry(&seen);
+    check_counted(&client, &gw).await;
+}
+
+/// The client saw a `429` with `Retry-After`, waited at least that long, and its one retry
+/// was served.
+fn check_retry(seen: &Value) {
+    assert_eq!(seen["statuses"], serde_json::json!([429, 200]), "{seen}");
+    assert_eq!(seen["retries_taken"], 1, "{seen}");
+    let after: f64 = seen["retry_after"][0].as_str().unwrap().parse().unwrap();
+    assert!(after >= 1.0, "{seen}");
+    let waited = seen["waits_s"][0].as_f64().unwrap();
+    assert!(waited >= after, "the client waited {waited} s: {seen}");
+}
+
+/// The gateway refused the client's request once and served it once, beside the occupying
+/// requests it served.
+async fn check_counted(client: &reqwest::Client, gw: &str) {
+    let stats = wait_idle(client, gw).await;
+    assert_eq!(stats["shed"], serde_json::json!({"queue": 1}), "{stats}");
+    assert_eq!(stats["workers"][0]["routed"], OCCUPYING + 1, "{stats}");
+    let scrape = scrape(client, gw).await;
+    let requests =
+        |outcome: &str| total(&scrape, "gateway_requests_total", &[("outcome", outcome)]);
+    assert_eq!(requests("shed"), 1.0);
+    assert_eq!(requests("served"), (OCCUPYING + 1) as f64);
+    let with = [("priority", "standard"), ("limit", "queue")];
+    assert_eq!(total(&scrape, "gateway_shed_total", &with), 1.0);
 }
