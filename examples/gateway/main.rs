@@ -82,6 +82,7 @@ mod mock_events;
 mod policy;
 mod probe;
 mod prompt;
+mod signals;
 mod stream;
 mod telemetry;
 mod tokenize;

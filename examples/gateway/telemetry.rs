@@ -17,6 +17,7 @@
 //! - `gateway_upstream_failures_total{worker}`: attempts whose upstream could not be reached.
 //! - `gateway_worker_in_flight{worker}`, `gateway_worker_available{worker}`: the fleet as the
 //!   router sees it when `/metrics` is read ([`Telemetry::fleet_signals`]).
+//! - `gateway_router_*`: the router's fleet signals (`signals.rs`).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -28,6 +29,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+
+use super::signals::SignalMetrics;
 
 /// The `Content-Type` of `GET /metrics`.
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -86,7 +89,7 @@ impl From<Option<WorkerId>> for Target {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct WorkerLabels {
+pub(crate) struct WorkerLabels {
     worker: Target,
 }
 
@@ -128,6 +131,7 @@ pub(crate) struct Telemetry {
     failures: Family<WorkerLabels, Counter>,
     in_flight: Family<WorkerLabels, Gauge>,
     available: Family<WorkerLabels, Gauge>,
+    signals: SignalMetrics,
 }
 
 impl Telemetry {
@@ -147,6 +151,7 @@ impl Telemetry {
             failures: Family::default(),
             in_flight: Family::default(),
             available: Family::default(),
+            signals: SignalMetrics::default(),
         };
         telemetry.registry = telemetry.registered();
         telemetry.zeroed(targets);
@@ -247,6 +252,7 @@ impl Telemetry {
         ] {
             r.register(name, help, gauges.clone());
         }
+        self.signals.register(&mut r);
         r
     }
 
@@ -302,10 +308,10 @@ impl Telemetry {
     }
 
     /// Sets the gauges of the fleet as `router` sees it now, for targets `0..targets`: each
-    /// worker's requests in flight and whether it is available. Fleet-wide signals the
-    /// router computes (predicted hit ratio, uncached prefill demand in tokens/s, each
-    /// worker's saturation) are set here as gauges too, once `Router` gives them.
+    /// worker's requests in flight and whether it is available, and the router's fleet
+    /// signals.
     fn fleet_signals(&self, router: &dyn Router, targets: usize) {
+        self.signals.update(&router.fleet_signals());
         for index in 0..targets {
             let worker = WorkerId::new(index as u32);
             let Some(load) = router.load(worker) else {
@@ -331,7 +337,7 @@ impl Telemetry {
     }
 }
 
-fn labels(worker: WorkerId) -> WorkerLabels {
+pub(crate) fn labels(worker: WorkerId) -> WorkerLabels {
     WorkerLabels {
         worker: Some(worker).into(),
     }

@@ -23,6 +23,8 @@ pub mod policy;
 pub mod probe;
 #[path = "../../examples/gateway/prompt.rs"]
 pub mod prompt;
+#[path = "../../examples/gateway/signals.rs"]
+pub mod signals;
 #[path = "../../examples/gateway/stream.rs"]
 pub mod stream;
 #[path = "../../examples/gateway/telemetry.rs"]

@@ -115,7 +115,27 @@ async fn metrics_count_every_outcome_and_agree_with_stats() {
             stat("streamed_first_tokens")
         );
     }
+    // The router's fleet signals: the prompts it routed (the mocks' tokens are the ids), of
+    // which six of the eight found their prompt cached where they went.
+    let tokens = |kind: &str| total(&scrape, "gateway_router_tokens_total", &[("kind", kind)]);
+    let routed_prompts = 8.0 * 256.0 + 2.0 * 3.0;
+    assert_eq!(tokens("prompt"), routed_prompts);
+    assert_eq!(tokens("captured") + tokens("uncached"), routed_prompts);
+    assert!(tokens("captured") >= 6.0 * 256.0, "{}", tokens("captured"));
+    assert!(tokens("available") >= tokens("captured"));
+    let ratio = all("gateway_router_predicted_hit_ratio");
+    assert_eq!(ratio, tokens("captured") / routed_prompts);
+    assert_eq!(
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "gateway_router_worker_wait_seconds")
+            .count(),
+        2
+    );
     for name in [
+        "gateway_router_tokens_total",
+        "gateway_router_worker_wait_seconds",
         "gateway_requests_total",
         "gateway_shed_total",
         "gateway_time_to_first_token_seconds",

@@ -1,0 +1,86 @@
+//! The router's fleet signals ([`Router::fleet_signals`](prefix_router::Router::fleet_signals))
+//! as metrics, read when `/metrics` is: what an autoscaler behind the gateway scales on.
+//!
+//! - `gateway_router_tokens_total{kind}`: prompt tokens routed (`prompt`), those predicted
+//!   cached at the chosen worker (`captured`), those the best holder held (`available`),
+//!   and those left to prefill (`uncached`: the prefill demand; its rate is tokens/s).
+//! - `gateway_router_predicted_hit_ratio`: captured over prompt tokens, since the start.
+//! - `gateway_router_worker_wait_seconds{worker}`: each worker's saturation, the load
+//!   model's predicted wait before a new request's own prefill starts.
+//! - `gateway_router_worker_kv_usage{worker}`: each worker's last reported KV usage.
+//!
+//! The router's counts are cumulative: each counter here is moved up to the router's
+//! count at every read, so it stays a Prometheus counter.
+
+use std::sync::atomic::AtomicU64;
+
+use prefix_router::FleetSignals;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::telemetry::{WorkerLabels, labels};
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// The fleet-signal metrics.
+#[derive(Default)]
+pub(crate) struct SignalMetrics {
+    tokens: Family<KindLabels, Counter>,
+    hit_ratio: FloatGauge,
+    wait: Family<WorkerLabels, FloatGauge>,
+    kv_usage: Family<WorkerLabels, FloatGauge>,
+}
+
+impl SignalMetrics {
+    /// Registers every metric in `registry` (whose prefix is the gateway's).
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "router_tokens",
+            "Prompt tokens routed, by kind: prompt, captured (cached at the chosen worker), available (cached at the best holder), uncached (to prefill)",
+            self.tokens.clone(),
+        );
+        registry.register(
+            "router_predicted_hit_ratio",
+            "Prompt tokens predicted cached at the chosen workers over prompt tokens routed",
+            self.hit_ratio.clone(),
+        );
+        registry.register_with_unit(
+            "router_worker_wait",
+            "The load model's predicted wait before a new request's own prefill starts on the worker",
+            Unit::Seconds,
+            self.wait.clone(),
+        );
+        registry.register(
+            "router_worker_kv_usage",
+            "The fraction of KV in use the worker last reported",
+            self.kv_usage.clone(),
+        );
+    }
+
+    /// Sets every metric from `signals`.
+    pub(crate) fn update(&self, signals: &FleetSignals) {
+        for (kind, count) in [
+            ("prompt", signals.prompt_tokens()),
+            ("captured", signals.captured_tokens()),
+            ("available", signals.available_tokens()),
+            ("uncached", signals.uncached_tokens()),
+        ] {
+            let counter = self.tokens.get_or_create(&KindLabels { kind });
+            counter.inc_by(count.saturating_sub(counter.get()));
+        }
+        self.hit_ratio.set(signals.predicted_hit_ratio());
+        for w in &signals.workers {
+            let labels = labels(w.worker);
+            self.wait.get_or_create(&labels).set(w.wait_s);
+            self.kv_usage.get_or_create(&labels).set(w.kv_usage);
+        }
+    }
+}
