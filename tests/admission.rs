@@ -44,20 +44,24 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     /// The fleet refuses a request exactly when each of its workers, alone, would: the
-    /// refusal holds for every worker's prediction, and one worker meeting the target is
+    /// refusal holds for every worker's prediction, and one worker meeting the targets is
     /// enough to admit it.
     #[test]
     fn shedding_is_exact(
         loads in prop::collection::vec(arb_load(), 1..8),
         prompt in 16usize..20_000,
         target_ms in 1u64..60_000,
+        tpot_us in prop::option::of(1_000u64..200_000),
         sheddable in any::<bool>(),
     ) {
         let tokens: Vec<u32> = (0..prompt as u32).collect();
         let priority = if sheddable { Priority::Sheddable } else { Priority::Standard };
-        let request = RouteRequest::new(&tokens)
+        let mut request = RouteRequest::new(&tokens)
             .with_ttft_target(Duration::from_millis(target_ms))
             .with_priority(priority);
+        if let Some(us) = tpot_us {
+            request = request.with_tpot_target(Duration::from_micros(us));
+        }
         let alone: Vec<bool> = loads
             .iter()
             .map(|l| admitted(&fleet(&[*l]), &request))
@@ -71,12 +75,15 @@ proptest! {
             }
             Err(Error::Shed(shed)) => {
                 prop_assert!(alone.iter().all(|&a| !a), "shed though a worker alone admits");
-                prop_assert!(shed.best_ttft > shed.target);
+                let over_tpot = shed.tpot_target.is_some_and(|t| shed.best_tpot > t);
+                prop_assert!(shed.best_ttft > shed.target || over_tpot);
                 prop_assert_eq!(shed.priority, priority);
-                // Asking for the best prediction (and a little more) admits it.
-                let relaxed = request.with_ttft_target(
-                    (shed.best_ttft + Duration::from_millis(1)).mul_f64(1.0 / share(priority)),
-                );
+                // Asking for the best predictions (and a little more) admits it.
+                let relax = |d: Duration| (d + Duration::from_micros(10)).mul_f64(1.0 / share(priority));
+                let mut relaxed = request.with_ttft_target(relax(shed.best_ttft));
+                if tpot_us.is_some() {
+                    relaxed = relaxed.with_tpot_target(relax(shed.best_tpot));
+                }
                 prop_assert!(admitted(&router, &relaxed));
             }
             Err(e) => return Err(TestCaseError::fail(format!("unexpected error {e}"))),
@@ -180,6 +187,23 @@ fn a_prompt_too_long_for_its_target() {
         assert_eq!(shed.retry_after, None);
         assert!(shed.to_string().contains("bound by prompt"), "{shed}");
     }
+}
+
+/// A time-per-output-token target alone asks for admission: a worker whose decodes are
+/// many and long is refused for it ([`Limit::Decode`]), an idle one takes the request.
+#[test]
+fn a_tpot_target_refuses_a_busy_decoder() {
+    let tokens = vec![3u32; 1_000];
+    let request = RouteRequest::new(&tokens).with_tpot_target(Duration::from_millis(30));
+    assert!(admitted(&fleet(&[load(0, 0, 0)]), &request));
+    let router = fleet(&[load(0, 250, 0).with_kv_blocks(900_000, 1_000_000)]);
+    let Err(Error::Shed(shed)) = router.route(&request) else {
+        panic!("expected a refusal");
+    };
+    assert_eq!(shed.limit, Limit::Decode);
+    assert_eq!(shed.tpot_target, Some(Duration::from_millis(30)));
+    assert!(shed.best_tpot > Duration::from_millis(30), "{shed}");
+    assert!(shed.to_string().contains("per output token"), "{shed}");
 }
 
 /// Bad settings and names are errors, not panics.

@@ -339,6 +339,9 @@ struct Incoming {
     explain: bool,
     /// The time-to-first-token target (`x-ttft-target-ms`): the request asks for admission.
     ttft_target: Option<Duration>,
+    /// The time-per-output-token target (`x-tpot-target-ms`): the request asks for
+    /// admission.
+    tpot_target: Option<Duration>,
     /// Its priority under admission (`x-priority`: critical, standard or sheddable).
     priority: Priority,
     body: Bytes,
@@ -366,7 +369,11 @@ impl Incoming {
         let lora = text("model").filter(|m| gw.loras.contains(m));
         let salt = namespace_salt(lora.as_deref(), text("cache_salt").as_deref());
         let streamed = stream::is_streamed(&value);
-        let (ttft_target, priority) = admission_headers(headers)?;
+        let Targets {
+            ttft: ttft_target,
+            tpot: tpot_target,
+            priority,
+        } = admission_headers(headers)?;
         Ok(Self {
             endpoint,
             tokens,
@@ -375,6 +382,7 @@ impl Incoming {
             streamed,
             explain: headers.contains_key("x-routing-receipt"),
             ttft_target,
+            tpot_target,
             priority,
             body: if streamed {
                 stream::with_usage(value)
@@ -391,6 +399,9 @@ impl Incoming {
         if let Some(target) = self.ttft_target {
             request = request.with_ttft_target(target);
         }
+        if let Some(target) = self.tpot_target {
+            request = request.with_tpot_target(target);
+        }
         match &self.session {
             Some(s) => request.with_session(s),
             None => request,
@@ -398,9 +409,10 @@ impl Incoming {
     }
 }
 
-/// The admission headers: `x-ttft-target-ms` (a whole number of milliseconds above 0) and
-/// `x-priority` (`critical`, `standard` or `sheddable`; default standard).
-fn admission_headers(headers: &HeaderMap) -> Result<(Option<Duration>, Priority), String> {
+/// The admission headers: `x-ttft-target-ms` and `x-tpot-target-ms` (each a whole number of
+/// milliseconds above 0) and `x-priority` (`critical`, `standard` or `sheddable`; default
+/// standard).
+fn admission_headers(headers: &HeaderMap) -> Result<Targets, String> {
     let text = |name: &str| {
         headers
             .get(name)
@@ -411,23 +423,37 @@ fn admission_headers(headers: &HeaderMap) -> Result<(Option<Duration>, Priority)
             })
             .transpose()
     };
-    let target = match text("x-ttft-target-ms")? {
-        None => None,
-        Some(v) => match v.parse::<u64>() {
-            Ok(ms) if ms > 0 => Some(Duration::from_millis(ms)),
-            _ => {
-                return Err(format!(
-                    "x-ttft-target-ms: {v:?} is not a number of milliseconds above 0"
-                ));
-            }
-        },
+    let millis = |name: &str| -> Result<Option<Duration>, String> {
+        match text(name)? {
+            None => Ok(None),
+            Some(v) => match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+                _ => Err(format!(
+                    "{name}: {v:?} is not a number of milliseconds above 0"
+                )),
+            },
+        }
     };
     let priority = match text("x-priority")? {
         None => Priority::Standard,
         Some(v) => Priority::parse(v)
             .map_err(|_| format!("x-priority: {v:?} is not critical, standard or sheddable"))?,
     };
-    Ok((target, priority))
+    Ok(Targets {
+        ttft: millis("x-ttft-target-ms")?,
+        tpot: millis("x-tpot-target-ms")?,
+        priority,
+    })
+}
+
+/// A request's admission headers.
+struct Targets {
+    /// `x-ttft-target-ms`.
+    ttft: Option<Duration>,
+    /// `x-tpot-target-ms`.
+    tpot: Option<Duration>,
+    /// `x-priority` (default standard).
+    priority: Priority,
 }
 
 /// The answer to a request admission refused: `429` with an OpenAI-style error (type

@@ -93,11 +93,17 @@ impl Limit {
 pub struct Shed {
     /// The request's priority.
     pub priority: Priority,
-    /// The target it was held to: its own, or a share of it for a sheddable request.
+    /// The time-to-first-token target it was held to: its own, or a share of it for a
+    /// sheddable request (`Duration::MAX`'s stand-in, 10^9 s, without one).
     pub target: Duration,
-    /// The best predicted time to first token over every available worker.
+    /// The time-per-output-token target it was held to, if it had one.
+    pub tpot_target: Option<Duration>,
+    /// The best worker's predicted time to first token: the best worker is the one nearest
+    /// to meeting the targets (the least of the larger ratio of prediction to target).
     pub best_ttft: Duration,
-    /// The worker with that best prediction.
+    /// The best worker's predicted time per output token.
+    pub best_tpot: Duration,
+    /// The best worker.
     pub best_worker: WorkerId,
     /// What bound that prediction most.
     pub limit: Limit,
@@ -111,12 +117,26 @@ impl std::fmt::Display for Shed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} request shed: best predicted time to first token {:.3} s (worker {}, bound by {}) against a target of {:.3} s",
+            "{} request shed: best predicted time to first token {:.3} s",
             self.priority.name(),
             self.best_ttft.as_secs_f64(),
+        )?;
+        if self.target < Duration::from_secs(1_000_000_000) {
+            write!(f, " against a target of {:.3} s", self.target.as_secs_f64())?;
+        }
+        if let Some(tpot) = self.tpot_target {
+            write!(
+                f,
+                ", per output token {:.4} s against {:.4} s",
+                self.best_tpot.as_secs_f64(),
+                tpot.as_secs_f64()
+            )?;
+        }
+        write!(
+            f,
+            " (worker {}, bound by {})",
             self.best_worker.index(),
-            self.limit.name(),
-            self.target.as_secs_f64(),
+            self.limit.name()
         )
     }
 }
@@ -206,8 +226,10 @@ impl AdmissionConfig {
 /// model's prediction.
 pub(crate) struct Admission {
     pub(crate) priority: Priority,
-    /// The target it is held to, in seconds.
+    /// The time-to-first-token target it is held to, in seconds (infinite without one).
     pub(crate) target_s: f64,
+    /// The time-per-output-token target it is held to, in seconds (infinite without one).
+    pub(crate) tpot_target_s: f64,
     /// [`AdmissionConfig::oversized_wait_share`].
     pub(crate) oversized_share: f64,
     pub(crate) prompt: u64,
@@ -266,7 +288,9 @@ impl Gate for Admission {
             Admit::All => Ok(()),
             Admit::Refuse(limit) => {
                 let predictions = self.predict(config, candidates);
-                let (best, worker) = best_of(&predictions, candidates).ok_or(Error::NoWorkers)?;
+                let (best, worker) = self
+                    .best_of(&predictions, candidates)
+                    .ok_or(Error::NoWorkers)?;
                 Err(Error::Shed(self.shed(&best, worker, limit)))
             }
             Admit::Predicted if self.priority == Priority::Critical => Ok(()),
@@ -275,33 +299,45 @@ impl Gate for Admission {
     }
 }
 
-/// The best (lowest) prediction of `predictions` (one per candidate), with its worker.
-fn best_of(predictions: &[TtftParts], candidates: &[Candidate]) -> Option<(TtftParts, WorkerId)> {
-    predictions
-        .iter()
-        .zip(candidates)
-        .min_by(|a, b| a.0.total_s().total_cmp(&b.0.total_s()))
-        .map(|(p, c)| (*p, c.worker))
+/// A candidate's predicted times.
+#[derive(Clone, Copy, Debug)]
+struct Prediction {
+    ttft: TtftParts,
+    tpot_s: f64,
 }
 
 impl Admission {
-    /// Each candidate's predicted time to first token, part by part.
-    fn predict(&self, config: &LoadConfig, candidates: &Candidates) -> SmallVec<[TtftParts; 64]> {
+    /// Each candidate's prediction: time to first token part by part, and time per output
+    /// token.
+    fn predict(&self, config: &LoadConfig, candidates: &Candidates) -> SmallVec<[Prediction; 64]> {
         candidates
             .iter()
             .map(|c| {
                 let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
                 let request = (self.prompt, miss, self.output);
-                c.estimate.ttft_parts(config, request, c.speed())
+                Prediction {
+                    ttft: c.estimate.ttft_parts(config, request, c.speed()),
+                    tpot_s: c.estimate.tpot_s(config, request, c.speed()),
+                }
             })
             .collect()
+    }
+
+    /// Whether `p` meets both targets.
+    fn meets(&self, p: &Prediction) -> bool {
+        p.ttft.meets(self.target_s, self.oversized_share) && p.tpot_s <= self.tpot_target_s
+    }
+
+    /// How far `p` is from meeting the targets: the larger of its ratios to them.
+    fn distance(&self, p: &Prediction) -> f64 {
+        (p.ttft.total_s() / self.target_s).max(p.tpot_s / self.tpot_target_s)
     }
 
     /// Keeps the candidates predicted to meet the target, or refuses the request when none
     /// is.
     fn keep_meeting(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error> {
         let predictions = self.predict(config, candidates);
-        let meets = |p: &TtftParts| p.meets(self.target_s, self.oversized_share);
+        let meets = |p: &Prediction| self.meets(p);
         if predictions.iter().all(meets) {
             return Ok(());
         }
@@ -310,22 +346,48 @@ impl Admission {
             candidates.retain(|_| kept.next().unwrap_or(false));
             return Ok(());
         }
-        let (best, worker) = best_of(&predictions, candidates).ok_or(Error::NoWorkers)?;
-        let limit = best.limit(self.target_s);
+        let (best, worker) = self
+            .best_of(&predictions, candidates)
+            .ok_or(Error::NoWorkers)?;
+        let limit = if best.tpot_s / self.tpot_target_s > best.ttft.total_s() / self.target_s {
+            Limit::Decode
+        } else {
+            best.ttft.limit(self.target_s)
+        };
         Err(Error::Shed(self.shed(&best, worker, limit)))
     }
 
+    /// The prediction of `predictions` (one per candidate) nearest to meeting the targets,
+    /// with its worker.
+    fn best_of(
+        &self,
+        predictions: &[Prediction],
+        candidates: &[Candidate],
+    ) -> Option<(Prediction, WorkerId)> {
+        predictions
+            .iter()
+            .zip(candidates)
+            .min_by(|a, b| self.distance(a.0).total_cmp(&self.distance(b.0)))
+            .map(|(p, c)| (*p, c.worker))
+    }
+
     /// The refusal bound by `limit`, from the best worker's prediction.
-    fn shed(&self, best: &TtftParts, worker: WorkerId, limit: Limit) -> Shed {
-        let total = best.total_s();
+    fn shed(&self, best: &Prediction, worker: WorkerId, limit: Limit) -> Shed {
+        let total = best.ttft.total_s();
         let wait = (total - self.target_s).max(0.0);
+        let seconds = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 1e9));
         Shed {
             priority: self.priority,
-            target: Duration::from_secs_f64(self.target_s),
-            best_ttft: Duration::from_secs_f64(total.min(1e9)),
+            target: seconds(self.target_s),
+            tpot_target: self
+                .tpot_target_s
+                .is_finite()
+                .then(|| seconds(self.tpot_target_s)),
+            best_ttft: seconds(total),
+            best_tpot: seconds(best.tpot_s),
             best_worker: worker,
             limit,
-            retry_after: (limit != Limit::Prompt).then(|| Duration::from_secs_f64(wait.min(1e9))),
+            retry_after: (limit != Limit::Prompt).then(|| seconds(wait)),
         }
     }
 }

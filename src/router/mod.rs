@@ -66,6 +66,7 @@ pub struct RouteRequest<'a> {
     expected_output: Option<u32>,
     time: Option<std::time::Duration>,
     ttft_target: Option<std::time::Duration>,
+    tpot_target: Option<std::time::Duration>,
     priority: Priority,
     /// [`key`](Self::key) without a session, computed once.
     token_key: u64,
@@ -85,6 +86,7 @@ impl<'a> RouteRequest<'a> {
             expected_output: None,
             time: None,
             ttft_target: None,
+            tpot_target: None,
             priority: Priority::Standard,
             token_key: token_key(tokens, &[]),
             session_key: None,
@@ -144,6 +146,32 @@ impl<'a> RouteRequest<'a> {
     #[must_use]
     pub fn ttft_target(&self) -> Option<std::time::Duration> {
         self.ttft_target
+    }
+
+    /// A time-per-output-token target: the request asks for admission, as with
+    /// [`with_ttft_target`](Self::with_ttft_target) (the two may be given together). A worker
+    /// meets it when the load model predicts its decode steps, with this request in the
+    /// batch and the prefill queued there shared over the request's output, take no longer;
+    /// a refusal it binds says [`Limit::Decode`].
+    #[must_use]
+    pub fn with_tpot_target(self, target: std::time::Duration) -> Self {
+        Self {
+            tpot_target: Some(target),
+            ..self
+        }
+    }
+
+    /// The time-per-output-token target, if given.
+    #[must_use]
+    pub fn tpot_target(&self) -> Option<std::time::Duration> {
+        self.tpot_target
+    }
+
+    /// Whether the request asks for admission: it carries a target.
+    #[inline]
+    #[must_use]
+    pub fn asks_admission(&self) -> bool {
+        self.ttft_target.is_some() || self.tpot_target.is_some()
     }
 
     /// The request's priority under admission (default [`Priority::Standard`]).

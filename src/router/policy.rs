@@ -285,7 +285,7 @@ pub trait Policy: Send + Sync {
     }
 
     /// The policy's own admission rule for `request`, which asks for admission (it carries
-    /// a [`ttft_target`](RouteRequest::ttft_target)), over every available worker. The
+    /// a target, [`RouteRequest::asks_admission`]), over every available worker. The
     /// default: [`Admit::Predicted`], the crate's rule. A policy that answers otherwise
     /// owns its refusals: [`Priority::Critical`](crate::Priority::Critical) requests are
     /// never refused only under the crate's rule.
@@ -450,17 +450,15 @@ impl<P: Policy> PolicyRouter<P> {
         blocks: &Blocks,
         candidates: &mut Candidates,
     ) -> Result<(usize, u32), Error> {
-        match request.ttft_target() {
-            None => self.choose_gated(request, blocks, candidates, &Open),
-            Some(target) => {
-                let admission = self.admission(request, target);
-                let choice = self.choose_gated(request, blocks, candidates, &admission);
-                if let Err(Error::Shed(shed)) = &choice {
-                    self.fleet.shed(shed);
-                }
-                choice
-            }
+        if !request.asks_admission() {
+            return self.choose_gated(request, blocks, candidates, &Open);
         }
+        let admission = self.admission(request);
+        let choice = self.choose_gated(request, blocks, candidates, &admission);
+        if let Err(Error::Shed(shed)) = &choice {
+            self.fleet.shed(shed);
+        }
+        choice
     }
 
     /// [`choose`](Self::choose) with the candidates passed through `gate`.
@@ -509,14 +507,20 @@ impl<P: Policy> PolicyRouter<P> {
         })
     }
 
-    /// The admission of a request asking for `target`.
+    /// The admission of a request asking for it.
     #[cold]
-    fn admission(&self, request: &RouteRequest<'_>, target: std::time::Duration) -> Admission {
+    fn admission(&self, request: &RouteRequest<'_>) -> Admission {
         let config = self.fleet.config();
-        let target = config.admission.target_of(request.priority(), target);
+        let priority = request.priority();
+        let target_s = |target: Option<std::time::Duration>| {
+            target.map_or(f64::INFINITY, |t| {
+                config.admission.target_of(priority, t).as_secs_f64()
+            })
+        };
         Admission {
-            priority: request.priority(),
-            target_s: target.as_secs_f64(),
+            priority,
+            target_s: target_s(request.ttft_target()),
+            tpot_target_s: target_s(request.tpot_target()),
             oversized_share: config.admission.oversized_wait_share,
             prompt: request.tokens().len() as u64,
             output: request

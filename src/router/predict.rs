@@ -57,6 +57,23 @@ impl Estimate {
         (ttft, f64::from(output) * per_step / speed)
     }
 
+    /// A request's predicted time per output token on this worker running at `speed`
+    /// (`request` is its prompt tokens, uncached tokens and output tokens): a decode step
+    /// with it in the batch, plus the prefill queued here now spread over its output, as the
+    /// measure of the prefill chunks its steps will share.
+    pub(crate) fn tpot_s(
+        &self,
+        config: &LoadConfig,
+        (prompt, _, output): (u64, u64, u32),
+        speed: f64,
+    ) -> f64 {
+        let rate = config.prefill_tokens_per_s * speed;
+        let decodes = self.decoding as f64 + 1.0;
+        let context = self.decode_context() + prompt as f64;
+        let step = config.step.seconds(0.0, decodes, context, rate) / speed;
+        step + self.prefill_tokens as f64 / rate / f64::from(output.max(1))
+    }
+
     /// The parts of the time to first token, each uncached token weighing 1:
     /// [`times`](Self::times) sums them in one go.
     #[inline]

@@ -57,6 +57,8 @@ async fn bad_admission_headers_are_400() {
         &[("x-ttft-target-ms", "abc")][..],
         &[("x-ttft-target-ms", "0")],
         &[("x-ttft-target-ms", "-5")],
+        &[("x-tpot-target-ms", "0")],
+        &[("x-tpot-target-ms", "fast")],
         &[("x-priority", "urgent")],
     ] {
         let (status, v, _) = post_with(&gw, headers).await;
