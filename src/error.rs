@@ -92,6 +92,18 @@ pub enum Error {
     /// again then.
     #[error("{0}")]
     Shed(crate::Shed),
+    /// A worker's role does not allow what it was asked to do: a prefill-only worker as the
+    /// decode side of a pair, a decode-only one as the prefill side, or a pair of one worker
+    /// ([`PdRouter`](crate::PdRouter)).
+    #[error("worker {} is {role} and cannot {wanted}", worker.index())]
+    WrongRole {
+        /// The worker.
+        worker: crate::WorkerId,
+        /// Its role's name (`prefill`, `decode` or `both`).
+        role: &'static str,
+        /// What it was asked to do.
+        wanted: &'static str,
+    },
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

@@ -328,6 +328,17 @@ impl CacheIndex {
         Ok((predicted, reported))
     }
 
+    /// Records that `worker` now holds `blocks` (a prompt handed to it, as after a
+    /// prefill/decode handoff).
+    pub(crate) fn credit(&self, worker: WorkerId, blocks: &[BlockHash]) {
+        let mut mirror = self.lock();
+        let Mirror { tree, sync } = &mut *mirror;
+        tree.insert(worker, blocks);
+        if sync.groups().any() {
+            sync.groups_mut().routed(worker, blocks);
+        }
+    }
+
     /// Forgets `worker`'s mirror, and applies the configured capacity to it afresh.
     pub(crate) fn reset_worker(&self, worker: WorkerId) {
         let mirror = &mut *self.lock();

@@ -15,6 +15,7 @@ mod estimate;
 mod fleet;
 mod index;
 mod load;
+mod pd;
 mod policy;
 mod predict;
 mod ranks;
@@ -34,6 +35,10 @@ pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashR
 pub use self::fleet::WorkerLoad;
 pub use self::index::{CacheIndex, IndexConfig};
 pub use self::load::{EngineLoad, LoadConfig, Staleness, StepModel, WorkerProfile};
+pub use self::pd::{
+    AlwaysSplit, ByCost, Decide, NeverSplit, PairDecision, PairView, PdConfig, PdRouter, Plan,
+    PlanCost, Role, Topology,
+};
 pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min};
 pub use self::ranks::RankLayout;
 pub use self::receipt::{Cost, CostTerm, Receipt, ReceiptLine};

@@ -38,6 +38,12 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// Counts the whole prompt of `tokens` cached: a decode worker receiving it from a
+    /// prefill worker prefills none of it.
+    pub(crate) fn assume_cached(&mut self, tokens: usize) {
+        self.cached_tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+    }
+
     /// Turns the blocks written by [`fill`] into tokens: `block_size` a block, at most the
     /// prompt's `tokens`.
     fn set_cached(&mut self, block_size: usize, tokens: usize) {
@@ -606,6 +612,55 @@ impl Classes {
 }
 
 impl<P: Policy> PolicyRouter<P> {
+    /// Every available worker as a candidate for `request` (its blocks `blocks`, hashed by
+    /// [`hash`](Self::hash)) with what the mirror predicts it holds, passed to `choose`,
+    /// which returns its answer and the worker the prompt is recorded for.
+    pub(crate) fn with_candidates<T>(
+        &self,
+        request: &RouteRequest<'_>,
+        blocks: &Blocks,
+        choose: impl FnOnce(&mut Candidates, u32) -> Result<(T, WorkerId), Error>,
+    ) -> Result<T, Error> {
+        let mut candidates = Candidates::new();
+        self.fleet.candidates(&mut candidates);
+        if candidates.is_empty() {
+            return Err(Error::NoWorkers);
+        }
+        let block_size = self.index.hasher().block_size();
+        let tokens = request.tokens().len();
+        self.index.match_choose_insert(blocks, |holders| {
+            fill(&mut candidates, holders);
+            for c in candidates.iter_mut() {
+                c.set_cached(block_size, tokens);
+            }
+            let deepest = holders.last().map_or(0, |h| h.1.blocks);
+            choose(&mut candidates, deepest)
+        })
+    }
+
+    /// The blocks of `request`'s prompt, as the mirror hashes them.
+    pub(crate) fn hash(&self, request: &RouteRequest<'_>) -> Blocks {
+        let mut blocks = Blocks::new();
+        self.index.hash_request(request, &mut blocks);
+        blocks
+    }
+
+    /// Charges `candidate`'s worker with `request` (see [`Fleet::commit`]), with its rank.
+    pub(crate) fn commit(
+        &self,
+        candidate: &Candidate,
+        request: &RouteRequest<'_>,
+        deepest: u32,
+    ) -> Option<RouteDecision> {
+        let decision = self.fleet.commit(candidate, request, deepest)?;
+        Some(decision.with_rank(self.layout.rank(candidate.worker)))
+    }
+
+    /// Records that `worker` now holds `blocks`.
+    pub(crate) fn credit(&self, worker: WorkerId, blocks: &[crate::BlockHash]) {
+        self.index.credit(worker, blocks);
+    }
+
     /// Routes `request`, leaving in `candidates` what the policy chose from.
     fn route_among(
         &self,

@@ -1,0 +1,14 @@
+//! Prefill/decode disaggregation: workers with roles ([`Role`]) and a topology
+//! ([`Topology`]), and [`PdRouter`], which routes each request to a decode worker, prefilled
+//! there or on a prefill worker whose KV then moves, by the plans' predicted costs
+//! ([`PlanCost`]) or by another [`Decide`]r.
+
+mod plan;
+mod role;
+mod router;
+mod topology;
+
+pub use plan::{AlwaysSplit, ByCost, Decide, NeverSplit, PairView, Plan, PlanCost};
+pub use role::Role;
+pub use router::{PairDecision, PdConfig, PdRouter};
+pub use topology::Topology;

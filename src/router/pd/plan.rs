@@ -1,0 +1,252 @@
+//! Plans for a request on a disaggregated fleet, their predicted costs, and the deciders
+//! that choose among them.
+
+use super::role::Role;
+use super::topology::Topology;
+use crate::RouteRequest;
+use crate::router::load::LoadConfig;
+use crate::router::policy::Candidate;
+
+/// Where a request runs: on one decode worker that prefills it too, or prefilled on one
+/// worker and decoded on another after its KV moves. Indices are into the
+/// [`PairView`]'s candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Plan {
+    /// Prefilled and decoded on `decode`.
+    Aggregated {
+        /// The decode worker's candidate index.
+        decode: usize,
+    },
+    /// Prefilled on `prefill`, its KV moved to `decode`, decoded there.
+    Split {
+        /// The prefill worker's candidate index.
+        prefill: usize,
+        /// The decode worker's candidate index.
+        decode: usize,
+    },
+}
+
+impl Plan {
+    /// The decode worker's candidate index.
+    #[must_use]
+    pub fn decode(self) -> usize {
+        match self {
+            Plan::Aggregated { decode } | Plan::Split { decode, .. } => decode,
+        }
+    }
+
+    /// The prefill worker's candidate index, for a split plan.
+    #[must_use]
+    pub fn prefill(self) -> Option<usize> {
+        match self {
+            Plan::Aggregated { .. } => None,
+            Plan::Split { prefill, .. } => Some(prefill),
+        }
+    }
+}
+
+/// A plan's predicted cost, by the load model.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct PlanCost {
+    /// Time to first token: the prefill worker's queue and the request's own uncached
+    /// prefill there, the KV transfer and the decode worker's wait for a slot and its first
+    /// step (split); the decode worker's own time to first token (aggregated).
+    pub ttft_s: f64,
+    /// Time per output token on the decode worker.
+    pub tpot_s: f64,
+    /// The delay its prefill adds to the decodes running where it prefills, summed over
+    /// them (each waits for the prefill's compute in the steps they share): the time per
+    /// output token that disaggregation spares a decode worker's running requests.
+    pub harm_s: f64,
+    /// Seconds moving the KV the decode worker lacks (0 aggregated).
+    pub transfer_s: f64,
+    /// Bytes of KV moved (0 aggregated).
+    pub transfer_bytes: u64,
+    /// The request's own decode time: its output at `tpot_s`.
+    pub decode_s: f64,
+}
+
+impl PlanCost {
+    /// What the cost decider minimises: the request's time to first token and decode time,
+    /// and the delay it adds to others.
+    #[must_use]
+    pub fn total_s(&self) -> f64 {
+        self.ttft_s + self.decode_s + self.harm_s
+    }
+}
+
+/// What a [`Decide`] sees: every available worker as a [`Candidate`] (loads and what each
+/// holds of the prompt) with its role, and the cost of any plan.
+pub struct PairView<'a> {
+    pub(crate) request: &'a RouteRequest<'a>,
+    pub(crate) candidates: &'a [Candidate],
+    pub(crate) roles: &'a [Role],
+    pub(crate) config: &'a LoadConfig,
+    pub(crate) topology: &'a Topology,
+    pub(crate) kv_bytes_per_token: u64,
+}
+
+impl PairView<'_> {
+    /// The candidates.
+    #[must_use]
+    pub fn candidates(&self) -> &[Candidate] {
+        self.candidates
+    }
+
+    /// Candidate `i`'s role.
+    #[must_use]
+    pub fn role(&self, i: usize) -> Role {
+        self.roles.get(i).copied().unwrap_or_default()
+    }
+
+    /// Indices of the candidates that may decode.
+    pub fn decoders(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.candidates.len()).filter(|&i| self.role(i).decodes())
+    }
+
+    /// Indices of the candidates that may prefill for another.
+    pub fn prefillers(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.candidates.len()).filter(|&i| self.role(i).prefills_for_others())
+    }
+
+    /// The predicted cost of `plan` (indices as [`Plan`] says; a plan the roles forbid is
+    /// costed all the same, and refused when chosen).
+    #[must_use]
+    pub fn cost(&self, plan: Plan) -> PlanCost {
+        let prompt = self.request.tokens().len() as u64;
+        let output = self
+            .request
+            .expected_output()
+            .unwrap_or(self.config.default_output_tokens);
+        let d = &self.candidates[plan.decode()];
+        let miss = |c: &Candidate| prompt.saturating_sub(c.cached_tokens() as u64);
+        let tpot_s = d
+            .estimate
+            .tpot_s(self.config, (prompt, 0, output), d.speed());
+        let decode_s = tpot_s * f64::from(output);
+        match plan.prefill() {
+            None => {
+                let ttft = d
+                    .estimate
+                    .ttft_parts(self.config, (prompt, miss(d), output), d.speed());
+                PlanCost {
+                    ttft_s: ttft.total_s(),
+                    tpot_s,
+                    harm_s: self.harm_s(d, miss(d)),
+                    decode_s,
+                    ..PlanCost::default()
+                }
+            }
+            Some(p) => {
+                let p = &self.candidates[p];
+                let prefill = p
+                    .estimate
+                    .ttft_parts(self.config, (prompt, miss(p), 1), p.speed());
+                let seat = d
+                    .estimate
+                    .ttft_parts(self.config, (prompt, 0, output), d.speed());
+                let bytes = miss(d).saturating_mul(self.kv_bytes_per_token);
+                let transfer_s = bytes as f64 / self.topology.bytes_per_s(p.worker(), d.worker());
+                PlanCost {
+                    ttft_s: prefill.total_s() + transfer_s + seat.wait_s + tpot_s,
+                    tpot_s,
+                    harm_s: self.harm_s(p, miss(p)),
+                    transfer_s,
+                    transfer_bytes: bytes,
+                    decode_s,
+                }
+            }
+        }
+    }
+
+    /// The delay a prefill of `miss` tokens on `c` adds to its running decodes, summed.
+    fn harm_s(&self, c: &Candidate, miss: u64) -> f64 {
+        let rate = self.config.prefill_tokens_per_s * c.speed();
+        c.decoding() as f64 * miss as f64 / rate
+    }
+
+    /// The cheapest plan by [`PlanCost::total_s`] with its decode worker among `decoders`
+    /// and its prefill worker (when split) among `prefillers`; aggregated plans only when
+    /// `aggregate`, split ones only when `split`. `None` when no plan is allowed.
+    #[must_use]
+    pub fn cheapest(&self, aggregate: bool, split: bool) -> Option<(Plan, PlanCost)> {
+        let mut best: Option<(Plan, PlanCost)> = None;
+        let mut consider = |plan: Plan| {
+            let cost = self.cost(plan);
+            if best.is_none_or(|(_, b)| cost.total_s() < b.total_s()) {
+                best = Some((plan, cost));
+            }
+        };
+        for decode in self.decoders() {
+            if aggregate {
+                consider(Plan::Aggregated { decode });
+            }
+            if split {
+                for prefill in self.prefillers().filter(|&p| p != decode) {
+                    consider(Plan::Split { prefill, decode });
+                }
+            }
+        }
+        best
+    }
+}
+
+/// Chooses a request's plan on a disaggregated fleet ([`PdRouter`](crate::PdRouter)).
+pub trait Decide: Send + Sync {
+    /// The decider's name, for reports.
+    fn name(&self) -> &'static str;
+
+    /// The plan for `request` among what `view` offers. A plan whose decode worker cannot
+    /// decode, whose prefill worker cannot prefill for others, or which pairs a worker with
+    /// itself is refused ([`Error::WrongRole`](crate::Error::WrongRole)).
+    fn decide(&self, request: &RouteRequest<'_>, view: &PairView<'_>) -> Plan;
+}
+
+/// The crate's decider: the plan of least predicted cost ([`PlanCost::total_s`]) over every
+/// decode worker, aggregated or split with every prefill worker. No threshold: a request
+/// splits when moving its KV costs less than the stall its prefill would cause.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ByCost;
+
+impl Decide for ByCost {
+    fn name(&self) -> &'static str {
+        "cost"
+    }
+
+    fn decide(&self, _: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+        view.cheapest(true, true)
+            .map_or(Plan::Aggregated { decode: 0 }, |(plan, _)| plan)
+    }
+}
+
+/// Always splits (the cheapest split plan), unless no prefill worker can: then aggregated.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AlwaysSplit;
+
+impl Decide for AlwaysSplit {
+    fn name(&self) -> &'static str {
+        "always"
+    }
+
+    fn decide(&self, _: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+        view.cheapest(false, true)
+            .or_else(|| view.cheapest(true, false))
+            .map_or(Plan::Aggregated { decode: 0 }, |(plan, _)| plan)
+    }
+}
+
+/// Never splits: the cheapest decode worker prefills its own requests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NeverSplit;
+
+impl Decide for NeverSplit {
+    fn name(&self) -> &'static str {
+        "never"
+    }
+
+    fn decide(&self, _: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+        view.cheapest(true, false)
+            .map_or(Plan::Aggregated { decode: 0 }, |(plan, _)| plan)
+    }
+}

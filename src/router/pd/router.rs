@@ -1,0 +1,304 @@
+//! [`PdRouter`]: pair routing over role-tagged workers, on the crate's mirror and load model.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use super::plan::{ByCost, Decide, PairView, Plan, PlanCost};
+use super::role::Role;
+use super::topology::Topology;
+use crate::router::policy::Candidate;
+use crate::{
+    BalancedConfig, BalancedRouter, BlockHash, Error, RouteDecision, RouteRequest, Router, WorkerId,
+};
+
+/// How a [`PdRouter`] costs plans.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PdConfig {
+    /// The load model and the mirror's settings, as for [`BalancedRouter`].
+    pub balanced: BalancedConfig,
+    /// Bytes of KV a prompt token takes (2 × layers × KV heads × head size × bytes per
+    /// value: Llama-3-8B in BF16, 131,072). Default 131,072.
+    pub kv_bytes_per_token: u64,
+    /// Where the workers sit and how fast KV moves between them.
+    pub topology: Topology,
+}
+
+impl Default for PdConfig {
+    fn default() -> Self {
+        Self {
+            balanced: BalancedConfig::default(),
+            kv_bytes_per_token: 131_072,
+            topology: Topology::default(),
+        }
+    }
+}
+
+impl PdConfig {
+    crate::config::setters! {
+        /// Sets [`balanced`](Self::balanced).
+        with_balanced: balanced: BalancedConfig;
+        /// Sets [`kv_bytes_per_token`](Self::kv_bytes_per_token).
+        with_kv_bytes_per_token: kv_bytes_per_token: u64;
+        /// Sets [`topology`](Self::topology).
+        with_topology: topology: Topology;
+    }
+}
+
+/// A pair routing's answer: the decode worker (charged with the request's decode, and with
+/// its prefill when aggregated), the prefill worker when split (charged with the prefill),
+/// the plan's predicted cost, and the prompt's blocks for the handoff.
+#[derive(Debug)]
+pub struct PairDecision {
+    decode: RouteDecision,
+    prefill: Option<RouteDecision>,
+    cost: PlanCost,
+    blocks: Vec<BlockHash>,
+    handed_off: AtomicBool,
+}
+
+impl PairDecision {
+    /// The decode worker's decision.
+    #[must_use]
+    pub fn decode(&self) -> &RouteDecision {
+        &self.decode
+    }
+
+    /// The prefill worker's decision, when the request is split.
+    #[must_use]
+    pub fn prefill(&self) -> Option<&RouteDecision> {
+        self.prefill.as_ref()
+    }
+
+    /// Whether the request is split (prefilled on another worker).
+    #[must_use]
+    pub fn is_split(&self) -> bool {
+        self.prefill.is_some()
+    }
+
+    /// The plan's predicted cost.
+    #[must_use]
+    pub fn cost(&self) -> PlanCost {
+        self.cost
+    }
+}
+
+/// Routes requests on a fleet whose workers prefill, decode or both ([`Role`]): each
+/// request to a decode worker, prefilled there or on a prefill worker whose KV then moves
+/// to it, as the decider `D` chooses ([`ByCost`] by default: the plan of least predicted
+/// time to first token, decode time and stall to others, no threshold).
+///
+/// It keeps one mirror and one load model for the whole fleet (a [`BalancedRouter`]'s), so a
+/// prompt prefilled on a prefill worker is predicted cached there, and, once the host says
+/// the handoff is done ([`prefill_done`](Self::prefill_done)), on the decode worker too:
+/// the next turn of the conversation can then go aggregated to that worker.
+///
+/// ```
+/// use prefix_router::{PdConfig, PdRouter, Role, RouteRequest, Router};
+///
+/// let roles = [Role::Prefill, Role::Decode, Role::Decode];
+/// let router = PdRouter::new(&roles, PdConfig::default())?;
+/// let prompt: Vec<u32> = (0..4_096).collect();
+/// let request = RouteRequest::new(&prompt).with_expected_output(64);
+/// let pair = router.route_pair(&request)?;
+/// assert_ne!(pair.decode().worker().index(), 0, "a prefill worker never decodes");
+/// router.prefill_done(&pair);
+/// router.complete(&pair);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+pub struct PdRouter<D = ByCost> {
+    inner: BalancedRouter,
+    roles: Vec<Role>,
+    config: PdConfig,
+    decider: D,
+}
+
+impl PdRouter<ByCost> {
+    /// A router over workers `0..roles.len()` with those roles, deciding by cost.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_decider`](Self::with_decider).
+    pub fn new(roles: &[Role], config: PdConfig) -> Result<Self, Error> {
+        Self::with_decider(roles, config, ByCost)
+    }
+}
+
+impl<D: Decide> PdRouter<D> {
+    /// A router over workers `0..roles.len()` with those roles, deciding with `decider`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when no worker decodes, or for a setting out of range.
+    pub fn with_decider(roles: &[Role], config: PdConfig, decider: D) -> Result<Self, Error> {
+        if !roles.iter().any(|r| r.decodes()) {
+            return Err(crate::config::invalid(
+                "roles",
+                format!("{} prefill workers", roles.len()),
+                "at least one worker that decodes",
+            ));
+        }
+        config.topology.validate()?;
+        let n = u32::try_from(roles.len())
+            .map_err(|_| crate::config::invalid("roles", roles.len(), "fewer than 2^32 workers"))?;
+        let inner = BalancedRouter::with_config(n, config.balanced)?;
+        Ok(Self {
+            inner,
+            roles: roles.to_vec(),
+            config,
+            decider,
+        })
+    }
+
+    /// The router underneath, for load reports, events and profiles
+    /// ([`Router::report_load`], [`Router::apply_event`](crate::CacheSync), ...).
+    #[must_use]
+    pub fn router(&self) -> &BalancedRouter {
+        &self.inner
+    }
+
+    /// `worker`'s role.
+    #[must_use]
+    pub fn role(&self, worker: WorkerId) -> Option<Role> {
+        self.roles.get(worker.index()).copied()
+    }
+
+    /// The decider's name.
+    #[must_use]
+    pub fn decider_name(&self) -> &'static str {
+        self.decider.name()
+    }
+
+    /// Routes `request` to a pair (or one decode worker), charging each side.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoWorkers`] when no worker is available; [`Error::WrongRole`] when the
+    /// decider chose a plan the roles forbid; [`Error::InvalidChoice`] for an index outside
+    /// the candidates.
+    pub fn route_pair(&self, request: &RouteRequest<'_>) -> Result<PairDecision, Error> {
+        let blocks = self.inner.hash(request);
+        let (plan, cost, candidates, deepest) =
+            self.inner
+                .with_candidates(request, &blocks, |candidates, deepest| {
+                    if !candidates.iter().any(|c| self.role_of(c).decodes()) {
+                        return Err(Error::NoWorkers);
+                    }
+                    let roles: Vec<Role> = candidates.iter().map(|c| self.role_of(c)).collect();
+                    let view = PairView {
+                        request,
+                        candidates,
+                        roles: &roles,
+                        config: self.inner.load_config(),
+                        topology: &self.config.topology,
+                        kv_bytes_per_token: self.config.kv_bytes_per_token,
+                    };
+                    let plan = self.decider.decide(request, &view);
+                    self.check(plan, candidates)?;
+                    let cost = view.cost(plan);
+                    let cached_at = candidates[plan.prefill().unwrap_or(plan.decode())].worker();
+                    Ok(((plan, cost, candidates.clone(), deepest), cached_at))
+                })?;
+        self.charge(request, plan, &candidates, deepest, (cost, blocks.to_vec()))
+    }
+
+    /// The role of `c`'s worker.
+    fn role_of(&self, c: &Candidate) -> Role {
+        self.role(c.worker()).unwrap_or_default()
+    }
+
+    /// Refuses a plan outside the candidates or against the roles.
+    fn check(&self, plan: Plan, candidates: &[Candidate]) -> Result<(), Error> {
+        let at = |i: usize| {
+            candidates.get(i).ok_or(Error::InvalidChoice {
+                policy: self.decider.name(),
+                index: i,
+                candidates: candidates.len(),
+            })
+        };
+        let wrong = |c: &Candidate, wanted| Error::WrongRole {
+            worker: c.worker(),
+            role: self.role_of(c).name(),
+            wanted,
+        };
+        let d = at(plan.decode())?;
+        if !self.role_of(d).decodes() {
+            return Err(wrong(d, "decode"));
+        }
+        if let Some(p) = plan.prefill() {
+            let p = at(p)?;
+            if p.worker() == d.worker() {
+                return Err(wrong(p, "prefill for itself as a pair"));
+            }
+            if !self.role_of(p).prefills_for_others() {
+                return Err(wrong(p, "prefill for another worker"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges the plan's workers: the prefill worker with the prompt and one output token,
+    /// the decode worker with the request (its prompt counted cached when split).
+    fn charge(
+        &self,
+        request: &RouteRequest<'_>,
+        plan: Plan,
+        candidates: &[Candidate],
+        deepest: u32,
+        (cost, blocks): (PlanCost, Vec<BlockHash>),
+    ) -> Result<PairDecision, Error> {
+        let mut d = candidates[plan.decode()];
+        let prefill = match plan.prefill() {
+            None => None,
+            Some(p) => {
+                d.assume_cached(request.tokens().len());
+                let leg = request.with_expected_output(1);
+                Some(
+                    self.inner
+                        .commit(&candidates[p], &leg, deepest)
+                        .ok_or(Error::NoWorkers)?,
+                )
+            }
+        };
+        let Some(decode) = self.inner.commit(&d, request, deepest) else {
+            if let Some(p) = &prefill {
+                self.inner.complete(p);
+            }
+            return Err(Error::NoWorkers);
+        };
+        Ok(PairDecision {
+            decode,
+            prefill,
+            cost,
+            blocks,
+            handed_off: AtomicBool::new(false),
+        })
+    }
+
+    /// The prefill is done and its KV is on the decode worker: the prefill worker's load is
+    /// released, and the decode worker's mirror is credited with the prompt. Once per
+    /// decision; a no-op for an aggregated one.
+    pub fn prefill_done(&self, pair: &PairDecision) {
+        let Some(prefill) = &pair.prefill else {
+            return;
+        };
+        if pair.handed_off.swap(true, Relaxed) {
+            return;
+        }
+        self.inner.complete(prefill);
+        self.inner.credit(pair.decode.worker(), &pair.blocks);
+    }
+
+    /// The decode worker's first token came (see [`Router::first_token`]).
+    pub fn first_token(&self, pair: &PairDecision) {
+        self.inner.first_token(&pair.decode);
+    }
+
+    /// The request is done: releases what it charged on both sides. A split request whose
+    /// handoff never came (the transfer failed) credits the decode worker nothing.
+    pub fn complete(&self, pair: &PairDecision) {
+        if let Some(prefill) = &pair.prefill {
+            self.inner.complete(prefill);
+        }
+        self.inner.complete(&pair.decode);
+    }
+}

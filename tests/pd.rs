@@ -1,0 +1,277 @@
+//! Prefill/decode pair routing: plan costs on hand-built fleets, the cost decider against a
+//! brute-force search, the handoff credit, and bad input.
+
+use std::time::Duration;
+
+use prefix_router::{
+    AlwaysSplit, ByCost, CacheSync, Decide, EngineLoad, Error, NeverSplit, PairView, PdConfig,
+    PdRouter, Plan, Role, RouteRequest, Router, Topology, WorkerId,
+};
+use proptest::prelude::*;
+
+fn tokens(n: u32, family: u32) -> Vec<u32> {
+    (0..n).map(|t| family * 1_000_000 + t).collect()
+}
+
+/// Tells `router` that `worker` runs `running` requests and has `prefill` tokens queued.
+fn busy(router: &PdRouter<impl Decide>, worker: u32, running: u64, prefill: u64) {
+    let load = EngineLoad::new(0, running, Duration::ZERO).with_prefill_tokens(prefill);
+    router
+        .router()
+        .report_load(WorkerId::new(worker), load)
+        .expect("report");
+}
+
+/// An idle decode worker that holds the prompt takes it aggregated: nothing to prefill,
+/// nothing to move.
+#[test]
+fn an_idle_holder_takes_the_request_aggregated() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let router = PdRouter::new(&roles, PdConfig::default()).expect("router");
+    let prompt = tokens(8_192, 1);
+    router
+        .router()
+        .replace_worker_cache(WorkerId::new(2), &[&prompt])
+        .expect("snapshot");
+    let pair = router
+        .route_pair(&RouteRequest::new(&prompt))
+        .expect("route");
+    assert!(!pair.is_split());
+    assert_eq!(pair.decode().worker(), WorkerId::new(2));
+    assert_eq!(pair.cost().transfer_bytes, 0);
+    router.complete(&pair);
+}
+
+/// A long uncached prompt on decode workers busy decoding splits: its prefill there would
+/// stall their running requests for longer than moving its KV takes.
+#[test]
+fn a_long_prompt_on_busy_decoders_splits() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let router = PdRouter::new(&roles, PdConfig::default()).expect("router");
+    for w in 1..3 {
+        busy(&router, w, 128, 0);
+    }
+    let prompt = tokens(32_768, 2);
+    let pair = router
+        .route_pair(&RouteRequest::new(&prompt).with_expected_output(128))
+        .expect("route");
+    assert!(pair.is_split(), "{:?}", pair.cost());
+    assert_eq!(pair.prefill().map(|d| d.worker()), Some(WorkerId::new(0)));
+    assert_eq!(pair.cost().transfer_bytes, 32_768 * 131_072);
+    // The decode worker is charged with no prefill, the prefill worker with all of it.
+    assert_eq!(pair.decode().prefill_tokens(), 0);
+    assert_eq!(pair.prefill().map(|d| d.prefill_tokens()), Some(32_768));
+    router.prefill_done(&pair);
+    router.complete(&pair);
+    for w in 0..3 {
+        let load = router.router().load(WorkerId::new(w)).expect("load");
+        assert_eq!((load.in_flight, load.prefill_tokens), (0, 0), "worker {w}");
+    }
+}
+
+/// After a split first turn and its handoff, the second turn is predicted cached on the
+/// decode worker, and the pair routing uses it: once the decoders are idle it goes there
+/// aggregated. Without the handoff nothing is predicted there.
+#[test]
+fn the_handoff_credits_the_decode_worker() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let first = tokens(4_096, 3);
+    let mut second = first.clone();
+    second.extend(tokens(512, 4));
+    for handoff in [true, false] {
+        let router = PdRouter::new(&roles, PdConfig::default()).expect("router");
+        for w in 1..3 {
+            busy(&router, w, 128, 0);
+        }
+        let pair = router
+            .route_pair(&RouteRequest::new(&first))
+            .expect("route");
+        assert!(pair.is_split(), "{:?}", pair.cost());
+        let decoder = pair.decode().worker();
+        if handoff {
+            router.prefill_done(&pair);
+            router.prefill_done(&pair);
+        }
+        router.complete(&pair);
+        for w in 1..3 {
+            busy(&router, w, 0, 0);
+        }
+        let again = router
+            .route_pair(&RouteRequest::new(&second))
+            .expect("route");
+        if handoff {
+            assert!(!again.is_split(), "{:?}", again.cost());
+            assert_eq!(again.decode().worker(), decoder);
+            assert_eq!(again.decode().cached_tokens(), 4_096);
+        } else {
+            // The prefill worker holds the first turn; the decode workers hold nothing, so
+            // the whole prompt moves.
+            assert!(again.is_split(), "{:?}", again.cost());
+            assert_eq!(again.cost().transfer_bytes, 4_608 * 131_072);
+        }
+        router.complete(&again);
+    }
+}
+
+/// The cost decider picks the cheapest plan the roles allow, as a search over every plan
+/// finds it; a short prompt never pays a transfer longer than prefilling it where it
+/// decodes would take.
+#[test]
+fn the_cost_decider_is_the_cheapest_plan() {
+    struct Check;
+    impl Decide for Check {
+        fn name(&self) -> &'static str {
+            "check"
+        }
+        fn decide(&self, request: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+            let chosen = ByCost.decide(request, view);
+            let cost = view.cost(chosen).total_s();
+            for d in view.decoders() {
+                assert!(cost <= view.cost(Plan::Aggregated { decode: d }).total_s());
+                for p in view.prefillers().filter(|&p| p != d) {
+                    let split = Plan::Split {
+                        prefill: p,
+                        decode: d,
+                    };
+                    assert!(cost <= view.cost(split).total_s());
+                }
+            }
+            chosen
+        }
+    }
+    proptest!(ProptestConfig::with_cases(64), |(
+        roles in prop::collection::vec(prop::sample::select(Role::ALL.to_vec()), 2..7),
+        loads in prop::collection::vec((0u64..200, 0u64..100_000), 7),
+        prompt in 16u32..40_000,
+        slow_link in any::<bool>(),
+    )| {
+        prop_assume!(roles.iter().any(|r| r.decodes()));
+        let topology = Topology::new(if slow_link { 1e9 } else { 50e9 });
+        let config = PdConfig::default().with_topology(topology);
+        let router = PdRouter::with_decider(&roles, config, Check).expect("router");
+        for (w, (running, prefill)) in loads.iter().enumerate().take(roles.len()) {
+            busy(&router, w as u32, *running, *prefill);
+        }
+        let prompt = tokens(prompt, 5);
+        let pair = router.route_pair(&RouteRequest::new(&prompt)).expect("route");
+        let d = pair.decode().worker().index();
+        prop_assert!(roles[d].decodes());
+        if let Some(p) = pair.prefill() {
+            prop_assert!(roles[p.worker().index()] != Role::Decode);
+            let idle_decoder = loads[d].0 == 0;
+            if prompt.len() <= 1_024 && idle_decoder {
+                let own_prefill = prompt.len() as f64 / 33_000.0;
+                prop_assert!(pair.cost().transfer_s <= own_prefill, "{:?}", pair.cost());
+            }
+        }
+    });
+}
+
+/// A decider that answers the plan it was built with.
+struct Fixed(Plan);
+
+impl Decide for Fixed {
+    fn name(&self) -> &'static str {
+        "fixed"
+    }
+    fn decide(&self, _: &RouteRequest<'_>, _: &PairView<'_>) -> Plan {
+        self.0
+    }
+}
+
+/// Bad input is a clear error: a fleet with no worker that decodes, a prefill-only worker
+/// as the decode side, a worker paired with itself, an unknown topology level.
+#[test]
+fn bad_input_is_an_error() {
+    assert!(matches!(
+        PdRouter::new(&[Role::Prefill, Role::Prefill], PdConfig::default()),
+        Err(Error::InvalidConfig { .. })
+    ));
+    let roles = [Role::Prefill, Role::Decode, Role::Both];
+    let prompt = tokens(1_024, 6);
+    let request = RouteRequest::new(&prompt);
+    for plan in [
+        Plan::Aggregated { decode: 0 },
+        Plan::Split {
+            prefill: 1,
+            decode: 2,
+        },
+        Plan::Split {
+            prefill: 2,
+            decode: 2,
+        },
+    ] {
+        let router =
+            PdRouter::with_decider(&roles, PdConfig::default(), Fixed(plan)).expect("router");
+        let err = router.route_pair(&request).expect_err("refused");
+        assert!(matches!(err, Error::WrongRole { .. }), "{plan:?}: {err}");
+        // Nothing was charged.
+        for w in 0..3 {
+            let load = router.router().load(WorkerId::new(w)).expect("load");
+            assert_eq!(load.in_flight, 0);
+        }
+    }
+    let router = PdRouter::with_decider(
+        &roles,
+        PdConfig::default(),
+        Fixed(Plan::Aggregated { decode: 9 }),
+    )
+    .expect("router");
+    assert!(matches!(
+        router.route_pair(&request),
+        Err(Error::InvalidChoice { .. })
+    ));
+    let mut topology = Topology::new(10e9)
+        .with_level("node", 400e9)
+        .expect("level");
+    assert!(topology.place(WorkerId::new(0), &[("rack", "r1")]).is_err());
+    assert!(Topology::new(10e9).with_level("node", 0.0).is_err());
+    assert!(
+        PdConfig::default()
+            .with_topology(Topology::new(-1.0))
+            .topology
+            .validate()
+            .is_err()
+    );
+    assert!(Role::parse("prefiller").is_err());
+}
+
+/// The transfer runs at the bandwidth of the innermost domain the pair shares: a prefill
+/// worker on the decode worker's node is preferred when moving KV matters.
+#[test]
+fn a_pair_in_one_domain_is_preferred() {
+    let mut topology = Topology::new(1e9).with_level("node", 400e9).expect("level");
+    for (w, node) in [(0, "a"), (1, "b"), (2, "b")] {
+        topology
+            .place(WorkerId::new(w), &[("node", node)])
+            .expect("place");
+    }
+    let roles = [Role::Prefill, Role::Prefill, Role::Decode];
+    let config = PdConfig::default().with_topology(topology);
+    let router = PdRouter::with_decider(&roles, config, AlwaysSplit).expect("router");
+    let prompt = tokens(16_384, 7);
+    let pair = router
+        .route_pair(&RouteRequest::new(&prompt))
+        .expect("route");
+    assert_eq!(pair.prefill().map(|d| d.worker()), Some(WorkerId::new(1)));
+}
+
+/// The fixed deciders: never split keeps the prefill on the decode worker, always split
+/// moves it even where it is cached.
+#[test]
+fn never_and_always_do_as_named() {
+    let roles = [Role::Both, Role::Decode, Role::Prefill];
+    let prompt = tokens(2_048, 8);
+    let request = RouteRequest::new(&prompt);
+    let never = PdRouter::with_decider(&roles, PdConfig::default(), NeverSplit).expect("router");
+    assert_eq!(never.decider_name(), "never");
+    for _ in 0..4 {
+        let pair = never.route_pair(&request).expect("route");
+        assert!(!pair.is_split());
+        assert_ne!(pair.decode().worker(), WorkerId::new(2));
+    }
+    let always = PdRouter::with_decider(&roles, PdConfig::default(), AlwaysSplit).expect("router");
+    for _ in 0..4 {
+        assert!(always.route_pair(&request).expect("route").is_split());
+    }
+}
