@@ -250,3 +250,13 @@ impl Decide for NeverSplit {
             .map_or(Plan::Aggregated { decode: 0 }, |(plan, _)| plan)
     }
 }
+
+impl<D: Decide + ?Sized> Decide for Box<D> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn decide(&self, request: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+        (**self).decide(request, view)
+    }
+}
