@@ -440,3 +440,46 @@ fn prefill_only() -> StepModel {
         .with_step_s_per_decode(0.0)
         .with_step_s_per_context_token(0.0)
 }
+
+/// The long-context workload: prompts within their bounds, in arrival order, each
+/// repository's requests sharing the shorter one's context, and the same requests for the
+/// same seed.
+#[test]
+fn long_context_prompts_share_their_repository() {
+    let workload = Workload::builtin()
+        .into_iter()
+        .find(|(name, _)| *name == "long_context")
+        .expect("built in")
+        .1;
+    let requests = workload.generate(7);
+    assert_eq!(requests, workload.generate(7));
+    assert_eq!(requests.len(), 400);
+    let mut shared = 0;
+    let prompts: Vec<Vec<u32>> = requests
+        .iter()
+        .map(|r| {
+            let mut t = Vec::new();
+            r.prompt.tokens_into(&mut t);
+            t
+        })
+        .collect();
+    for (i, r) in requests.iter().enumerate() {
+        assert!(
+            (16_384..=131_072 + 300).contains(&r.prompt.len()),
+            "{}",
+            r.prompt.len()
+        );
+        assert_eq!(r.output_tokens, 96);
+        if i > 0 {
+            assert!(requests[i - 1].arrival_s <= r.arrival_s);
+            let common = prompts[i - 1]
+                .iter()
+                .zip(&prompts[i])
+                .take_while(|(a, b)| a == b)
+                .count();
+            shared += usize::from(common >= 16_384);
+        }
+    }
+    // Six repositories: about one neighbour in six reads the same one.
+    assert!((30..120).contains(&shared), "{shared}");
+}

@@ -253,9 +253,16 @@ fn cluster() -> ClusterConfig {
     ClusterConfig::default()
 }
 
-/// `--workload`'s values: the built-in workloads' names.
+/// `--workload`'s values: the built-in workloads' names (`long-context` for `long_context`
+/// too).
 fn workload_names() -> PossibleValuesParser {
-    PossibleValuesParser::new(Workload::builtin().into_iter().map(|(name, _)| name))
+    PossibleValuesParser::new(Workload::builtin().into_iter().map(|(name, _)| {
+        let value = clap::builder::PossibleValue::new(name);
+        match name {
+            "long_context" => value.alias("long-context"),
+            _ => value,
+        }
+    }))
 }
 
 /// `--policy`'s values: every policy's name and `all`.
@@ -326,7 +333,7 @@ impl From<Cli> for Args {
         };
         Self {
             trace: run.trace,
-            workload: run.workload,
+            workload: run.workload.map(|w| w.replace('-', "_")),
             cluster,
             policy: run.policy,
             alpha: run.alpha,

@@ -182,6 +182,28 @@ pub enum Workload {
     },
     /// All of the above at once, arrivals interleaved.
     Mix(Vec<Workload>),
+    /// Long-context requests over shared repositories (code assistants): each request
+    /// reads the first part of one of `repositories` contexts of `repository_tokens`
+    /// tokens (uniformly chosen, its length uniform in `min_tokens..=repository_tokens`, in
+    /// whole content blocks of 512 tokens), then a question of its own of `question_tokens`
+    /// tokens (under 512), and answers in `output_tokens`. Requests on one repository share
+    /// the shorter one's context.
+    LongContext {
+        /// Requests.
+        requests: usize,
+        /// Distinct repository contexts.
+        repositories: usize,
+        /// Tokens of each repository's context: the longest prompt's context.
+        repository_tokens: usize,
+        /// Tokens of context the shortest prompt reads.
+        min_tokens: usize,
+        /// Tokens of each request's own question (under 512).
+        question_tokens: usize,
+        /// Output tokens per request.
+        output_tokens: u32,
+        /// Mean arrivals per second (Poisson).
+        rate_per_s: f64,
+    },
     /// Agent sessions: each runs one of `agents` agents (its system prompt with tool
     /// definitions, `system_tokens` tokens, shared by its sessions) on a task of
     /// `task_tokens` tokens, then `steps` steps: every step's prompt is the previous one plus
@@ -213,7 +235,8 @@ pub enum Workload {
 
 impl Workload {
     /// The built-in workloads the simulator runs with no flags: shared system prompts,
-    /// conversations, few-shot templates, document QA, their mix, and agent sessions.
+    /// conversations, few-shot templates, document QA, their mix, agent sessions, and
+    /// long-context requests over shared repositories.
     #[must_use]
     pub fn builtin() -> Vec<(&'static str, Workload)> {
         let shared = Workload::SharedPrompts {
@@ -273,6 +296,18 @@ impl Workload {
                     action_tokens: 120,
                     step_time_s: 4.0,
                     rate_per_s: 1.0,
+                },
+            ),
+            (
+                "long_context",
+                Workload::LongContext {
+                    requests: 400,
+                    repositories: 6,
+                    repository_tokens: 131_072,
+                    min_tokens: 16_384,
+                    question_tokens: 300,
+                    output_tokens: 96,
+                    rate_per_s: 0.8,
                 },
             ),
         ]
@@ -353,6 +388,7 @@ impl Workload {
                     (prefixed(rng, p, question_tokens), 80)
                 });
             }
+            Workload::LongContext { .. } => self.long_context(rng, tag, out),
             Workload::Mix(ref parts) => {
                 for (i, part) in parts.iter().enumerate() {
                     part.generate_into(rng, tag * 16 + i as u64 + 1, out);
@@ -386,6 +422,47 @@ impl Workload {
             label: "w",
         };
         shape.generate(rng, tag, out, |rng| tokens(rng, first_tokens));
+    }
+
+    /// [`Workload::LongContext`]: prompts of content blocks, each repository's blocks
+    /// shared, each question a block of its own.
+    fn long_context(&self, rng: &mut Rng, tag: u64, out: &mut Vec<Request>) {
+        const BLOCK: usize = 512;
+        let Workload::LongContext {
+            requests,
+            repositories,
+            repository_tokens,
+            min_tokens,
+            question_tokens,
+            output_tokens,
+            rate_per_s,
+        } = *self
+        else {
+            return;
+        };
+        let most = repository_tokens.div_ceil(BLOCK).max(1);
+        let least = (min_tokens / BLOCK).clamp(1, most);
+        let question = question_tokens.min(BLOCK - 1);
+        let mut at = 0.0;
+        for _ in 0..requests {
+            at += rng.exponential(rate_per_s);
+            let repository = rng.below(repositories.max(1) as u64);
+            let blocks = least + rng.below((most - least + 1) as u64) as usize;
+            let base = (tag << 48) ^ (repository << 32);
+            let mut ids: Vec<u64> = (0..blocks as u64).map(|b| base | b).collect();
+            ids.push(rng.next_u64() | 1 << 63);
+            let prompt = Prompt::Blocks {
+                ids,
+                tokens_per_id: BLOCK,
+                len: blocks * BLOCK + question,
+            };
+            out.push(Request {
+                arrival_s: at,
+                prompt,
+                output_tokens,
+                session: None,
+            });
+        }
     }
 
     /// [`Workload::Agentic`]: each session's steps, the prompt growing by an action and a
