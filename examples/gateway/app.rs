@@ -312,7 +312,8 @@ pub(crate) fn no_delay(
     })
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+/// An OpenAI-style error answer with `status`.
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let kind = match status {
         StatusCode::BAD_REQUEST => "invalid_request_error",
         StatusCode::GATEWAY_TIMEOUT => "timeout",
@@ -327,14 +328,14 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// A request as the gateway routes it; the body goes upstream unchanged (a streamed one asks
 /// for the usage event too).
-struct Incoming {
-    endpoint: Endpoint,
-    tokens: Vec<TokenId>,
+pub(crate) struct Incoming {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) tokens: Vec<TokenId>,
     /// The request's cache namespace: its LoRA adapter and `cache_salt` (see
     /// [`prefix_router::namespace_salt`]), as the engine's KV events name it.
-    salt: Vec<u8>,
+    pub(crate) salt: Vec<u8>,
     session: Option<String>,
-    streamed: bool,
+    pub(crate) streamed: bool,
     /// Whether the client asked for the routing receipt (`x-routing-receipt`).
     explain: bool,
     /// The time-to-first-token target (`x-ttft-target-ms`): the request asks for admission.
@@ -354,19 +355,31 @@ impl Incoming {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Self, String> {
+        Self::read(gw.prompts.as_deref(), &gw.loras, endpoint, headers, body)
+    }
+
+    /// Reads a request to `endpoint`: its prompt with `prompts`, in the namespace of its
+    /// model when `loras` lists it. The error is the message of a `400`.
+    pub(crate) fn read(
+        prompts: Option<&Prompts>,
+        loras: &[String],
+        endpoint: Endpoint,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Self, String> {
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| format!("the body is not valid JSON: {e}"))?;
         let Some(object) = value.as_object() else {
             return Err("the body must be a JSON object".into());
         };
-        let tokens = prompt::request_tokens(gw.prompts.as_deref(), endpoint, object)?;
+        let tokens = prompt::request_tokens(prompts, endpoint, object)?;
         let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_owned);
         let session = headers
             .get("x-session-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
             .or_else(|| text("user"));
-        let lora = text("model").filter(|m| gw.loras.contains(m));
+        let lora = text("model").filter(|m| loras.contains(m));
         let salt = namespace_salt(lora.as_deref(), text("cache_salt").as_deref());
         let streamed = stream::is_streamed(&value);
         let Targets {
@@ -392,7 +405,8 @@ impl Incoming {
         })
     }
 
-    fn route_request(&self) -> RouteRequest<'_> {
+    /// The request the router sees.
+    pub(crate) fn route_request(&self) -> RouteRequest<'_> {
         let mut request = RouteRequest::new(&self.tokens)
             .with_salt(&self.salt)
             .with_priority(self.priority);

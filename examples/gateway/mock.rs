@@ -27,7 +27,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prefix_router::{PrefixHasher, TokenId};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::mock_cache::RankCache;
 #[cfg(feature = "zmq")]
@@ -99,7 +99,7 @@ impl MockWorker {
 
     /// Serves one prompt on `rank`: how many of its tokens were cached there before, then
     /// caches it there (publishing the changes, unless `quiet`).
-    fn serve(&self, rank: u32, model: &str, tokens: &[TokenId], quiet: bool) -> usize {
+    pub(crate) fn serve(&self, rank: u32, model: &str, tokens: &[TokenId], quiet: bool) -> usize {
         let blocks: Vec<u64> = self
             .hasher
             .hash_salted(model.as_bytes(), tokens)
@@ -193,27 +193,68 @@ async fn answer(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let Some(rank) = rank(worker, headers) else {
-        return (StatusCode::BAD_REQUEST, "bad data-parallel rank").into_response();
+    match read(worker, endpoint, headers, body) {
+        Ok(request) => reply(worker, &request).await,
+        Err(why) => (StatusCode::BAD_REQUEST, why).into_response(),
+    }
+}
+
+/// A completion request as the mock read it.
+pub(crate) struct MockRequest {
+    pub(crate) endpoint: Endpoint,
+    /// The rank it names (`X-data-parallel-rank`), below the worker's ranks.
+    pub(crate) rank: u32,
+    pub(crate) body: Map<String, Value>,
+    /// Its prompt's token IDs (not empty).
+    pub(crate) tokens: Vec<TokenId>,
+}
+
+impl MockRequest {
+    /// The model it names (`""` without one).
+    pub(crate) fn model(&self) -> &str {
+        self.body.get("model").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+/// Reads a completion request; the error, when its rank, JSON or prompt is bad, is the
+/// message of a `400`.
+pub(crate) fn read(
+    worker: &MockWorker,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<MockRequest, String> {
+    let rank = rank(worker, headers).ok_or("bad data-parallel rank")?;
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
+        return Err("bad json".into());
     };
-    let Ok(Value::Object(value)) = serde_json::from_slice::<Value>(body) else {
-        return (StatusCode::BAD_REQUEST, "bad json").into_response();
-    };
-    let tokens = match prompt::request_tokens(worker.prompts.as_deref(), endpoint, &value) {
-        Ok(t) => t,
-        Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
-    };
-    let model = value.get("model").and_then(Value::as_str).unwrap_or("");
+    let tokens = prompt::request_tokens(worker.prompts.as_deref(), endpoint, &body)?;
+    Ok(MockRequest {
+        endpoint,
+        rank,
+        body,
+        tokens,
+    })
+}
+
+/// Serves `request` on its rank (caching its prompt there) and answers it: two tokens, whole
+/// or, with `"stream": true`, streamed.
+pub(crate) async fn reply(worker: &Arc<MockWorker>, request: &MockRequest) -> Response {
+    let value = &request.body;
+    let (tokens, rank, model) = (&request.tokens, request.rank, request.model());
     let running = Running::new(worker, rank);
     let quiet = value.get("mock_drop_events") == Some(&json!(true));
-    let cached = worker.serve(rank, model, &tokens, quiet);
+    let cached = worker.serve(rank, model, tokens, quiet);
     let usage = json!({
         "prompt_tokens": tokens.len(),
         "completion_tokens": 2,
         "total_tokens": tokens.len() + 2,
         "prompt_tokens_details": {"cached_tokens": cached}
     });
-    let shape = Shape { endpoint, model };
+    let shape = Shape {
+        endpoint: request.endpoint,
+        model,
+    };
     let pause = value
         .get("mock_pause_ms")
         .and_then(Value::as_u64)
@@ -235,14 +276,14 @@ async fn answer(
 }
 
 /// How answers look on an endpoint.
-struct Shape<'a> {
-    endpoint: Endpoint,
-    model: &'a str,
+pub(crate) struct Shape<'a> {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) model: &'a str,
 }
 
 impl Shape<'_> {
     /// An answer (`streamed`: a stream event) with one choice per `(text, finish_reason)`.
-    fn event(&self, choices: &[(&str, Value)], streamed: bool) -> Value {
+    pub(crate) fn event(&self, choices: &[(&str, Value)], streamed: bool) -> Value {
         let choices: Vec<Value> = choices
             .iter()
             .enumerate()
