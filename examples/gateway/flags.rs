@@ -15,8 +15,16 @@ pub(crate) struct Flags {
     pub(crate) listen: String,
     pub(crate) policy: String,
     pub(crate) upstreams: Vec<String>,
+    /// P/D mode: the prefill workers' base URLs (empty otherwise).
+    pub(crate) prefill: Vec<String>,
+    /// P/D mode: the decode workers' base URLs (empty otherwise).
+    pub(crate) decode: Vec<String>,
+    /// Data-parallel ranks per prefill worker (`ranks` unless given).
+    pub(crate) prefill_ranks: u32,
     pub(crate) options: policy::PolicyOptions,
     pub(crate) mock: Option<String>,
+    /// A mock worker's role in a P/D fleet (`prefill` or `decode`), checking the protocol.
+    pub(crate) mock_role: Option<String>,
     pub(crate) capacity_blocks: usize,
     pub(crate) ranks: u32,
     /// Each upstream's metrics path (for example `/metrics`), scraped when given.
@@ -57,9 +65,19 @@ struct Cli {
     #[arg(
         long = "upstream",
         value_name = "URL",
-        required_unless_present = "mock_worker"
+        required_unless_present_any = ["mock_worker", "prefill", "decode"],
+        conflicts_with_all = ["prefill", "decode"]
     )]
     upstreams: Vec<String>,
+    /// P/D mode: a prefill worker's base URL, once per worker (vLLM's disaggregated protocol).
+    #[arg(long, value_name = "URL", requires = "decode")]
+    prefill: Vec<String>,
+    /// P/D mode: a decode worker's base URL, once per worker.
+    #[arg(long, value_name = "URL", requires = "prefill")]
+    decode: Vec<String>,
+    /// P/D mode: data-parallel ranks per prefill worker (default --dp-ranks).
+    #[arg(long, value_name = "N", requires = "prefill")]
+    prefill_dp_ranks: Option<u32>,
     /// Tokens per KV block, as the upstreams' engines hash them.
     #[arg(long, value_name = "N", default_value_t = policy::PolicyOptions::default().block_size)]
     block_size: usize,
@@ -67,7 +85,7 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 1)]
     dp_ranks: u32,
     /// Read each upstream's Prometheus metrics at this path (for example /metrics).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "prefill")]
     metrics_path: Option<String>,
     /// Milliseconds between metrics scrapes.
     #[arg(long, value_name = "N", default_value_t = 1000)]
@@ -94,11 +112,14 @@ struct Cli {
     #[arg(long = "lora", value_name = "NAME")]
     loras: Vec<String>,
     /// An upstream's KV-event socket and replay socket, once per --upstream in order (zmq).
-    #[arg(long, value_name = "PUB[,REPLAY]")]
+    #[arg(long, value_name = "PUB[,REPLAY]", conflicts_with = "prefill")]
     kv_events: Vec<String>,
     /// Serve as a mock worker with its own prefix cache on ADDR, instead of the gateway.
     #[arg(long, value_name = "ADDR")]
     mock_worker: Option<String>,
+    /// A mock worker's role in a P/D fleet, checking vLLM's disaggregated protocol.
+    #[arg(long, value_name = "ROLE", requires = "mock_worker", value_parser = ["prefill", "decode"])]
+    mock_role: Option<String>,
     /// A mock worker's KV cache, in blocks.
     #[arg(long, value_name = "N", default_value_t = 65_536)]
     capacity_blocks: usize,
@@ -116,19 +137,24 @@ impl From<Cli> for Flags {
     fn from(c: Cli) -> Self {
         // Intervals of 0 would spin: the shortest is 1 ms (1 s for the timeout).
         let millis = |n: u64| Duration::from_millis(n.max(1));
+        let urls = |urls: Vec<String>| -> Vec<String> {
+            urls.into_iter()
+                .map(|u| u.trim_end_matches('/').to_owned())
+                .collect()
+        };
         Self {
             listen: c.listen,
             policy: c.policy,
-            upstreams: c
-                .upstreams
-                .into_iter()
-                .map(|u| u.trim_end_matches('/').to_owned())
-                .collect(),
+            upstreams: urls(c.upstreams),
+            prefill: urls(c.prefill),
+            decode: urls(c.decode),
+            prefill_ranks: c.prefill_dp_ranks.unwrap_or(c.dp_ranks),
             options: policy::PolicyOptions {
                 block_size: c.block_size,
                 ..policy::PolicyOptions::default()
             },
             mock: c.mock_worker,
+            mock_role: c.mock_role,
             capacity_blocks: c.capacity_blocks,
             ranks: c.dp_ranks,
             metrics_path: c.metrics_path,

@@ -56,6 +56,19 @@
 //! first), then stops accepting requests and lets those in flight, streams included,
 //! finish.
 //!
+//! P/D mode (prefill/decode disaggregation, `pd.rs`): `--prefill URL` and `--decode URL`,
+//! each once per worker, instead of `--upstream`. Every request is prefilled on a prefill
+//! worker and decoded on a decode worker with vLLM's disaggregated protocol (`pd_wire.rs`),
+//! `--dp-ranks` ranks per decode worker and `--prefill-dp-ranks` (default the same) per
+//! prefill worker. Mock workers take `--mock-role prefill|decode` and check the protocol:
+//!
+//! ```sh
+//! cargo run --release --example gateway -- --mock-worker 127.0.0.1:8101 --mock-role prefill &
+//! cargo run --release --example gateway -- --mock-worker 127.0.0.1:8201 --mock-role decode &
+//! cargo run --release --example gateway -- --listen 127.0.0.1:8000 \
+//!     --prefill http://127.0.0.1:8101 --decode http://127.0.0.1:8201
+//! ```
+//!
 //! `--help` lists every flag with its default and exits 0; bad flags give a one-line error
 //! and exit code 2.
 
@@ -78,6 +91,11 @@ mod mock;
 mod mock_cache;
 #[cfg(feature = "zmq")]
 mod mock_events;
+mod pd;
+mod pd_mock;
+mod pd_plan;
+mod pd_proxy;
+mod pd_wire;
 #[path = "../common/policy.rs"]
 mod policy;
 mod probe;
@@ -193,16 +211,66 @@ async fn mock_worker(flags: &Flags) -> Result<mock::MockWorker, String> {
     }
 }
 
-/// The app the flags ask for (a gateway, or a mock worker), and the gateway if it is one.
-async fn build(flags: Flags) -> Result<(String, axum::Router, Option<Arc<app::Gateway>>), String> {
+/// A mock worker's app: a plain one, or one in a P/D role (`--mock-role`).
+async fn mock_app(addr: &str, flags: &Flags) -> Result<axum::Router, String> {
+    let worker = mock_worker(flags).await?;
+    let role = match flags.mock_role.as_deref() {
+        None => return Ok(mock::mock_app(Arc::new(worker))),
+        Some("prefill") => pd_plan::Role::Prefill,
+        Some(_) => pd_plan::Role::Decode,
+    };
+    let engine = format!("mock-{}@{addr}", role.name());
+    let mock = pd_mock::PdMock::new(worker, role, engine);
+    Ok(pd_mock::pd_mock_app(Arc::new(mock)))
+}
+
+/// The P/D gateway the flags ask for (`--prefill`, `--decode`), its health probes started.
+fn pd_gateway(f: &Flags, decode_layout: RankLayout) -> Result<Arc<pd::PdGateway>, String> {
+    if f.decode.is_empty() {
+        return Err("a P/D fleet needs at least one --decode worker".to_owned());
+    }
+    if f.prefill.is_empty() {
+        return Err("a P/D fleet needs at least one --prefill worker".to_owned());
+    }
+    let prefill_layout =
+        RankLayout::new(f.prefill_ranks).map_err(|e| format!("--prefill-dp-ranks: {e}"))?;
+    let prefill = pd::Side::new(f.prefill.clone(), prefill_layout);
+    let decode = pd::Side::new(f.decode.clone(), decode_layout);
+    let router = match policy::build(&f.policy, decode.targets(), &f.options) {
+        Some(r) => r.map_err(|e| e.to_string())?,
+        None => return Err(format!("unknown policy {:?}", f.policy)),
+    };
+    let planner =
+        pd_plan::SplitPlanner::new(router, prefill.targets()).map_err(|e| e.to_string())?;
+    let options = app::Options {
+        prompts: prompts(f)?,
+        request_timeout: f.request_timeout,
+        loras: f.loras.clone(),
+    };
+    let gw = pd::PdGateway::new(Arc::new(planner), prefill, decode, options);
+    tokio::spawn(pd::probe_forever(Arc::clone(&gw), f.health_interval));
+    Ok(gw)
+}
+
+/// Turns the gateway's `/ready` to 503 on shutdown.
+type Drain = Box<dyn FnOnce() + Send>;
+
+/// The app the flags ask for (a gateway, a P/D gateway, or a mock worker), and how to
+/// drain it if it is a gateway.
+async fn build(flags: Flags) -> Result<(String, axum::Router, Option<Drain>), String> {
     let layout = RankLayout::new(flags.ranks).map_err(|e| format!("--dp-ranks: {e}"))?;
     if let Some(addr) = &flags.mock {
-        let worker = mock_worker(&flags).await?;
-        return Ok((addr.clone(), mock::mock_app(Arc::new(worker)), None));
+        return Ok((addr.clone(), mock_app(addr, &flags).await?, None));
     }
     let listen = flags.listen.clone();
+    if !flags.prefill.is_empty() || !flags.decode.is_empty() {
+        let gw = pd_gateway(&flags, layout)?;
+        let app = pd::app(Arc::clone(&gw));
+        return Ok((listen, app, Some(Box::new(move || gw.drain()))));
+    }
     let gw = gateway(flags, layout)?;
-    Ok((listen, app::app(Arc::clone(&gw)), Some(gw)))
+    let app = app::app(Arc::clone(&gw));
+    Ok((listen, app, Some(Box::new(move || gw.drain()))))
 }
 
 #[tokio::main]
@@ -212,7 +280,7 @@ async fn main() -> ExitCode {
         Err(e) => return cli::exit(&e),
     };
     let drain = flags.drain;
-    let (addr, app, gw) = match build(flags).await {
+    let (addr, app, drain_now) = match build(flags).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -231,8 +299,8 @@ async fn main() -> ExitCode {
     // let the requests in flight, streams included, finish.
     let shutdown = async move {
         let _ = tokio::signal::ctrl_c().await;
-        if let Some(gw) = gw {
-            gw.drain();
+        if let Some(drain_now) = drain_now {
+            drain_now();
             tokio::time::sleep(drain).await;
         }
     };
