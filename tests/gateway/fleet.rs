@@ -5,9 +5,13 @@
 pub mod app;
 #[path = "../../examples/gateway/chat.rs"]
 pub mod chat;
+#[path = "../../examples/common/cli.rs"]
+pub mod cli;
 #[cfg(feature = "zmq")]
 #[path = "../../examples/gateway/events.rs"]
 pub mod events;
+#[path = "../../examples/gateway/flags.rs"]
+pub mod flags;
 #[path = "../../examples/gateway/metrics.rs"]
 pub mod metrics;
 #[path = "../../examples/gateway/mock.rs"]
@@ -17,6 +21,16 @@ pub mod mock_cache;
 #[cfg(feature = "zmq")]
 #[path = "../../examples/gateway/mock_events.rs"]
 pub mod mock_events;
+#[path = "../../examples/gateway/pd.rs"]
+pub mod pd;
+#[path = "../../examples/gateway/pd_mock.rs"]
+pub mod pd_mock;
+#[path = "../../examples/gateway/pd_plan.rs"]
+pub mod pd_plan;
+#[path = "../../examples/gateway/pd_proxy.rs"]
+pub mod pd_proxy;
+#[path = "../../examples/gateway/pd_wire.rs"]
+pub mod pd_wire;
 #[path = "../../examples/common/policy.rs"]
 pub mod policy;
 #[path = "../../examples/gateway/probe.rs"]
@@ -84,11 +98,37 @@ impl Upstream {
         prompts: Option<Arc<prompt::Prompts>>,
         events: bool,
     ) -> Self {
+        Self::launch(move |_| async move {
+            let worker = mock::MockWorker::new(capacity_blocks, ranks, prompts);
+            let (worker, published) = publishing(worker, ranks, events).await;
+            (mock::mock_app(Arc::new(worker)), published)
+        })
+    }
+
+    /// A mock P/D worker in `role` of `ranks` data-parallel ranks, reading text and chat
+    /// prompts with `prompts`; its engine id names its URL.
+    pub fn pd(role: pd_plan::Role, ranks: u32, prompts: Option<Arc<prompt::Prompts>>) -> Self {
+        Self::launch(move |url| async move {
+            let worker = mock::MockWorker::new(4_096, ranks, prompts);
+            let engine = format!("mock-{}@{url}", role.name());
+            let mock = pd_mock::PdMock::new(worker, role, engine);
+            (pd_mock::pd_mock_app(Arc::new(mock)), Vec::new())
+        })
+    }
+
+    /// Serves the app `make` builds (given its URL; with its KV-event sockets, if any) on
+    /// a loopback port, on a thread and runtime of its own.
+    fn launch<F, Fut>(make: F) -> Self
+    where
+        F: FnOnce(String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = (axum::Router, Vec<(String, String)>)>,
+    {
         let (bound, endpoints) = std::sync::mpsc::channel();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let own = url.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -96,10 +136,8 @@ impl Upstream {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let worker = mock::MockWorker::new(capacity_blocks, ranks, prompts);
-                let (worker, published) = publishing(worker, ranks, events).await;
+                let (app, published) = make(own).await;
                 bound.send(published).unwrap();
-                let app = mock::mock_app(Arc::new(worker));
                 let server = axum::serve(app::no_delay(listener), app);
                 tokio::select! {
                     _ = server => {}

@@ -14,5 +14,6 @@ mod load;
 #[cfg(feature = "zmq")]
 mod openai;
 mod overload;
+mod pd;
 mod prompts;
 mod telemetry;

@@ -1,0 +1,538 @@
+//! The gateway's P/D mode over loopback HTTP: mock prefill and decode workers that check
+//! vLLM's disaggregated protocol (`examples/gateway/pd_mock.rs`), the P/D gateway in front,
+//! requests whole and streamed on both endpoints.
+
+use super::fleet::*;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prefix_router::{Error, RankLayout, RouteRequest, Router, WorkerId, WorkerLoad};
+use serde_json::{Value, json};
+
+use pd_plan::{PairPlanner, Plan, Role, SplitPlanner};
+
+/// The stand-in planner: `policy` over `decode` targets, prefill targets in turn.
+fn split(policy: &str, decode: u32, prefill: u32) -> Arc<dyn PairPlanner> {
+    let options = policy::PolicyOptions::default();
+    let router = policy::build(policy, decode, &options).unwrap().unwrap();
+    Arc::new(SplitPlanner::new(router, prefill).unwrap())
+}
+
+/// A planner that never splits: the decode target prefills every prompt. Its prefill
+/// router is never asked, so its prefill targets stay idle.
+struct Local {
+    decode: Arc<dyn Router>,
+    prefill: Arc<dyn Router>,
+}
+
+impl Local {
+    fn planner(prefill: u32, decode: u32) -> Arc<dyn PairPlanner> {
+        let options = policy::PolicyOptions::default();
+        let build = |n| policy::build("balanced", n, &options).unwrap().unwrap();
+        Arc::new(Self {
+            decode: build(decode),
+            prefill: build(prefill),
+        })
+    }
+
+    fn side(&self, role: Role) -> &dyn Router {
+        match role {
+            Role::Prefill => self.prefill.as_ref(),
+            Role::Decode => self.decode.as_ref(),
+        }
+    }
+}
+
+impl PairPlanner for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+    fn plan(&self, request: &RouteRequest<'_>) -> Result<Plan, Error> {
+        Ok(Plan::new(self.decode.route(request)?, None))
+    }
+    fn prefill_done(&self, _: &Plan) {}
+    fn first_token(&self, plan: &Plan) {
+        self.decode.first_token(plan.decode());
+    }
+    fn complete(&self, plan: &Plan) {
+        self.decode.complete(plan.decode());
+    }
+    fn set_available(&self, role: Role, target: WorkerId, available: bool) {
+        let _ = self.side(role).set_available(target, available);
+    }
+    fn load(&self, role: Role, target: WorkerId) -> Option<WorkerLoad> {
+        self.side(role).load(target)
+    }
+}
+
+/// A P/D fleet: prefill and decode mocks (each of its side's ranks) and a gateway.
+struct Fleet {
+    prefill: Vec<Upstream>,
+    decode: Vec<Upstream>,
+    gw: String,
+    client: reqwest::Client,
+}
+
+/// The sides' shapes: endpoints and data-parallel ranks of each.
+#[derive(Clone, Copy)]
+struct Shape {
+    prefill: (u32, u32),
+    decode: (u32, u32),
+}
+
+const TWO_BY_ONE: Shape = Shape {
+    prefill: (2, 1),
+    decode: (2, 1),
+};
+
+impl Fleet {
+    /// Mocks of `shape` reading prompts with `prompts`, and a gateway planning with
+    /// `planner` (made for the sides' target counts, prefill then decode).
+    async fn start(
+        shape: Shape,
+        prompts: Option<Arc<prompt::Prompts>>,
+        planner: impl FnOnce(u32, u32) -> Arc<dyn PairPlanner>,
+    ) -> Self {
+        let mocks = |role, (n, ranks)| -> Vec<Upstream> {
+            (0..n)
+                .map(|_| Upstream::pd(role, ranks, prompts.clone()))
+                .collect()
+        };
+        let (prefill, decode) = (
+            mocks(Role::Prefill, shape.prefill),
+            mocks(Role::Decode, shape.decode),
+        );
+        let side = |ups: &[Upstream], ranks| {
+            let urls = ups.iter().map(|u| u.url.clone()).collect();
+            pd::Side::new(urls, RankLayout::new(ranks).unwrap())
+        };
+        let (p, d) = (
+            side(&prefill, shape.prefill.1),
+            side(&decode, shape.decode.1),
+        );
+        let planner = planner(p.targets(), d.targets());
+        let options = app::Options {
+            prompts,
+            request_timeout: Duration::from_secs(10),
+            ..app::Options::default()
+        };
+        let gw = pd::PdGateway::new(planner, p, d, options);
+        tokio::spawn(pd::probe_forever(
+            Arc::clone(&gw),
+            Duration::from_millis(100),
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(app::no_delay(listener), pd::app(gw)).await });
+        Self {
+            prefill,
+            decode,
+            gw: url,
+            client: client(),
+        }
+    }
+
+    /// Posts `body` to the gateway's `path` (with `X-Request-Id: id` when given): the
+    /// status, the headers and the body's text.
+    async fn send(
+        &self,
+        path: &str,
+        body: &Value,
+        id: Option<&str>,
+    ) -> (u16, reqwest::header::HeaderMap, String) {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.gw))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        let response = request.send().await.unwrap();
+        let (status, headers) = (response.status().as_u16(), response.headers().clone());
+        (status, headers, response.text().await.unwrap())
+    }
+
+    /// Every leg the mocks of `role` accepted, by request id (each id once per side).
+    async fn legs(&self, role: Role) -> HashMap<String, Value> {
+        let ups = match role {
+            Role::Prefill => &self.prefill,
+            Role::Decode => &self.decode,
+        };
+        let mut legs = HashMap::new();
+        for up in ups {
+            let list = get(&self.client, format!("{}/mock/legs", up.url)).await;
+            for leg in list.as_array().unwrap() {
+                let id = leg["request_id"].as_str().unwrap().to_owned();
+                let mut leg = leg.clone();
+                leg["upstream"] = json!(up.url);
+                assert!(
+                    legs.insert(id, leg).is_none(),
+                    "one {role:?} leg per request"
+                );
+            }
+        }
+        legs
+    }
+
+    /// The gateway's `/stats` once nothing is in flight on either side (within 5 s).
+    async fn idle_stats(&self) -> Value {
+        for _ in 0..100 {
+            let stats = get(&self.client, format!("{}/stats", self.gw)).await;
+            let busy = ["prefill", "decode"].iter().any(|side| {
+                stats[side]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["in_flight"] != 0)
+            });
+            if !busy {
+                return stats;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("requests were left in flight on the P/D gateway");
+    }
+}
+
+fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).map(|v| v.to_str().unwrap().to_owned())
+}
+
+/// The JSON events of a server-sent stream, and whether it ended with `[DONE]`.
+fn events(text: &str) -> (Vec<Value>, bool) {
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    let done = data.last() == Some(&"[DONE]");
+    let events = data
+        .iter()
+        .filter(|d| **d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    (events, done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_requests_are_served_whole_and_streamed_on_both_endpoints() {
+    let prompts = test_prompts();
+    let f = Fleet::start(TWO_BY_ONE, Some(Arc::clone(&prompts)), |p, d| {
+        split("balanced", d, p)
+    })
+    .await;
+    let chat = |stream: bool| {
+        json!({"model": "m", "stream": stream, "max_tokens": 40, "min_tokens": 2,
+            "messages": [{"role": "user", "content": "Where is my KV cache?"}]})
+    };
+    let text = |stream: bool| {
+        json!({"model": "m", "stream": stream, "max_completion_tokens": 40,
+            "prompt": "Prefill here, decode there."})
+    };
+    let mut sent = Vec::new();
+    for stream in [false, true] {
+        for (path, body) in [
+            ("/v1/chat/completions", chat(stream)),
+            ("/v1/completions", text(stream)),
+        ] {
+            let (status, headers, answer) = f.send(path, &body, None).await;
+            assert_eq!(status, 200, "{path} stream {stream}: {answer}");
+            if stream {
+                let (events, done) = events(&answer);
+                assert!(done && events.len() == 2, "{answer}");
+                assert!(
+                    events.iter().all(|e| e.get("usage").is_none()),
+                    "the decode leg got the client's stream options, none added: {answer}"
+                );
+            } else {
+                let v: Value = serde_json::from_str(&answer).unwrap();
+                assert_eq!(v["usage"]["completion_tokens"], 2, "{v}");
+            }
+            let id = header(&headers, "x-request-id").unwrap();
+            assert_eq!(id.len(), 36, "a fresh id: {id}");
+            sent.push((id, path, stream, headers));
+        }
+    }
+    let (prefills, decodes) = (f.legs(Role::Prefill).await, f.legs(Role::Decode).await);
+    assert_eq!((prefills.len(), decodes.len()), (4, 4));
+    for (id, path, stream, headers) in &sent {
+        let (p, d) = (&prefills[id], &decodes[id]);
+        assert_eq!((&p["path"], &d["path"]), (&json!(path), &json!(path)));
+        assert_eq!(p["stream"], false, "the prefill leg is whole");
+        assert_eq!(
+            d["stream"], *stream,
+            "the decode leg streams as the client asked"
+        );
+        assert_eq!(d["prefill"], "remote");
+        assert_eq!(d["prompt_tokens"], p["prompt_tokens"]);
+        let engine = format!("mock-prefill@{}", p["upstream"].as_str().unwrap());
+        assert_eq!(
+            d["remote_engine_id"], engine,
+            "read from the prefill worker that ran"
+        );
+        let worker = |name| header(headers, name).unwrap().parse::<usize>().unwrap();
+        assert_eq!(
+            p["upstream"].as_str(),
+            Some(f.prefill[worker("x-prefill-worker")].url.as_str())
+        );
+        assert_eq!(
+            d["upstream"].as_str(),
+            Some(f.decode[worker("x-routed-worker")].url.as_str())
+        );
+    }
+    let used: std::collections::BTreeSet<&str> = prefills
+        .values()
+        .map(|p| p["upstream"].as_str().unwrap())
+        .collect();
+    assert_eq!(used.len(), 2, "prefill workers in turn");
+    let stats = f.idle_stats().await;
+    assert_eq!(stats["requests"]["split"], 4, "{stats}");
+    assert_eq!(stats["requests"]["local"], 0, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_request_id_names_both_legs() {
+    let f = Fleet::start(TWO_BY_ONE, None, |p, d| split("balanced", d, p)).await;
+    for (i, stream) in [false, true].into_iter().enumerate() {
+        let id = format!("client-request-{i}");
+        let body = json!({"model": "m", "prompt": [5, 6, 7, 8], "stream": stream});
+        let (status, headers, answer) = f.send("/v1/completions", &body, Some(&id)).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(header(&headers, "x-request-id"), Some(id));
+    }
+    let (prefills, decodes) = (f.legs(Role::Prefill).await, f.legs(Role::Decode).await);
+    for id in ["client-request-0", "client-request-1"] {
+        assert!(
+            prefills.contains_key(id) && decodes.contains_key(id),
+            "{id}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_parallel_ranks_are_pinned_on_each_side() {
+    // One prefill endpoint of 2 ranks, one decode endpoint of 3: decode targets in turn
+    // (round robin), so every rank of each side is used.
+    let shape = Shape {
+        prefill: (1, 2),
+        decode: (1, 3),
+    };
+    let f = Fleet::start(shape, None, |p, d| split("round_robin", d, p)).await;
+    let mut ranks = Vec::new();
+    for i in 0..12u32 {
+        let body = json!({"model": "m", "prompt": (0..40).map(|t| i * 100 + t).collect::<Vec<_>>(),
+            "stream": i % 2 == 1});
+        let (status, headers, answer) = f.send("/v1/completions", &body, None).await;
+        assert_eq!(status, 200, "{answer}");
+        let rank = |name| header(&headers, name).unwrap().parse::<u64>().unwrap();
+        let id = header(&headers, "x-request-id").unwrap();
+        ranks.push((id, rank("x-prefill-rank"), rank("x-routed-rank")));
+    }
+    let (prefills, decodes) = (f.legs(Role::Prefill).await, f.legs(Role::Decode).await);
+    for (id, prefill_rank, decode_rank) in &ranks {
+        assert_eq!(prefills[id]["rank"], *prefill_rank, "{id}");
+        assert_eq!(decodes[id]["rank"], *decode_rank, "{id}");
+        let port = pd_mock::SIDE_CHANNEL_PORT + prefill_rank;
+        assert_eq!(decodes[id]["remote_port"], port, "the prefill rank's port");
+    }
+    let seen = |side: usize| {
+        let mut r: Vec<u64> = ranks
+            .iter()
+            .map(|x| if side == 0 { x.1 } else { x.2 })
+            .collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    };
+    assert_eq!((seen(0), seen(1)), (vec![0, 1], vec![0, 1, 2]));
+    f.idle_stats().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_without_prefill_goes_to_the_decode_worker_alone() {
+    let f = Fleet::start(TWO_BY_ONE, None, Local::planner).await;
+    for stream in [false, true] {
+        let body = json!({"model": "m", "prompt": [1, 2, 3], "stream": stream});
+        let (status, headers, answer) = f.send("/v1/completions", &body, None).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(header(&headers, "x-prefill-worker"), None);
+    }
+    assert!(f.legs(Role::Prefill).await.is_empty(), "no prefill leg");
+    let decodes = f.legs(Role::Decode).await;
+    assert_eq!(decodes.len(), 2);
+    assert!(
+        decodes.values().all(|d| d["prefill"] == "local"),
+        "{decodes:?}"
+    );
+    let stats = f.idle_stats().await;
+    assert_eq!(
+        (&stats["requests"]["local"], &stats["requests"]["split"]),
+        (&json!(2), &json!(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_prefill_worker_up_the_decode_worker_prefills() {
+    let shape = Shape {
+        prefill: (1, 1),
+        decode: (1, 1),
+    };
+    let mut f = Fleet::start(shape, None, |p, d| split("balanced", d, p)).await;
+    f.prefill[0].kill();
+    for stream in [false, true] {
+        let body = json!({"model": "m", "prompt": [9, 8, 7], "stream": stream});
+        let (status, headers, answer) = f.send("/v1/completions", &body, None).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(header(&headers, "x-prefill-worker"), None);
+    }
+    let decodes = f.legs(Role::Decode).await;
+    assert!(
+        decodes.values().all(|d| d["prefill"] == "local"),
+        "{decodes:?}"
+    );
+    let stats = f.idle_stats().await;
+    assert_eq!(stats["requests"]["local"], 2, "{stats}");
+    assert_eq!(stats["prefill"][0]["available"], false, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_prefill_worker_is_a_502_and_leaves_nothing_charged() {
+    let f = Fleet::start(TWO_BY_ONE, None, |p, d| split("balanced", d, p)).await;
+    for stream in [false, true] {
+        let body = json!({"model": "m", "prompt": [4, 4, 4], "stream": stream,
+            "mock_prefill_status": 500});
+        let (status, _, answer) = f.send("/v1/completions", &body, None).await;
+        assert_eq!(status, 502, "{answer}");
+        let v: Value = serde_json::from_str(&answer).unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("prefill worker") && message.contains("500"),
+            "{message}"
+        );
+    }
+    assert!(
+        f.legs(Role::Decode).await.is_empty(),
+        "no decode leg after a failed prefill"
+    );
+    let stats = f.idle_stats().await;
+    assert_eq!(stats["requests"]["prefill_failed"], 2, "{stats}");
+    for side in ["prefill", "decode"] {
+        for t in stats[side].as_array().unwrap() {
+            assert_eq!(
+                (&t["in_flight"], &t["available"]),
+                (&json!(0), &json!(true)),
+                "{t}"
+            );
+        }
+    }
+    // The failure was the request's: the same fleet serves the next one.
+    let body = json!({"model": "m", "prompt": [4, 4, 4]});
+    assert_eq!(f.send("/v1/completions", &body, None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mocks_refuse_what_breaks_the_protocol() {
+    let client = client();
+    let prefill = Upstream::pd(Role::Prefill, 2, None);
+    let decode = Upstream::pd(Role::Decode, 2, None);
+    let post = |url: String, body: Value, id: &str| {
+        let request = client
+            .post(format!("{url}/v1/completions"))
+            .header("x-request-id", id)
+            .header("x-data-parallel-rank", "1")
+            .body(body.to_string());
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    let client_body = json!({"model": "m", "prompt": [1, 2, 3], "max_tokens": 9});
+    let leg = pd_wire::prefill_body(client_body.as_object().unwrap());
+    let broken = |key: &str, value: Value| {
+        let mut b = leg.clone();
+        b[key] = value;
+        b
+    };
+    for (body, why) in [
+        (client_body.clone(), "kv_transfer_params"),
+        (broken("stream", json!(true)), "stream"),
+        (broken("max_tokens", json!(2)), "max_tokens"),
+        (broken("min_tokens", json!(1)), "min_tokens"),
+    ] {
+        let (status, text) = post(prefill.url.clone(), body, "r1").await;
+        assert_eq!(status, 400, "{why}: {text}");
+        assert!(text.contains(why), "{why}: {text}");
+    }
+    let (status, text) = post(prefill.url.clone(), leg.clone(), "r1").await;
+    assert_eq!(status, 200, "{text}");
+    let params = pd_wire::transfer_params(text.as_bytes()).unwrap();
+    assert_eq!(params["remote_port"], pd_mock::SIDE_CHANNEL_PORT + 1);
+    assert_eq!(params["remote_request_id"], "r1");
+
+    let decode_body =
+        |params: &Value| pd_wire::decode_body(client_body.as_object().unwrap(), Some(params));
+    let mut moved = params.clone();
+    moved["remote_port"] = json!(5600);
+    let prompt = json!({"model": "m", "prompt": [1, 2, 4], "max_tokens": 9});
+    for (body, id, why) in [
+        (decode_body(&params), "r2", "remote_request_id"),
+        (decode_body(&moved), "r1", "mock_check"),
+        (
+            decode_body(&leg[pd_wire::PARAMS]),
+            "r1",
+            "do_remote_prefill",
+        ),
+        (
+            pd_wire::decode_body(prompt.as_object().unwrap(), Some(&params)),
+            "r1",
+            "mock_check",
+        ),
+    ] {
+        let (status, text) = post(decode.url.clone(), body, id).await;
+        assert_eq!(status, 400, "{why}: {text}");
+        assert!(text.contains(why), "{why}: {text}");
+    }
+    let (status, text) = post(decode.url.clone(), decode_body(&params), "r1").await;
+    assert_eq!(status, 200, "{text}");
+}
+
+#[test]
+fn a_pd_fleet_without_a_decode_worker_is_refused_with_a_clear_error() {
+    let parse =
+        |flags: &[&str]| flags::parse_from(std::iter::once("gateway").chain(flags.iter().copied()));
+    let e = parse(&["--prefill", "http://127.0.0.1:8101"]).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    let line = cli::one_line(&e);
+    assert!(
+        line.contains("required") && line.contains("--decode <URL>"),
+        "{line}"
+    );
+    let e = parse(&[
+        "--decode",
+        "http://d",
+        "--upstream",
+        "http://u",
+        "--prefill",
+        "http://p",
+    ])
+    .unwrap_err();
+    assert!(cli::one_line(&e).contains("cannot be used with"), "{e}");
+    let f = parse(&[
+        "--prefill",
+        "http://p/",
+        "--decode",
+        "http://d",
+        "--dp-ranks",
+        "4",
+        "--prefill-dp-ranks",
+        "2",
+    ])
+    .unwrap();
+    assert_eq!(
+        (f.prefill, f.decode),
+        (vec!["http://p".to_owned()], vec!["http://d".to_owned()])
+    );
+    assert_eq!((f.prefill_ranks, f.ranks), (2, 4));
+}
