@@ -21,6 +21,8 @@ pub(crate) struct Flags {
     pub(crate) decode: Vec<String>,
     /// Data-parallel ranks per prefill worker (`ranks` unless given).
     pub(crate) prefill_ranks: u32,
+    /// P/D mode: how the pair router decides to split (`pd_plan::decider` names them).
+    pub(crate) pd_decider: String,
     pub(crate) options: policy::PolicyOptions,
     pub(crate) mock: Option<String>,
     /// A mock worker's role in a P/D fleet (`prefill` or `decode`), checking the protocol.
@@ -58,8 +60,14 @@ struct Cli {
     /// Address the gateway listens on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
     listen: String,
-    /// The routing policy.
-    #[arg(long, value_name = "NAME", default_value = "balanced", value_parser = policy_names())]
+    /// The routing policy (not in P/D mode: see --pd-decider).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "balanced",
+        value_parser = policy_names(),
+        conflicts_with = "prefill"
+    )]
     policy: String,
     /// An upstream server's base URL, once per upstream.
     #[arg(
@@ -78,6 +86,15 @@ struct Cli {
     /// P/D mode: data-parallel ranks per prefill worker (default --dp-ranks).
     #[arg(long, value_name = "N", requires = "prefill")]
     prefill_dp_ranks: Option<u32>,
+    /// P/D mode: when to split (cost: the plan of least predicted cost; always; never).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "cost",
+        requires = "prefill",
+        value_parser = ["cost", "always", "never"]
+    )]
+    pd_decider: String,
     /// Tokens per KV block, as the upstreams' engines hash them.
     #[arg(long, value_name = "N", default_value_t = policy::PolicyOptions::default().block_size)]
     block_size: usize,
@@ -118,7 +135,12 @@ struct Cli {
     #[arg(long, value_name = "ADDR")]
     mock_worker: Option<String>,
     /// A mock worker's role in a P/D fleet, checking vLLM's disaggregated protocol.
-    #[arg(long, value_name = "ROLE", requires = "mock_worker", value_parser = ["prefill", "decode"])]
+    #[arg(
+        long,
+        value_name = "ROLE",
+        requires = "mock_worker",
+        value_parser = ["prefill", "decode"]
+    )]
     mock_role: Option<String>,
     /// A mock worker's KV cache, in blocks.
     #[arg(long, value_name = "N", default_value_t = 65_536)]
@@ -149,6 +171,7 @@ impl From<Cli> for Flags {
             prefill: urls(c.prefill),
             decode: urls(c.decode),
             prefill_ranks: c.prefill_dp_ranks.unwrap_or(c.dp_ranks),
+            pd_decider: c.pd_decider,
             options: policy::PolicyOptions {
                 block_size: c.block_size,
                 ..policy::PolicyOptions::default()

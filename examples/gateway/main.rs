@@ -60,13 +60,15 @@
 //! each once per worker, instead of `--upstream`. Every request is prefilled on a prefill
 //! worker and decoded on a decode worker with vLLM's disaggregated protocol (`pd_wire.rs`),
 //! `--dp-ranks` ranks per decode worker and `--prefill-dp-ranks` (default the same) per
-//! prefill worker. Mock workers take `--mock-role prefill|decode` and check the protocol:
+//! prefill worker. The crate's `PdRouter` picks each pair, and whether to split, by
+//! `--pd-decider` (`cost`, the default: the plan of least predicted cost; `always`;
+//! `never`). Mock workers take `--mock-role prefill|decode` and check the protocol:
 //!
 //! ```sh
 //! cargo run --release --example gateway -- --mock-worker 127.0.0.1:8101 --mock-role prefill &
 //! cargo run --release --example gateway -- --mock-worker 127.0.0.1:8201 --mock-role decode &
 //! cargo run --release --example gateway -- --listen 127.0.0.1:8000 \
-//!     --prefill http://127.0.0.1:8101 --decode http://127.0.0.1:8201
+//!     --prefill http://127.0.0.1:8101 --decode http://127.0.0.1:8201 --pd-decider always
 //! ```
 //!
 //! `--help` lists every flag with its default and exits 0; bad flags give a one-line error
@@ -236,12 +238,12 @@ fn pd_gateway(f: &Flags, decode_layout: RankLayout) -> Result<Arc<pd::PdGateway>
         RankLayout::new(f.prefill_ranks).map_err(|e| format!("--prefill-dp-ranks: {e}"))?;
     let prefill = pd::Side::new(f.prefill.clone(), prefill_layout);
     let decode = pd::Side::new(f.decode.clone(), decode_layout);
-    let router = match policy::build(&f.policy, decode.targets(), &f.options) {
-        Some(r) => r.map_err(|e| e.to_string())?,
-        None => return Err(format!("unknown policy {:?}", f.policy)),
+    let Some(decider) = pd_plan::decider(&f.pd_decider) else {
+        return Err(format!("unknown --pd-decider {:?}", f.pd_decider));
     };
+    let (p, d) = (prefill.targets(), decode.targets());
     let planner =
-        pd_plan::SplitPlanner::new(router, prefill.targets()).map_err(|e| e.to_string())?;
+        pd_plan::PdPlanner::new(p, d, f.options.block_size, decider).map_err(|e| e.to_string())?;
     let options = app::Options {
         prompts: prompts(f)?,
         request_timeout: f.request_timeout,

@@ -1,14 +1,13 @@
-//! Where a disaggregated request's two legs go: the [`PairPlanner`] seam, and
-//! [`SplitPlanner`], the planner the gateway uses until the crate has a pair router.
+//! Where a disaggregated request's two legs go: the [`PairPlanner`] seam the request path
+//! sees, and [`PdPlanner`], which plans with the crate's [`PdRouter`].
 //!
 //! Targets are numbered on each side on their own, as the gateway numbers upstream targets:
 //! target `t` of a side is rank `layout.rank(t)` of endpoint `layout.endpoint(t)` of that
 //! side's [`RankLayout`](prefix_router::RankLayout).
 
-use std::sync::Arc;
-
 use prefix_router::{
-    Error, RoundRobinRouter, RouteDecision, RouteRequest, Router, WorkerId, WorkerLoad,
+    AlwaysSplit, ByCost, Decide, Error, NeverSplit, PairDecision, PdConfig, PdRouter, RouteRequest,
+    Router, WorkerId, WorkerLoad,
 };
 
 /// A side of a disaggregated fleet.
@@ -35,24 +34,29 @@ impl Role {
 /// prompt is prefilled apart ("split"); without one the decode target prefills it.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    decode: RouteDecision,
-    prefill: Option<RouteDecision>,
+    pair: PairDecision,
+    decode: WorkerId,
+    prefill: Option<WorkerId>,
 }
 
 impl Plan {
-    /// A plan of `decode`'s target and, when split, `prefill`'s.
-    pub(crate) fn new(decode: RouteDecision, prefill: Option<RouteDecision>) -> Self {
-        Self { decode, prefill }
+    /// The decode side's target.
+    pub(crate) fn decode(&self) -> WorkerId {
+        self.decode
     }
 
-    /// The decode side's decision: its target, and the cached tokens predicted there.
-    pub(crate) fn decode(&self) -> &RouteDecision {
-        &self.decode
+    /// The prefill side's target, when the request is split.
+    pub(crate) fn prefill(&self) -> Option<WorkerId> {
+        self.prefill
     }
 
-    /// The prefill side's decision, when the request is split.
-    pub(crate) fn prefill(&self) -> Option<&RouteDecision> {
-        self.prefill.as_ref()
+    /// Prompt tokens predicted cached where the prompt is prefilled: on the prefill target
+    /// when split, else on the decode target.
+    pub(crate) fn cached_tokens(&self) -> usize {
+        self.pair
+            .prefill()
+            .unwrap_or(self.pair.decode())
+            .cached_tokens()
     }
 }
 
@@ -63,7 +67,7 @@ impl Plan {
 /// exactly once, whatever became of the request, after which it holds nothing charged;
 /// [`prefill_done`](Self::prefill_done) comes at most once, when the prefill leg answered,
 /// and [`first_token`](Self::first_token) at most once, when the decode leg's first
-/// content came (a whole answer's arrival).
+/// content came (a whole 2xx answer's arrival): the prompt's KV reached the decode target.
 pub(crate) trait PairPlanner: Send + Sync {
     /// The planner's name, for `/stats`.
     fn name(&self) -> &'static str;
@@ -72,8 +76,7 @@ pub(crate) trait PairPlanner: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`Error::NoWorkers`] when no decode target is available; [`Error::Shed`] when
-    /// admission refuses the request; nothing is charged then.
+    /// [`Error::NoWorkers`] when no decode target is available; nothing is charged then.
     fn plan(&self, request: &RouteRequest<'_>) -> Result<Plan, Error>;
 
     /// The prefill leg of `plan` answered: its prefill target's work is done.
@@ -92,82 +95,117 @@ pub(crate) trait PairPlanner: Send + Sync {
     fn load(&self, role: Role, target: WorkerId) -> Option<WorkerLoad>;
 }
 
-/// A stand-in pair planner: the decode target from a router over the decode targets (the
-/// gateway's `--policy`), then, always, a prefill target in turn among the available
-/// prefill targets (`RoundRobinRouter`), as vLLM's proxy picks them. With no prefill target
-/// available, the request is not split: the decode target prefills it.
-///
-/// The decode router is charged as if the decode target prefilled the prompt until its
-/// first token; the prefill router from the plan until the prefill leg answers.
-pub(crate) struct SplitPlanner {
-    decode: Arc<dyn Router>,
-    prefill: RoundRobinRouter,
+/// The crate's decider called `name` (its [`Decide::name`]; `--pd-decider`): `cost` ([`ByCost`]: the plan of least predicted
+/// cost, split or not), `always` ([`AlwaysSplit`]: split whenever a prefill target is
+/// available) or `never` ([`NeverSplit`]).
+pub(crate) fn decider(name: &str) -> Option<Box<dyn Decide>> {
+    match name {
+        "cost" => Some(Box::new(ByCost)),
+        "always" => Some(Box::new(AlwaysSplit)),
+        "never" => Some(Box::new(NeverSplit)),
+        _ => None,
+    }
 }
 
-impl SplitPlanner {
-    /// A planner choosing decode targets with `decode` and prefill targets among
-    /// `0..prefill_targets`.
+/// Plans with a [`PdRouter`] over both sides: its workers are the prefill targets
+/// (`prefix_router::Role::Prefill`) and after them the decode targets
+/// (`prefix_router::Role::Decode`), on one mirror and load model.
+///
+/// The prefill target is released when its leg answers (its compute is done); the decode
+/// target's mirror is credited with the prompt ([`PdRouter::prefill_done`]) at the decode
+/// leg's first token, when its KV has certainly arrived: a decode leg that fails credits
+/// nothing.
+pub(crate) struct PdPlanner {
+    router: PdRouter<Box<dyn Decide>>,
+    prefill_targets: u32,
+    decode_targets: u32,
+}
+
+impl PdPlanner {
+    /// A planner over `prefill_targets` and `decode_targets`, hashing blocks of
+    /// `block_size` tokens, deciding with `decider`.
     ///
     /// # Errors
     ///
-    /// When `prefill_targets` is out of the crate's range.
-    pub(crate) fn new(decode: Arc<dyn Router>, prefill_targets: u32) -> Result<Self, Error> {
+    /// As [`PdRouter::with_decider`]: no decode target, or a setting out of range.
+    pub(crate) fn new(
+        prefill_targets: u32,
+        decode_targets: u32,
+        block_size: usize,
+        decider: Box<dyn Decide>,
+    ) -> Result<Self, Error> {
+        use prefix_router::Role as Does;
+        let roles: Vec<Does> = std::iter::repeat_n(Does::Prefill, prefill_targets as usize)
+            .chain(std::iter::repeat_n(Does::Decode, decode_targets as usize))
+            .collect();
+        let mut config = PdConfig::default();
+        config.balanced.index.block_size = block_size;
         Ok(Self {
-            decode,
-            prefill: RoundRobinRouter::new(prefill_targets)?,
+            router: PdRouter::with_decider(&roles, config, decider)?,
+            prefill_targets,
+            decode_targets,
         })
     }
 
-    fn side(&self, role: Role) -> &dyn Router {
+    /// The router's worker for `target` of `role`'s side.
+    fn worker(&self, role: Role, target: WorkerId) -> WorkerId {
         match role {
-            Role::Prefill => &self.prefill,
-            Role::Decode => self.decode.as_ref(),
+            Role::Prefill => target,
+            Role::Decode => WorkerId::new(self.prefill_targets + target.get()),
         }
+    }
+
+    /// The decode side's target of the router's `worker`.
+    fn decode_target(&self, worker: WorkerId) -> WorkerId {
+        WorkerId::new(worker.get().saturating_sub(self.prefill_targets))
     }
 }
 
-impl PairPlanner for SplitPlanner {
+impl PairPlanner for PdPlanner {
     fn name(&self) -> &'static str {
-        "split_round_robin"
+        self.router.decider_name()
     }
 
     fn plan(&self, request: &RouteRequest<'_>) -> Result<Plan, Error> {
-        let decode = self.decode.route(request)?;
-        // Admission and sessions are the decode side's: the prefill side sees the prompt.
-        let mut prompt = RouteRequest::new(request.tokens()).with_salt(request.salt());
-        if let Some(at) = request.time() {
-            prompt = prompt.with_time(at);
-        }
-        match self.prefill.route(&prompt) {
-            Ok(prefill) => Ok(Plan::new(decode, Some(prefill))),
-            Err(Error::NoWorkers) => Ok(Plan::new(decode, None)),
-            Err(e) => {
-                self.decode.complete(&decode);
-                Err(e)
-            }
-        }
+        let pair = self.router.route_pair(request)?;
+        // The router's roles keep decode workers after the prefill ones, and prefill
+        // workers from decoding: each side's target follows from the worker.
+        Ok(Plan {
+            decode: self.decode_target(pair.decode().worker()),
+            prefill: pair.prefill().map(|p| p.worker()),
+            pair,
+        })
     }
 
     fn prefill_done(&self, plan: &Plan) {
-        if let Some(prefill) = plan.prefill() {
-            self.prefill.complete(prefill);
+        if let Some(prefill) = plan.pair.prefill() {
+            self.router.router().complete(prefill);
         }
     }
 
     fn first_token(&self, plan: &Plan) {
-        self.decode.first_token(plan.decode());
+        self.router.prefill_done(&plan.pair);
+        self.router.first_token(&plan.pair);
     }
 
     fn complete(&self, plan: &Plan) {
-        self.prefill_done(plan);
-        self.decode.complete(plan.decode());
+        self.router.complete(&plan.pair);
     }
 
     fn set_available(&self, role: Role, target: WorkerId, available: bool) {
-        let _ = self.side(role).set_available(target, available);
+        let _ = self
+            .router
+            .router()
+            .set_available(self.worker(role, target), available);
     }
 
     fn load(&self, role: Role, target: WorkerId) -> Option<WorkerLoad> {
-        self.side(role).load(target)
+        let side = match role {
+            Role::Prefill => self.prefill_targets,
+            Role::Decode => self.decode_targets,
+        };
+        (target.get() < side)
+            .then(|| self.router.router().load(self.worker(role, target)))
+            .flatten()
     }
 }

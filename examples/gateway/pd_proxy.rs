@@ -118,7 +118,7 @@ enum Kind {
 /// Sends `plan`'s legs and answers; `None` when a worker could not be reached (it is out
 /// of planning and `plan` completed).
 async fn serve(gw: &Arc<PdGateway>, legs: &Legs, plan: Plan) -> Option<Response> {
-    let Some(prefill) = plan.prefill().map(|p| p.worker()) else {
+    let Some(prefill) = plan.prefill() else {
         return decode(gw, legs, plan, None, Kind::Local).await;
     };
     let params = match prefill_leg(gw, legs, prefill).await {
@@ -223,7 +223,7 @@ async fn decode(
     params: Option<&Value>,
     kind: Kind,
 ) -> Option<Response> {
-    let t = plan.decode().worker();
+    let t = plan.decode();
     let mut request = leg(
         gw,
         Role::Decode,
@@ -255,7 +255,9 @@ async fn decode(
         return Some((status, headers, body).into_response());
     }
     let bytes = answer.bytes().await;
-    gw.planner.first_token(&plan);
+    if bytes.is_ok() && status.is_success() {
+        gw.planner.first_token(&plan);
+    }
     gw.planner.complete(&plan);
     Some(match bytes {
         Ok(bytes) => (status, headers, bytes).into_response(),
@@ -285,8 +287,9 @@ fn count(gw: &PdGateway, kind: Kind) {
 }
 
 /// The answer's headers: its content type, the request's id (`x-request-id`), the decode
-/// target (`x-routed-worker`, `x-routed-rank`, `x-predicted-cached-tokens`) and, when the
-/// prefill leg ran, the prefill target (`x-prefill-worker`, `x-prefill-rank`).
+/// target (`x-routed-worker`, `x-routed-rank`), the prompt tokens predicted cached where it
+/// is prefilled (`x-predicted-cached-tokens`) and, when the prefill leg ran, the prefill
+/// target (`x-prefill-worker`, `x-prefill-rank`).
 fn receipt(gw: &PdGateway, legs: &Legs, plan: &Plan, prefilled: bool) -> HeaderMap {
     let mut h = HeaderMap::new();
     let kind = if legs.streamed {
@@ -299,21 +302,15 @@ fn receipt(gw: &PdGateway, legs: &Legs, plan: &Plan, prefilled: bool) -> HeaderM
         h.insert(wire::REQUEST_ID, id);
     }
     let d = plan.decode();
-    h.insert("x-routed-worker", HeaderValue::from(d.worker().get()));
-    h.insert(
-        "x-routed-rank",
-        HeaderValue::from(gw.decode.rank(d.worker())),
-    );
+    h.insert("x-routed-worker", HeaderValue::from(d.get()));
+    h.insert("x-routed-rank", HeaderValue::from(gw.decode.rank(d)));
     h.insert(
         "x-predicted-cached-tokens",
-        HeaderValue::from(d.cached_tokens() as u64),
+        HeaderValue::from(plan.cached_tokens() as u64),
     );
     if let Some(p) = plan.prefill().filter(|_| prefilled) {
-        h.insert("x-prefill-worker", HeaderValue::from(p.worker().get()));
-        h.insert(
-            "x-prefill-rank",
-            HeaderValue::from(gw.prefill.rank(p.worker())),
-        );
+        h.insert("x-prefill-worker", HeaderValue::from(p.get()));
+        h.insert("x-prefill-rank", HeaderValue::from(gw.prefill.rank(p)));
     }
     h
 }
