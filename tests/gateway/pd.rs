@@ -8,62 +8,31 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prefix_router::{Error, RankLayout, RouteRequest, Router, WorkerId, WorkerLoad};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use prefix_router::{AlwaysSplit, Decide, NeverSplit, PairView, RankLayout, RouteRequest};
 use serde_json::{Value, json};
 
-use pd_plan::{PairPlanner, Plan, Role, SplitPlanner};
+use pd_plan::{PdPlanner, Role};
 
-/// The stand-in planner: `policy` over `decode` targets, prefill targets in turn.
-fn split(policy: &str, decode: u32, prefill: u32) -> Arc<dyn PairPlanner> {
-    let options = policy::PolicyOptions::default();
-    let router = policy::build(policy, decode, &options).unwrap().unwrap();
-    Arc::new(SplitPlanner::new(router, prefill).unwrap())
-}
+/// A decider taking pairs in turn: the n-th request is split with the n-th prefill worker
+/// and the n-th decode worker among those available, each list in turn.
+#[derive(Default)]
+struct Turns(AtomicUsize);
 
-/// A planner that never splits: the decode target prefills every prompt. Its prefill
-/// router is never asked, so its prefill targets stay idle.
-struct Local {
-    decode: Arc<dyn Router>,
-    prefill: Arc<dyn Router>,
-}
-
-impl Local {
-    fn planner(prefill: u32, decode: u32) -> Arc<dyn PairPlanner> {
-        let options = policy::PolicyOptions::default();
-        let build = |n| policy::build("balanced", n, &options).unwrap().unwrap();
-        Arc::new(Self {
-            decode: build(decode),
-            prefill: build(prefill),
-        })
-    }
-
-    fn side(&self, role: Role) -> &dyn Router {
-        match role {
-            Role::Prefill => self.prefill.as_ref(),
-            Role::Decode => self.decode.as_ref(),
-        }
-    }
-}
-
-impl PairPlanner for Local {
+impl Decide for Turns {
     fn name(&self) -> &'static str {
-        "local"
+        "turns"
     }
-    fn plan(&self, request: &RouteRequest<'_>) -> Result<Plan, Error> {
-        Ok(Plan::new(self.decode.route(request)?, None))
-    }
-    fn prefill_done(&self, _: &Plan) {}
-    fn first_token(&self, plan: &Plan) {
-        self.decode.first_token(plan.decode());
-    }
-    fn complete(&self, plan: &Plan) {
-        self.decode.complete(plan.decode());
-    }
-    fn set_available(&self, role: Role, target: WorkerId, available: bool) {
-        let _ = self.side(role).set_available(target, available);
-    }
-    fn load(&self, role: Role, target: WorkerId) -> Option<WorkerLoad> {
-        self.side(role).load(target)
+
+    fn decide(&self, _: &RouteRequest<'_>, view: &PairView<'_>) -> prefix_router::Plan {
+        let n = self.0.fetch_add(1, Relaxed);
+        let decoders: Vec<usize> = view.decoders().collect();
+        let prefillers: Vec<usize> = view.prefillers().collect();
+        prefix_router::Plan::Split {
+            prefill: prefillers[n % prefillers.len()],
+            decode: decoders[n % decoders.len()],
+        }
     }
 }
 
@@ -88,12 +57,12 @@ const TWO_BY_ONE: Shape = Shape {
 };
 
 impl Fleet {
-    /// Mocks of `shape` reading prompts with `prompts`, and a gateway planning with
-    /// `planner` (made for the sides' target counts, prefill then decode).
+    /// Mocks of `shape` reading prompts with `prompts`, and a gateway planning with the
+    /// crate's pair router deciding with `decider`.
     async fn start(
         shape: Shape,
         prompts: Option<Arc<prompt::Prompts>>,
-        planner: impl FnOnce(u32, u32) -> Arc<dyn PairPlanner>,
+        decider: impl Decide + 'static,
     ) -> Self {
         let mocks = |role, (n, ranks)| -> Vec<Upstream> {
             (0..n)
@@ -112,13 +81,13 @@ impl Fleet {
             side(&prefill, shape.prefill.1),
             side(&decode, shape.decode.1),
         );
-        let planner = planner(p.targets(), d.targets());
+        let planner = PdPlanner::new(p.targets(), d.targets(), 16, Box::new(decider)).unwrap();
         let options = app::Options {
             prompts,
             request_timeout: Duration::from_secs(10),
             ..app::Options::default()
         };
-        let gw = pd::PdGateway::new(planner, p, d, options);
+        let gw = pd::PdGateway::new(Arc::new(planner), p, d, options);
         tokio::spawn(pd::probe_forever(
             Arc::clone(&gw),
             Duration::from_millis(100),
@@ -219,10 +188,7 @@ fn events(text: &str) -> (Vec<Value>, bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_requests_are_served_whole_and_streamed_on_both_endpoints() {
     let prompts = test_prompts();
-    let f = Fleet::start(TWO_BY_ONE, Some(Arc::clone(&prompts)), |p, d| {
-        split("balanced", d, p)
-    })
-    .await;
+    let f = Fleet::start(TWO_BY_ONE, Some(Arc::clone(&prompts)), AlwaysSplit).await;
     let chat = |stream: bool| {
         json!({"model": "m", "stream": stream, "max_tokens": 40, "min_tokens": 2,
             "messages": [{"role": "user", "content": "Where is my KV cache?"}]})
@@ -282,11 +248,6 @@ async fn split_requests_are_served_whole_and_streamed_on_both_endpoints() {
             Some(f.decode[worker("x-routed-worker")].url.as_str())
         );
     }
-    let used: std::collections::BTreeSet<&str> = prefills
-        .values()
-        .map(|p| p["upstream"].as_str().unwrap())
-        .collect();
-    assert_eq!(used.len(), 2, "prefill workers in turn");
     let stats = f.idle_stats().await;
     assert_eq!(stats["requests"]["split"], 4, "{stats}");
     assert_eq!(stats["requests"]["local"], 0, "{stats}");
@@ -294,7 +255,7 @@ async fn split_requests_are_served_whole_and_streamed_on_both_endpoints() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clients_request_id_names_both_legs() {
-    let f = Fleet::start(TWO_BY_ONE, None, |p, d| split("balanced", d, p)).await;
+    let f = Fleet::start(TWO_BY_ONE, None, AlwaysSplit).await;
     for (i, stream) in [false, true].into_iter().enumerate() {
         let id = format!("client-request-{i}");
         let body = json!({"model": "m", "prompt": [5, 6, 7, 8], "stream": stream});
@@ -313,13 +274,13 @@ async fn the_clients_request_id_names_both_legs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_parallel_ranks_are_pinned_on_each_side() {
-    // One prefill endpoint of 2 ranks, one decode endpoint of 3: decode targets in turn
-    // (round robin), so every rank of each side is used.
+    // One prefill endpoint of 2 ranks, one decode endpoint of 3: pairs in turn, so every
+    // rank of each side is used.
     let shape = Shape {
         prefill: (1, 2),
         decode: (1, 3),
     };
-    let f = Fleet::start(shape, None, |p, d| split("round_robin", d, p)).await;
+    let f = Fleet::start(shape, None, Turns::default()).await;
     let mut ranks = Vec::new();
     for i in 0..12u32 {
         let body = json!({"model": "m", "prompt": (0..40).map(|t| i * 100 + t).collect::<Vec<_>>(),
@@ -352,7 +313,7 @@ async fn data_parallel_ranks_are_pinned_on_each_side() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_without_prefill_goes_to_the_decode_worker_alone() {
-    let f = Fleet::start(TWO_BY_ONE, None, Local::planner).await;
+    let f = Fleet::start(TWO_BY_ONE, None, NeverSplit).await;
     for stream in [false, true] {
         let body = json!({"model": "m", "prompt": [1, 2, 3], "stream": stream});
         let (status, headers, answer) = f.send("/v1/completions", &body, None).await;
@@ -379,7 +340,7 @@ async fn with_no_prefill_worker_up_the_decode_worker_prefills() {
         prefill: (1, 1),
         decode: (1, 1),
     };
-    let mut f = Fleet::start(shape, None, |p, d| split("balanced", d, p)).await;
+    let mut f = Fleet::start(shape, None, AlwaysSplit).await;
     f.prefill[0].kill();
     for stream in [false, true] {
         let body = json!({"model": "m", "prompt": [9, 8, 7], "stream": stream});
@@ -399,7 +360,7 @@ async fn with_no_prefill_worker_up_the_decode_worker_prefills() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_prefill_worker_is_a_502_and_leaves_nothing_charged() {
-    let f = Fleet::start(TWO_BY_ONE, None, |p, d| split("balanced", d, p)).await;
+    let f = Fleet::start(TWO_BY_ONE, None, AlwaysSplit).await;
     for stream in [false, true] {
         let body = json!({"model": "m", "prompt": [4, 4, 4], "stream": stream,
             "mock_prefill_status": 500});
@@ -520,6 +481,8 @@ fn a_pd_fleet_without_a_decode_worker_is_refused_with_a_clear_error() {
     .unwrap_err();
     assert!(cli::one_line(&e).contains("cannot be used with"), "{e}");
     let f = parse(&[
+        "--pd-decider",
+        "never",
         "--prefill",
         "http://p/",
         "--decode",
@@ -535,4 +498,105 @@ fn a_pd_fleet_without_a_decode_worker_is_refused_with_a_clear_error() {
         (vec!["http://p".to_owned()], vec!["http://d".to_owned()])
     );
     assert_eq!((f.prefill_ranks, f.ranks), (2, 4));
+    assert_eq!(f.pd_decider, "never");
+    let e = parse(&[
+        "--prefill",
+        "http://p",
+        "--decode",
+        "http://d",
+        "--policy",
+        "balanced",
+    ]);
+    let e = e.unwrap_err();
+    assert!(cli::one_line(&e).contains("cannot be used with"), "{e}");
+    let f = parse(&["--prefill", "http://p", "--decode", "http://d"]).unwrap();
+    assert_eq!(f.pd_decider, "cost", "the default");
+    assert!(pd_plan::decider(&f.pd_decider).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_decider_plans_pairs_the_legs_follow() {
+    // Whatever the cost decides for each prompt (short and long, repeated), the legs go
+    // where the answer's headers say: a split request to both sides, with its parameters;
+    // an aggregated one to the decode worker alone.
+    let f = Fleet::start(TWO_BY_ONE, None, prefix_router::ByCost).await;
+    let mut sent = Vec::new();
+    for (i, len) in [8u32, 4_000, 8, 4_000, 20_000].into_iter().enumerate() {
+        let body =
+            json!({"model": "m", "prompt": (0..len).collect::<Vec<_>>(), "stream": i % 2 == 0});
+        let (status, headers, answer) = f.send("/v1/completions", &body, None).await;
+        assert_eq!(status, 200, "{answer}");
+        let id = header(&headers, "x-request-id").unwrap();
+        sent.push((id, header(&headers, "x-prefill-worker").is_some()));
+    }
+    let (prefills, decodes) = (f.legs(Role::Prefill).await, f.legs(Role::Decode).await);
+    for (id, split) in &sent {
+        assert_eq!(prefills.contains_key(id), *split, "{id}");
+        let expected = if *split { "remote" } else { "local" };
+        assert_eq!(decodes[id]["prefill"], expected, "{id}");
+    }
+    let stats = f.idle_stats().await;
+    let (split, local) = (&stats["requests"]["split"], &stats["requests"]["local"]);
+    eprintln!("the cost decider split {split} of 5 requests: {sent:?}");
+    assert_eq!(
+        split.as_u64().unwrap() + local.as_u64().unwrap(),
+        5,
+        "{stats}"
+    );
+    assert_eq!(stats["planner"], "cost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_decider_splits_a_long_prompt_off_a_decoding_worker_then_finds_it_there() {
+    // A stream held open after its first token is decoding on the one decode worker: a
+    // long prompt prefilled there would stall it, so the cost decider prefills it apart;
+    // the same prompt again is cached on the decode worker and stays there.
+    let shape = Shape {
+        prefill: (1, 1),
+        decode: (1, 1),
+    };
+    let f = Fleet::start(shape, None, prefix_router::ByCost).await;
+    let held = json!({"model": "m", "prompt": (0..64).collect::<Vec<u32>>(), "stream": true,
+        "mock_pause_ms": 60_000});
+    let mut stream = f
+        .client
+        .post(format!("{}/v1/completions", f.gw))
+        .body(held.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stream.headers().get("x-prefill-worker"),
+        None,
+        "a short prompt stays"
+    );
+    assert!(
+        stream.chunk().await.unwrap().is_some(),
+        "its first token came"
+    );
+    let long = json!({"model": "m", "prompt": (1_000..21_000).collect::<Vec<u32>>()});
+    let (status, headers, answer) = f.send("/v1/completions", &long, None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(header(&headers, "x-prefill-worker").as_deref(), Some("0"));
+    let id = header(&headers, "x-request-id").unwrap();
+    assert_eq!(f.legs(Role::Decode).await[&id]["prefill"], "remote");
+    // The handoff credited the decode worker with the prompt: asked again, it is cached
+    // there, and decoded where it is.
+    let (status, headers, answer) = f.send("/v1/completions", &long, None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(header(&headers, "x-prefill-worker"), None);
+    assert_eq!(
+        header(&headers, "x-predicted-cached-tokens").as_deref(),
+        Some("20000")
+    );
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 20_000);
+    drop(stream);
+    let stats = f.idle_stats().await;
+    let requests = &stats["requests"];
+    assert_eq!(
+        (&requests["split"], &requests["local"]),
+        (&json!(1), &json!(2)),
+        "{stats}"
+    );
 }
