@@ -461,6 +461,25 @@ mod tests {
             }
             let report = run.report();
             prop_assert_eq!(report.requests, n);
+            let done = report.request_records.iter().all(|r| r.e2e_s.is_some() || r.rejected);
+            prop_assert!(done, "every request finished or was dropped");
         }
+    }
+
+    /// A request whose prompt fits its worker's pool but whose output does not, alone
+    /// there, preempts itself and is then dropped, not left waiting on an idle worker.
+    #[test]
+    fn a_lone_request_outgrowing_the_pool_is_dropped_not_stranded() {
+        let config = ClusterConfig::default()
+            .with_workers(1)
+            .with_block_size(4)
+            .with_capacity_tokens(12)
+            .with_engine(crate::sim::Engine::Batched)
+            .with_measure_decision_time(false);
+        let sim = Simulation::new(vec![Request::new(0.0, (0..12).collect(), 6)], config).unwrap();
+        let report = sim.run(&RoundRobinRouter::new(1).unwrap()).unwrap();
+        let r = &report.request_records[0];
+        assert!(r.ttft_s.is_some(), "its prompt fits: {r:?}");
+        assert_eq!((r.preemptions, r.rejected), (1, true), "{r:?}");
     }
 }

@@ -12,7 +12,8 @@
 //!    for them, the most recently admitted running sequence is preempted (its blocks freed,
 //!    its computed tokens forgotten, itself put back at the head of the waiting queue),
 //!    until the blocks fit or the sequence itself was preempted;
-//! 2. unless a sequence was preempted, waiting sequences in arrival order are admitted
+//! 2. unless a sequence was preempted while others still run (an empty step would leave the
+//!    worker idle with requests waiting), waiting sequences in arrival order are admitted
 //!    while budget and the sequence cap allow: each first takes the longest cached prefix
 //!    of its tokens (never its last token: vLLM always computes it, so a fully cached
 //!    prompt computes its last block), continued by whole chunks of the host tier if the
@@ -249,7 +250,9 @@ impl Scheduler {
         let mut step = Step::default();
         let mut budget = self.config.step.max_num_batched_tokens;
         let preempted = self.schedule_running(seqs, &mut budget, &mut step, out);
-        if !preempted {
+        // A step with nothing running admits even after a preemption: an empty step would
+        // leave the worker idle with requests waiting, and nothing would wake it.
+        if !preempted || step.work.is_empty() {
             self.admit_waiting(seqs, &mut budget, &mut step, out);
         }
         step
