@@ -10,7 +10,7 @@
 //! [`ClusterConfig::scrape_interval_s`](super::ClusterConfig::scrape_interval_s) and, with
 //! [`SyncMode::Events`], every block its pool caches or evicts, through the [`EventBus`].
 //! A [`Fault`](super::Fault) takes a worker out: its requests are routed again and it
-//! returns empty.
+//! returns empty. A disaggregated fleet runs on the same loop (the [`pd`] module).
 
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
@@ -22,6 +22,10 @@ use super::simulation::Simulation;
 use super::tally::{Tally, Workers};
 use crate::{CacheSync, Error, RouteDecision, WorkerId};
 
+mod pd;
+
+pub(super) use pd::run as run_pd;
+
 /// Timed events, in the order they go at equal times (with [`DELIVER`] = 1 and
 /// [`REPLAY`] = 2 of the event bus). A step's end: subject `worker + workers × generation`.
 const STEP_DONE: u8 = 0;
@@ -31,6 +35,8 @@ const SCRAPE: u8 = 3;
 const DOWN: u8 = 4;
 /// Fault `k`'s worker returns (subject `k`).
 const UP: u8 = 5;
+/// Request `i`'s KV has moved to its decode worker (subject `i`; disaggregated runs).
+const HANDOFF: u8 = 6;
 
 /// Replays `sim` through `replicas` on batched workers.
 pub(super) fn run(
@@ -42,16 +48,7 @@ pub(super) fn run(
         .iter()
         .map(|(r, _)| sim.sync_of(&replicas, r, SyncMode::Events))
         .collect();
-    let mut run = Run::new(sim, replicas, sinks);
-    run.schedule_faults_and_scrapes();
-    let n = sim.requests().len();
-    while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
-        if let Tick::Arrival(i) = tick {
-            progress(i + 1, n);
-        }
-        run.tick(now, tick)?;
-    }
-    Ok(run.report())
+    Run::new(sim, replicas, sinks).drive(progress)
 }
 
 /// One modelled worker.
@@ -90,6 +87,8 @@ struct Run<'s> {
     clock: Clock,
     tally: Tally,
     outcomes: Vec<Outcome>,
+    /// The disaggregated run's state; `None` for a run through plain routers.
+    pd: Option<pd::PdHost<'s>>,
 }
 
 impl<'s> Run<'s> {
@@ -115,6 +114,7 @@ impl<'s> Run<'s> {
             clock: Clock::default(),
             tally: sim.tally(),
             outcomes: Vec::new(),
+            pd: None,
         }
     }
 
@@ -137,6 +137,20 @@ impl<'s> Run<'s> {
             prefill_tokens: 0,
             busy_s: 0.0,
         }
+    }
+
+    /// Runs the replay to its end, calling `progress(arrived, total)` at every arrival.
+    fn drive(mut self, progress: &mut dyn FnMut(usize, usize)) -> Result<SimReport, Error> {
+        self.schedule_faults_and_scrapes();
+        let sim = self.sim;
+        let n = sim.requests().len();
+        while let Some((now, tick)) = self.clock.next(n, |i| sim.arrival(i)) {
+            if let Tick::Arrival(i) = tick {
+                progress(i + 1, n);
+            }
+            self.tick(now, tick)?;
+        }
+        Ok(self.report())
     }
 
     /// Puts the faults and the first load report on the clock.
@@ -163,6 +177,7 @@ impl<'s> Run<'s> {
             Tick::Timed(REPLAY, channel) => self.bus.replayed(channel),
             Tick::Timed(SCRAPE, _) => self.scrape(now),
             Tick::Timed(DOWN, k) => self.down(k, now),
+            Tick::Timed(HANDOFF, i) => self.handoff(i, now),
             Tick::Timed(_, k) => self.up(k),
         }
     }
@@ -170,6 +185,9 @@ impl<'s> Run<'s> {
     /// Routes request `i` (arriving, or again after its worker left) and queues it on its
     /// worker, which starts a step if idle.
     fn dispatch(&mut self, i: usize, now: f64) -> Result<(), Error> {
+        if self.pd.is_some() {
+            return self.dispatch_pair(i, now);
+        }
         let Some(routed) = self
             .sim
             .route(&mut self.replicas, i, now, &mut self.tally)?
@@ -255,6 +273,9 @@ impl<'s> Run<'s> {
 
     /// What outcome `o` of worker `w` at `now` means to the replicas and the tally.
     fn handle(&mut self, o: Outcome, w: usize, now: f64) -> Result<(), Error> {
+        if self.pd.is_some() {
+            return self.handle_leg(o, w, now);
+        }
         match o {
             Outcome::Admitted { seq, hit, host } => {
                 self.tally.admitted(seq, now, hit, host);
@@ -320,7 +341,8 @@ impl<'s> Run<'s> {
             }
         }
         let n = self.sim.requests().len();
-        let busy = self.workers.iter().any(|w| w.step.is_some());
+        let moving = self.pd.as_ref().is_some_and(pd::PdHost::moving);
+        let busy = moving || self.workers.iter().any(|w| w.step.is_some());
         if busy || !self.clock.arrivals_done(n) {
             let interval = self.sim.config().scrape_interval_s;
             self.clock.schedule(now + interval, SCRAPE, 0);
@@ -382,7 +404,7 @@ mod tests {
 
     /// Prompts of 1 to 6 blocks of 4 tokens from an alphabet of 3 blocks (so that they
     /// share prefixes), arriving 0 to 30 ms apart, with 1 to 8 output tokens.
-    fn requests() -> impl Strategy<Value = Vec<Request>> {
+    pub(super) fn requests() -> impl Strategy<Value = Vec<Request>> {
         let one = (
             proptest::collection::vec(0u32..3, 1..7),
             0u32..30,
@@ -461,6 +483,25 @@ mod tests {
             }
             let report = run.report();
             prop_assert_eq!(report.requests, n);
+            let done = report.request_records.iter().all(|r| r.e2e_s.is_some() || r.rejected);
+            prop_assert!(done, "every request finished or was dropped");
         }
+    }
+
+    /// A request whose prompt fits its worker's pool but whose output does not, alone
+    /// there, preempts itself and is then dropped, not left waiting on an idle worker.
+    #[test]
+    fn a_lone_request_outgrowing_the_pool_is_dropped_not_stranded() {
+        let config = ClusterConfig::default()
+            .with_workers(1)
+            .with_block_size(4)
+            .with_capacity_tokens(12)
+            .with_engine(crate::sim::Engine::Batched)
+            .with_measure_decision_time(false);
+        let sim = Simulation::new(vec![Request::new(0.0, (0..12).collect(), 6)], config).unwrap();
+        let report = sim.run(&RoundRobinRouter::new(1).unwrap()).unwrap();
+        let r = &report.request_records[0];
+        assert!(r.ttft_s.is_some(), "its prompt fits: {r:?}");
+        assert_eq!((r.preemptions, r.rejected), (1, true), "{r:?}");
     }
 }

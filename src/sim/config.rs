@@ -1,7 +1,7 @@
 //! The modelled fleet's configuration.
 
 use crate::config::{float, int};
-use crate::{Error, PrefixHasher, Priority, RadixTree};
+use crate::{Error, PrefixHasher, Priority, RadixTree, Role};
 
 /// How the router's mirror is corrected during a simulation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -23,8 +23,9 @@ pub enum SyncMode {
     Events,
 }
 
-/// One modelled worker of a mixed fleet: its speed relative to the configured rates and its
-/// KV capacity.
+/// One modelled worker of a mixed fleet: its speed relative to the configured rates, its
+/// KV capacity, and its role in a disaggregated fleet
+/// ([`Simulation::run_pd`](super::Simulation::run_pd)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct WorkerSpec {
@@ -33,53 +34,100 @@ pub struct WorkerSpec {
     pub speed: f64,
     /// KV capacity in tokens.
     pub capacity_tokens: usize,
+    /// What it does in a disaggregated fleet. Default [`Role::Both`], the only role a run
+    /// through a plain [`Router`](crate::Router) accepts.
+    pub role: Role,
 }
 
 impl WorkerSpec {
-    /// A worker of relative `speed` holding `capacity_tokens` tokens of KV.
+    /// A worker of relative `speed` holding `capacity_tokens` tokens of KV, prefilling and
+    /// decoding ([`Role::Both`]).
     #[must_use]
     pub fn new(speed: f64, capacity_tokens: usize) -> Self {
         Self {
             speed,
             capacity_tokens,
+            role: Role::Both,
         }
     }
 
+    /// The same worker with `role`.
+    #[must_use]
+    pub fn with_role(mut self, role: Role) -> Self {
+        self.role = role;
+        self
+    }
+
     /// Parses a fleet as `simulate --fleet` writes it: comma-separated groups
-    /// `COUNTxSPEED` with an optional `@CAPACITY_TOKENS` (else `default_capacity_tokens`);
+    /// `COUNTx[ROLE][SPEED][@CAPACITY_TOKENS]`, where `ROLE` is `P` (prefill only) or `D`
+    /// (decode only) and no role means both, `SPEED` defaults to 1.0 after a role (and is
+    /// required without one), and the capacity defaults to `default_capacity_tokens`.
     /// `4x1.0,4x0.5@2000000` is four workers at the configured speed and four at half of it
-    /// with 2,000,000 tokens of KV each.
+    /// with 2,000,000 tokens of KV each; `2xP,6xD` two prefill and six decode workers;
+    /// `2xP0.5@100000` two half-speed prefill workers of 100,000 tokens.
+    ///
+    /// ```
+    /// use prefix_router::Role;
+    /// use prefix_router::sim::WorkerSpec;
+    ///
+    /// let fleet = WorkerSpec::parse_fleet("1xP0.5@4096,2xD,1x2.0", 1_000)?;
+    /// assert_eq!(fleet[0], WorkerSpec::new(0.5, 4_096).with_role(Role::Prefill));
+    /// assert_eq!(fleet[1], WorkerSpec::new(1.0, 1_000).with_role(Role::Decode));
+    /// assert_eq!(fleet[3], WorkerSpec::new(2.0, 1_000));
+    /// assert!(WorkerSpec::parse_fleet("2xQ", 1_000).is_err());
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] naming the group that does not parse, or whose count is 0,
-    /// speed not positive and finite, or capacity not a number.
+    /// role letter unknown, speed not positive and finite, or capacity not a number.
     pub fn parse_fleet(
         spec: &str,
         default_capacity_tokens: usize,
     ) -> Result<Vec<WorkerSpec>, Error> {
-        let bad = |group: &str| {
-            crate::config::invalid(
-                "fleet",
-                group.to_owned(),
-                "groups COUNTxSPEED or COUNTxSPEED@CAPACITY_TOKENS, count at least 1, speed positive",
-            )
-        };
         let mut fleet = Vec::new();
         for group in spec.split(',') {
-            let (head, capacity) = match group.split_once('@') {
-                Some((head, c)) => (head, c.trim().parse().map_err(|_| bad(group))?),
-                None => (group, default_capacity_tokens),
-            };
-            let (count, speed) = head.split_once('x').ok_or_else(|| bad(group))?;
-            let count: u32 = count.trim().parse().map_err(|_| bad(group))?;
-            let speed: f64 = speed.trim().parse().map_err(|_| bad(group))?;
-            if count == 0 || !(speed.is_finite() && speed > 0.0) {
-                return Err(bad(group));
-            }
-            fleet.extend((0..count).map(|_| WorkerSpec::new(speed, capacity)));
+            let (count, worker) =
+                Self::parse_group(group, default_capacity_tokens).ok_or_else(|| {
+                    crate::config::invalid(
+                        "fleet",
+                        group.to_owned(),
+                        "groups COUNTx[P|D][SPEED][@CAPACITY_TOKENS] (a speed without a role), \
+                         count at least 1, speed positive",
+                    )
+                })?;
+            fleet.extend((0..count).map(|_| worker));
         }
         Ok(fleet)
+    }
+
+    /// One group of [`parse_fleet`](Self::parse_fleet): its count and worker; `None` when it
+    /// does not parse or is out of range.
+    fn parse_group(group: &str, default_capacity_tokens: usize) -> Option<(u32, WorkerSpec)> {
+        let (head, capacity) = match group.split_once('@') {
+            Some((head, c)) => (head, c.trim().parse().ok()?),
+            None => (group, default_capacity_tokens),
+        };
+        let (count, rest) = head.split_once('x')?;
+        let count: u32 = count.trim().parse().ok()?;
+        let rest = rest.trim();
+        let (role, speed) = match rest.strip_prefix('P') {
+            Some(speed) => (Role::Prefill, speed),
+            None => match rest.strip_prefix('D') {
+                Some(speed) => (Role::Decode, speed),
+                None if rest.is_empty() => return None,
+                None => (Role::Both, rest),
+            },
+        };
+        let speed = speed.trim();
+        let speed: f64 = if speed.is_empty() {
+            1.0
+        } else {
+            speed.parse().ok()?
+        };
+        (count > 0 && speed.is_finite() && speed > 0.0)
+            .then(|| (count, WorkerSpec::new(speed, capacity).with_role(role)))
     }
 }
 
@@ -329,6 +377,14 @@ pub struct ClusterConfig {
     /// The share of requests of each priority under [`admission`](Self::admission).
     /// Default: every request [`Priority::Standard`].
     pub priorities: PriorityMix,
+    /// Bytes of KV one prompt token takes, for the KV a disaggregated run moves from a
+    /// prefill worker to a decode worker
+    /// ([`Simulation::run_pd`](super::Simulation::run_pd)): 2 × layers × KV heads × head
+    /// size × bytes per value. Default 131,072 (Llama-3-8B in BF16).
+    pub kv_bytes_per_token: u64,
+    /// Bytes per second at which that KV moves, one transfer not slowing another. Default
+    /// 50e9 (a 400 Gb/s RDMA link).
+    pub kv_transfer_bytes_per_s: f64,
 }
 
 /// The share of requests of each priority, drawn per request from the simulator's seed.
@@ -451,6 +507,10 @@ impl ClusterConfig {
         with_event_replay: event_replay: bool;
         /// Sets [`seed`](Self::seed).
         with_seed: seed: u64;
+        /// Sets [`kv_bytes_per_token`](Self::kv_bytes_per_token).
+        with_kv_bytes_per_token: kv_bytes_per_token: u64;
+        /// Sets [`kv_transfer_bytes_per_s`](Self::kv_transfer_bytes_per_s).
+        with_kv_transfer_bytes_per_s: kv_transfer_bytes_per_s: f64;
     }
 
     /// Checks every field.
@@ -458,8 +518,8 @@ impl ClusterConfig {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a fleet of 0 or more than 4,096 workers, a capacity of
-    /// less than one block, or a non-positive or NaN rate or speedup;
-    /// [`Error::InvalidBlockSize`] for a bad block size.
+    /// less than one block, a non-positive or NaN rate, speedup or KV transfer bandwidth, or
+    /// 0 bytes of KV per token; [`Error::InvalidBlockSize`] for a bad block size.
     pub fn validate(&self) -> Result<(), Error> {
         int(
             "workers",
@@ -485,6 +545,18 @@ impl ClusterConfig {
             self.decode_s_per_token,
             0.0..=f64::MAX,
             "zero or more seconds",
+        )?;
+        int(
+            "kv_bytes_per_token",
+            self.kv_bytes_per_token,
+            1..,
+            "at least 1 byte",
+        )?;
+        float(
+            "kv_transfer_bytes_per_s",
+            self.kv_transfer_bytes_per_s,
+            f64::MIN_POSITIVE..=f64::MAX,
+            "a positive number",
         )?;
         float(
             "speedup",
@@ -559,6 +631,8 @@ impl Default for ClusterConfig {
             seed: 0,
             admission: false,
             priorities: PriorityMix::default(),
+            kv_bytes_per_token: 131_072,
+            kv_transfer_bytes_per_s: 50e9,
         }
     }
 }

@@ -23,6 +23,26 @@
 //! [`ClusterConfig::event_replay`]); [`WorkerSpec`] mixes GPUs; [`Fault`]s take workers out
 //! and bring them back empty ([`Simulation::with_faults`]).
 //!
+//! A disaggregated fleet ([`WorkerSpec::role`]: `2xP,6xD`) runs through a
+//! [`PdRouter`](crate::PdRouter) with [`Simulation::run_pd`], on the batched engine, as
+//! vLLM's NIXL connector runs a disaggregated request: a split request's prefill leg (its
+//! prompt with one output token) runs on its prefill worker; when it finishes, the prompt's
+//! KV the decode worker's pool lacks (never its last token) moves for its bytes
+//! ([`ClusterConfig::kv_bytes_per_token`]) over [`ClusterConfig::kv_transfer_bytes_per_s`],
+//! counted from the decode worker's true cache, not the router's predicted
+//! [`PlanCost::transfer_bytes`](crate::PlanCost::transfer_bytes); then the host calls
+//! [`PdRouter::prefill_done`](crate::PdRouter::prefill_done) and the decode leg is admitted
+//! with the KV present: its cached prefix as hits, the rest as loaded blocks, cached (and
+//! published as engine events) at the end of its first step, which computes only the
+//! prompt's last token and samples the first output token. Time to first token runs from
+//! arrival to that token; time per output token and end to end come from the decode leg.
+//! Left out: NIXL's asynchronous load (vLLM takes the decode leg's blocks and pins its hits
+//! before the transfer and keeps stepping meanwhile; here it takes them after, so hits lost
+//! during the transfer count as loaded), the prefill worker holding the prompt's blocks
+//! until they are pulled (here they are freed, still cached, at once), contention on a link
+//! and any topology (every transfer at the full bandwidth, no setup latency), the decode
+//! worker's host tier for the pulled prompt, and faults and admission in such a run.
+//!
 //! What is modelled and what is left out, against the engines it imitates (vLLM's v1
 //! scheduler and block pool, llm-d's `inference-sim`, Dynamo's mocker): see the
 //! `scheduler` and `pool` module docs for the engine; the fleet leaves out network time

@@ -83,6 +83,14 @@ pub struct SimReport {
     pub throughput_rps: f64,
     /// Mean wall-clock time of one `route()` call, nanoseconds (0 when not measured).
     pub decision_ns: f64,
+    /// Requests prefilled on one worker and decoded on another, their KV moved between
+    /// them ([`Simulation::run_pd`](super::Simulation::run_pd); 0 otherwise).
+    pub transfers: usize,
+    /// Bytes of KV those transfers moved.
+    pub transfer_bytes: u64,
+    /// The name of the decider of a disaggregated run
+    /// ([`Decide::name`](crate::Decide::name)); `None` for a run through a plain router.
+    pub pd_decider: Option<String>,
 }
 
 impl SimReport {
@@ -114,6 +122,7 @@ impl SimReport {
                 "\"preemptions\":{},\"rejected\":{},\"retried\":{},",
                 "\"lost_event_batches\":{},",
                 "\"makespan_s\":{:.6},\"throughput_rps\":{:.6},\"decision_ns\":{:.1},",
+                "\"transfers\":{},\"transfer_bytes\":{},\"pd_decider\":{},",
                 "\"worker_prefill_tokens\":[{}]}}"
             ),
             self.policy.replace(['"', '\\'], ""),
@@ -149,6 +158,12 @@ impl SimReport {
             self.makespan_s,
             self.throughput_rps,
             self.decision_ns,
+            self.transfers,
+            self.transfer_bytes,
+            self.pd_decider.as_ref().map_or_else(
+                || "null".to_owned(),
+                |d| format!("\"{}\"", d.replace(['"', '\\'], ""))
+            ),
             self.worker_prefill_tokens
                 .iter()
                 .map(u64::to_string)
@@ -176,7 +191,9 @@ pub struct RequestRecord {
     /// When its worker first gave it KV blocks (the simple engine: when its prefill
     /// started); `None` if it never was.
     pub admitted_s: Option<f64>,
-    /// Prompt tokens found cached at that first admission, at every tier.
+    /// Prompt tokens found cached at that first admission, at every tier (for a request
+    /// prefilled on another worker than the one that decodes it: those its prefill worker
+    /// found).
     pub cached_tokens: usize,
     /// Of those, the tokens loaded back from the host tier.
     pub host_cached_tokens: usize,
@@ -196,6 +213,11 @@ pub struct RequestRecord {
     pub priority: crate::Priority,
     /// Refused by admission: never run.
     pub shed: bool,
+    /// The worker that prefilled it, when that is not [`worker`](Self::worker), which
+    /// decoded it ([`Simulation::run_pd`](super::Simulation::run_pd)).
+    pub prefill_worker: Option<u32>,
+    /// Bytes of KV moved from its prefill worker to its decode worker (0 when not split).
+    pub transfer_bytes: u64,
 }
 
 impl RequestRecord {
@@ -209,7 +231,7 @@ impl RequestRecord {
                 "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"host_cached_tokens\":{},",
                 "\"ttft_s\":{},",
                 "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{},",
-                "\"priority\":\"{}\",\"shed\":{}}}"
+                "\"priority\":\"{}\",\"shed\":{},\"prefill_worker\":{},\"transfer_bytes\":{}}}"
             ),
             self.index,
             self.prompt_tokens,
@@ -226,7 +248,10 @@ impl RequestRecord {
             self.retries,
             self.rejected,
             self.priority.name(),
-            self.shed
+            self.shed,
+            self.prefill_worker
+                .map_or_else(|| "null".to_owned(), |w| w.to_string()),
+            self.transfer_bytes
         )
     }
 }

@@ -12,7 +12,8 @@
 //!    for them, the most recently admitted running sequence is preempted (its blocks freed,
 //!    its computed tokens forgotten, itself put back at the head of the waiting queue),
 //!    until the blocks fit or the sequence itself was preempted;
-//! 2. unless a sequence was preempted, waiting sequences in arrival order are admitted
+//! 2. unless a sequence was preempted while others still run (an empty step would leave the
+//!    worker idle with requests waiting), waiting sequences in arrival order are admitted
 //!    while budget and the sequence cap allow: each first takes the longest cached prefix
 //!    of its tokens (never its last token: vLLM always computes it, so a fully cached
 //!    prompt computes its last block), continued by whole chunks of the host tier if the
@@ -59,6 +60,11 @@ pub(super) struct Seq {
     pub(super) hit_tokens: Option<usize>,
     /// Times preempted.
     pub(super) preemptions: u32,
+    /// Whether the prompt's KV was computed on another worker and is on this one by its
+    /// first admission (a decode leg of a disaggregated request): see
+    /// [`Scheduler::admit_waiting`]. Cleared by a preemption: the worker then recomputes
+    /// what it lost, as vLLM pulls a request's KV once.
+    pub(super) remote_prefix: bool,
 }
 
 impl Seq {
@@ -75,6 +81,7 @@ impl Seq {
             cached_blocks: 0,
             hit_tokens: None,
             preemptions: 0,
+            remote_prefix: false,
         }
     }
 
@@ -207,6 +214,9 @@ impl Scheduler {
             let Some(seq) = seqs.get(*id).and_then(Option::as_ref) else {
                 return 0;
             };
+            if seq.remote_prefix {
+                return 0;
+            }
             let computed = if seq.computed == 0 {
                 self.pool.cached_prefix(&seq.hashes) * self.block_size
             } else {
@@ -249,7 +259,9 @@ impl Scheduler {
         let mut step = Step::default();
         let mut budget = self.config.step.max_num_batched_tokens;
         let preempted = self.schedule_running(seqs, &mut budget, &mut step, out);
-        if !preempted {
+        // A step with nothing running admits even after a preemption: an empty step would
+        // leave the worker idle with requests waiting, and nothing would wake it.
+        if !preempted || step.work.is_empty() {
             self.admit_waiting(seqs, &mut budget, &mut step, out);
         }
         step
@@ -312,7 +324,12 @@ impl Scheduler {
         }
     }
 
-    /// Step 2 of the module docs.
+    /// Step 2 of the module docs. A sequence whose prompt's KV came from another worker
+    /// ([`Seq::remote_prefix`]) takes its cached prefix as hits and new blocks for the rest
+    /// of its prompt, which it holds loaded, not computed (its host tier is not asked): it
+    /// computes only its last prompt token, a decode in the step, and samples its first
+    /// token at the step's end, when those blocks are cached (as vLLM recomputes the last
+    /// token of a prompt whose KV it pulled whole).
     fn admit_waiting(
         &mut self,
         seqs: &mut [Option<Seq>],
@@ -333,16 +350,12 @@ impl Scheduler {
                 out.push(Outcome::Rejected(id));
                 continue;
             }
-            // The longest cached prefix, never the last token.
-            let max_hit = (seq.len() - 1) / self.block_size;
-            let hashes = &seq.hashes[..max_hit.min(seq.hashes.len())];
-            self.pool.hit_blocks(hashes, &mut self.hit);
-            let hit = self.hit.len();
-            let found = self
-                .host
-                .as_ref()
-                .map_or(hit, |h| h.continues(&seq.hashes, hit, max_hit));
-            let computed = found * self.block_size;
+            let (hit, found) = self.find_prefix(seq);
+            let computed = if seq.remote_prefix {
+                seq.len() - 1
+            } else {
+                found * self.block_size
+            };
             let tokens = (seq.len() - computed).min(*budget);
             let need = (computed + tokens).div_ceil(self.block_size) - hit;
             if need + self.pool.free_among(&self.hit) > self.pool.free_blocks() {
@@ -359,7 +372,7 @@ impl Scheduler {
             seq.cached_blocks = hit;
             step.loaded += (found - hit) * self.block_size;
             if seq.hit_tokens.is_none() {
-                let hit_tokens = computed.min(seq.prompt.len());
+                let hit_tokens = (found * self.block_size).min(seq.prompt.len());
                 seq.hit_tokens = Some(hit_tokens);
                 out.push(Outcome::Admitted {
                     seq: id,
@@ -373,6 +386,31 @@ impl Scheduler {
         }
     }
 
+    /// The blocks `seq` would find on admission, never covering its last token: the pool's
+    /// hits (left in `self.hit`) and how far the host tier continues them (not for a
+    /// sequence whose KV came from another worker), as block counts.
+    fn find_prefix(&mut self, seq: &Seq) -> (usize, usize) {
+        let max_hit = (seq.len() - 1) / self.block_size;
+        let hashes = &seq.hashes[..max_hit.min(seq.hashes.len())];
+        self.pool.hit_blocks(hashes, &mut self.hit);
+        let hit = self.hit.len();
+        let found = match &self.host {
+            Some(h) if !seq.remote_prefix => h.continues(&seq.hashes, hit, max_hit),
+            _ => hit,
+        };
+        (hit, found)
+    }
+
+    /// Prompt tokens of `hashes` (a prompt of `prompt_tokens` tokens) the pool would give a
+    /// request now, never its last token: what a decode worker holds of a prompt whose KV
+    /// comes from elsewhere, the rest being what moves.
+    pub(super) fn pool_prefix_tokens(&self, hashes: &[BlockHash], prompt_tokens: usize) -> usize {
+        let max_hit = prompt_tokens.saturating_sub(1) / self.block_size;
+        self.pool
+            .cached_prefix(&hashes[..max_hit.min(hashes.len())])
+            * self.block_size
+    }
+
     /// New blocks `seq` needs to compute `tokens` more tokens.
     fn blocks_needed(&self, seq: &Seq, tokens: usize) -> usize {
         (seq.computed + tokens)
@@ -383,12 +421,13 @@ impl Scheduler {
     /// Adds `tokens` of `seq` to the step.
     fn account(step: &mut Step, id: SeqId, seq: &Seq, tokens: usize) {
         step.work.push((id, tokens));
-        // A decode computes the last sampled token of a finished prompt; anything else
-        // (prompt chunks, a preempted sequence's recomputation) is prefill work.
+        // A decode computes the last sampled token of a finished prompt, or the last prompt
+        // token of a prompt whose KV came whole from another worker; anything else (prompt
+        // chunks, a preempted sequence's recomputation) is prefill work.
+        let remote_first = seq.remote_prefix && seq.generated == 0;
         if tokens == 1
-            && seq.generated > 0
             && seq.pending() == 1
-            && seq.computed >= seq.prompt.len()
+            && (remote_first || (seq.generated > 0 && seq.computed >= seq.prompt.len()))
         {
             step.decodes += 1;
             step.context += seq.computed + tokens;
@@ -405,6 +444,7 @@ impl Scheduler {
             seq.computed = 0;
             seq.cached_blocks = 0;
             seq.preemptions += 1;
+            seq.remote_prefix = false;
         }
         self.waiting.push_front(id);
         out.push(Outcome::Preempted(id));

@@ -6,7 +6,10 @@ use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::tally::{Tally, Workers};
 use super::workload::Request;
-use crate::{BlockHash, Error, PrefixHasher, RouteDecision, RouteRequest, Router, TokenId};
+use crate::{
+    BlockHash, Decide, Error, PdRouter, PrefixHasher, Role, RouteDecision, RouteRequest, Router,
+    TokenId, WorkerId,
+};
 
 /// A workload ready to replay through routers, with its reference hit ratios computed once.
 ///
@@ -249,20 +252,114 @@ impl Simulation {
     ) -> Result<SimReport, Error> {
         let replicas = Replicas::new(routers, &self.config)?;
         for (_, router) in replicas.iter() {
-            if let Some(block_size) = router.block_size() {
-                if block_size != self.config.block_size {
-                    return Err(crate::config::invalid(
-                        "block_size",
-                        block_size,
-                        "the router's block size must equal the simulated fleet's",
-                    ));
-                }
-            }
+            self.check_block_size(router)?;
+        }
+        if let Some(w) = self.fleet.iter().find(|w| w.role != Role::Both) {
+            return Err(crate::config::invalid(
+                "role",
+                w.role.name(),
+                "workers that prefill and decode (both) for a plain router; run_pd for roles",
+            ));
         }
         match self.config.engine {
             Engine::Simple => super::simple::run(self, replicas, progress),
             Engine::Batched => super::batched::run(self, replicas, progress),
         }
+    }
+
+    /// Checks that `router`'s mirror, if it keeps one, hashes the fleet's block size.
+    fn check_block_size(&self, router: &dyn Router) -> Result<(), Error> {
+        match router.block_size() {
+            Some(block_size) if block_size != self.config.block_size => {
+                Err(crate::config::invalid(
+                    "block_size",
+                    block_size,
+                    "the router's block size must equal the simulated fleet's",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Replays the workload through a disaggregated fleet's router: each request goes to
+    /// the decode worker `router` chooses, prefilled there or on the prefill worker it
+    /// chooses, whose KV then moves (see the `pd` module docs of the batched engine for what
+    /// is modelled). The fleet's roles ([`WorkerSpec::role`]) must be the router's. The
+    /// router's inner [`BalancedRouter`](crate::BalancedRouter) hears every worker's load
+    /// and, with [`SyncMode::Events`], its engine events; with [`SyncMode::Feedback`] the
+    /// hits a request found where it was prefilled.
+    ///
+    /// ```
+    /// use prefix_router::sim::{ClusterConfig, Engine, Simulation, Workload, WorkerSpec};
+    /// use prefix_router::{AlwaysSplit, Decide, PdConfig, PdRouter};
+    ///
+    /// let fleet = WorkerSpec::parse_fleet("1xP,2xD", 1_000_000)?;
+    /// let roles: Vec<_> = fleet.iter().map(|w| w.role).collect();
+    /// let config = ClusterConfig::default()
+    ///     .with_engine(Engine::Batched)
+    ///     .with_measure_decision_time(false);
+    /// let requests = Workload::builtin()[0].1.generate(7);
+    /// let sim = Simulation::with_fleet(requests, config, fleet)?;
+    /// let decider: Box<dyn Decide> = Box::new(AlwaysSplit);
+    /// let router = PdRouter::with_decider(&roles, PdConfig::default(), decider)?;
+    /// let report = sim.run_pd(&router)?;
+    /// assert_eq!(report.transfers, report.requests);
+    /// assert_eq!(report.pd_decider.as_deref(), Some("always"));
+    /// # Ok::<(), prefix_router::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] with [`Engine::Simple`], faults, admission
+    /// ([`ClusterConfig::admission`]), a router whose roles are not the fleet's, or whose
+    /// mirror hashes another block size; any routing error
+    /// ([`Error::Shed`] included: admission is not modelled here).
+    pub fn run_pd(&self, router: &PdRouter<Box<dyn Decide>>) -> Result<SimReport, Error> {
+        self.run_pd_with_progress(router, &mut |_, _| {})
+    }
+
+    /// Like [`run_pd`](Self::run_pd), calling `progress(routed, total)` after every routed
+    /// request.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_pd`](Self::run_pd).
+    pub fn run_pd_with_progress(
+        &self,
+        router: &PdRouter<Box<dyn Decide>>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<SimReport, Error> {
+        let refuse = |field: &'static str, value: &str, wanted: &'static str| {
+            Err(crate::config::invalid(field, value.to_owned(), wanted))
+        };
+        if self.config.engine != Engine::Batched {
+            return refuse(
+                "engine",
+                "simple",
+                "the batched engine for a disaggregated run",
+            );
+        }
+        if !self.faults.is_empty() {
+            return refuse("faults", "some", "no faults in a disaggregated run");
+        }
+        if self.config.admission {
+            return refuse("admission", "true", "no admission in a disaggregated run");
+        }
+        let roles_agree = (0..=self.fleet.len()).all(|w| {
+            router.role(WorkerId::new(w as u32)) == self.fleet.get(w).map(|spec| spec.role)
+        });
+        if !roles_agree {
+            return refuse(
+                "roles",
+                "the router's",
+                "the fleet's roles, worker for worker",
+            );
+        }
+        let inner: &dyn Router = router.router();
+        self.check_block_size(inner)?;
+        let routers = [inner];
+        let replicas = Replicas::new(&routers, &self.config)?;
+        super::batched::run_pd(self, replicas, router, progress)
     }
 
     /// Replica `r`'s mirror, when `config.sync` is `mode` and it keeps one.
@@ -320,15 +417,8 @@ impl Simulation {
     ) -> Result<Option<Routed>, Error> {
         let replica = replicas.pick();
         let router = replicas.router(replica);
-        let r = &self.requests[i];
-        let mut tokens = Vec::new();
-        r.prompt.tokens_into(&mut tokens);
-        let mut request = RouteRequest::new(&tokens)
-            .with_time(std::time::Duration::from_secs_f64(now.max(0.0)))
-            .with_expected_output(r.output_tokens);
-        if let Some(s) = &r.session {
-            request = request.with_session(s);
-        }
+        let tokens = self.prompt(i);
+        let mut request = self.route_request(i, &tokens, now);
         let priority = self.priority(i);
         if self.config.admission {
             let target = std::time::Duration::from_secs_f64(self.config.ttft_target_s);
@@ -370,6 +460,31 @@ impl Simulation {
             blocks,
             at: now,
         }))
+    }
+
+    /// Request `i`'s prompt tokens.
+    pub(super) fn prompt(&self, i: usize) -> Vec<TokenId> {
+        let mut tokens = Vec::new();
+        self.requests[i].prompt.tokens_into(&mut tokens);
+        tokens
+    }
+
+    /// Request `i` of prompt `tokens` as a router sees it at `now`, before admission's
+    /// settings.
+    pub(super) fn route_request<'a>(
+        &'a self,
+        i: usize,
+        tokens: &'a [TokenId],
+        now: f64,
+    ) -> RouteRequest<'a> {
+        let r = &self.requests[i];
+        let request = RouteRequest::new(tokens)
+            .with_time(std::time::Duration::from_secs_f64(now.max(0.0)))
+            .with_expected_output(r.output_tokens);
+        match &r.session {
+            Some(s) => request.with_session(s),
+            None => request,
+        }
     }
 
     /// The report of a finished run.

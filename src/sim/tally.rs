@@ -18,6 +18,8 @@ pub(super) struct Tally {
     pub(super) decision_ns: u128,
     /// The last completion's time.
     last_completion: f64,
+    /// The decider of a disaggregated run.
+    pub(super) pd_decider: Option<String>,
 }
 
 /// The `p` quantile (nearest rank) of sorted `values`; 0 for none.
@@ -61,6 +63,7 @@ impl Tally {
             lost_event_batches: 0,
             decision_ns: 0,
             last_completion: 0.0,
+            pd_decider: None,
         }
     }
 
@@ -119,6 +122,13 @@ impl Tally {
         let ttft = *r.ttft_s.get_or_insert(e2e);
         r.tpot_s = (output > 1).then(|| (e2e - ttft) / f64::from(output - 1));
         self.last_completion = self.last_completion.max(at);
+    }
+
+    /// Request `i`'s prefill finished on `prefill_worker`, and `bytes` of its KV began to
+    /// move to the worker that decodes it.
+    pub(super) fn transferred(&mut self, i: usize, prefill_worker: u32, bytes: u64) {
+        let r = &mut self.records[i];
+        (r.prefill_worker, r.transfer_bytes) = (Some(prefill_worker), bytes);
     }
 
     /// Request `i` was preempted.
@@ -199,6 +209,13 @@ impl Tally {
             makespan_s: makespan,
             throughput_rps: ratio(requests as f64, makespan),
             decision_ns: ratio(self.decision_ns as f64, requests as f64),
+            transfers: self
+                .records
+                .iter()
+                .filter(|r| r.prefill_worker.is_some())
+                .count(),
+            transfer_bytes: self.records.iter().map(|r| r.transfer_bytes).sum(),
+            pd_decider: self.pd_decider,
             request_records: self.records,
         }
     }
