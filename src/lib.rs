@@ -138,7 +138,12 @@
 //! | `sim::Simulation::run_replicas` | no router | [`Error::InvalidConfig`] (`replicas`) |
 //! | `sim::Fault::parse_schedule`, `Simulation::with_faults` | an entry that is not `W@DOWN-UP`; a worker outside the fleet, a return not after the leave, faults with the simple engine | [`Error::InvalidConfig`] (`faults`) |
 //! | `sim::Simulation::run` with faults | every worker out at once when a request arrives | [`Error::NoWorkers`] |
-//! | `sim::WorkerSpec::parse_fleet` | a group that is not `COUNTxSPEED[@CAPACITY]`, a count of 0, a speed that is not positive | [`Error::InvalidConfig`] naming the group |
+//! | `sim::WorkerSpec::parse_fleet` | a group that is not `COUNTx[P\|D][SPEED][@CAPACITY]`, a count of 0, a speed that is not positive | [`Error::InvalidConfig`] naming the group |
+//! | `sim::Simulation::run`, `run_replicas` | a fleet with prefill-only or decode-only workers | [`Error::InvalidConfig`] (`role`) |
+//! | `sim::Simulation::run_pd` | the simple engine, faults, admission, a router whose roles or block size are not the fleet's | [`Error::InvalidConfig`] |
+//! | `PdRouter::new`, `with_decider` | no worker that decodes; a stall weight, KV size or bandwidth out of range | [`Error::InvalidConfig`] |
+//! | `PdRouter::route_pair` | a decider's plan with a prefill-only decode worker, a decode-only prefill worker, or one worker on both sides; an index outside the candidates | [`Error::WrongRole`]; [`Error::InvalidChoice`]; nothing charged |
+//! | `Topology::place`, `with_level` | a level not added; a bandwidth that is not positive, a level named twice | [`Error::InvalidConfig`] |
 //!
 //! ## Hash flooding
 //!

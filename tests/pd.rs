@@ -234,6 +234,17 @@ fn bad_input_is_an_error() {
             .is_err()
     );
     assert!(Role::parse("prefiller").is_err());
+    for config in [
+        PdConfig::default().with_stall_weight(-1.0),
+        PdConfig::default().with_stall_weight(f64::NAN),
+        PdConfig::default().with_kv_bytes_per_token(0),
+        PdConfig::default().with_topology(Topology::new(0.0)),
+    ] {
+        assert!(matches!(
+            PdRouter::new(&roles, config),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
 }
 
 /// The transfer runs at the bandwidth of the innermost domain the pair shares: a prefill

@@ -7,14 +7,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use prefix_router::{
-    CacheEvent, CacheSync, Candidate, EngineLoad, Policy, PolicyRouter, RouteRequest, Router, Tier,
-    TokenId, WorkerId,
+    CacheEvent, CacheSync, Candidate, Decide, EngineLoad, PdConfig, PdRouter, Policy, PolicyRouter,
+    Role, RouteRequest, Router, Tier, TokenId, WorkerId,
 };
 
 #[path = "../examples/common/peers/mod.rs"]
 mod peers;
 
-use peers::{Aibrix, Dynamo, Llmd};
+use peers::{Aibrix, Dynamo, DynamoPd, IndependentPd, Llmd, LlmdPd};
 
 /// The mirror's block size in these tests (the crate's default).
 const BLOCK: usize = 16;
@@ -262,4 +262,62 @@ fn aibrix_routes_to_the_least_request_worker_without_a_match() {
     // Imbalanced and no least-loaded worker matching: the least-request worker too.
     let (r, p) = aibrix_fleet(&[12, 12, 1], 1);
     assert_eq!(choice(&r, &p), 2);
+}
+
+/// A pair router over a prefill worker and two decode workers, deciding with `decider`, the
+/// second decode worker holding `held` tokens of `prompt`.
+fn pd_fleet<D: Decide>(decider: D, prompt: &[TokenId], held: usize) -> PdRouter<D> {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let router = PdRouter::with_decider(&roles, PdConfig::default(), decider).unwrap();
+    if held > 0 {
+        router
+            .router()
+            .replace_worker_cache(w(2), &[&prompt[..held]])
+            .unwrap();
+    }
+    router
+}
+
+/// Whether `decider` splits `prompt` when the second decode worker holds `held` of it, and
+/// the decode worker it chose.
+fn splits<D: Decide>(decider: D, prompt: &[TokenId], held: usize) -> (bool, u32) {
+    let pair = pd_fleet(decider, prompt, held)
+        .route_pair(&RouteRequest::new(prompt))
+        .unwrap();
+    (pair.is_split(), pair.decode().worker().get())
+}
+
+#[test]
+fn llmd_splits_from_sixteen_uncached_tokens_at_the_decode_worker() {
+    let p = prompt(128);
+    let llmd = || LlmdPd { block_size: BLOCK };
+    // Decode first: the holder of the whole prompt, nothing uncached there: local.
+    assert_eq!(splits(llmd(), &p, 128 * BLOCK), (false, 2));
+    // One block (16 tokens) uncached at the holder: split.
+    assert_eq!(splits(llmd(), &p, 127 * BLOCK), (true, 2));
+    // Nothing held anywhere: split.
+    assert!(splits(llmd(), &p, 0).0);
+}
+
+#[test]
+fn dynamo_keeps_a_short_uncached_remainder_local() {
+    let dynamo = || DynamoPd { block_size: BLOCK };
+    // 5,008 tokens, 4,096 held: 912 uncached (under 2,048 and 18 % of the prompt): local.
+    let p = prompt(313);
+    assert_eq!(splits(dynamo(), &p, 256 * BLOCK), (false, 2));
+    // 1,024 tokens, none held: under 2,048 but all of the prompt: split.
+    let short = prompt(64);
+    assert!(splits(dynamo(), &short, 0).0);
+    // 40,000 tokens, 4,096 held: 35,904 uncached: split.
+    let long = prompt(2_500);
+    assert!(splits(dynamo(), &long, 256 * BLOCK).0);
+}
+
+#[test]
+fn independent_picks_always_split() {
+    let p = prompt(64);
+    for held in [0, 64 * BLOCK] {
+        assert!(splits(IndependentPd::new(), &p, held).0, "held {held}");
+    }
+    assert_eq!(IndependentPd::new().name(), "independent");
 }

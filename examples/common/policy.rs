@@ -3,16 +3,36 @@
 use std::sync::Arc;
 
 use prefix_router::{
-    AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
-    CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Error, IndexConfig,
-    LeastLoadedRouter, Policy, PolicyRouter, PowerOfTwoRouter, RoundRobinRouter, Router, Scoring,
-    StepModel,
+    AffinityConfig, AffinityRouter, AlwaysSplit, BalancedConfig, BalancedRouter, ByCost,
+    CacheAwareConfig, CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Decide, Error,
+    IndexConfig, LeastLoadedRouter, NeverSplit, Policy, PolicyRouter, PowerOfTwoRouter,
+    RoundRobinRouter, Router, Scoring, StepModel,
 };
 
 #[path = "peers/mod.rs"]
 mod peers;
 
-use peers::{Aibrix, Dynamo, Llmd};
+use peers::{Aibrix, Dynamo, DynamoPd, IndependentPd, Llmd, LlmdPd};
+
+/// Every prefill/decode decider's name, the crate's own last (`cost`, recommended): the
+/// field's baselines (`independent`: SGLang's two picks; `llmd`, `dynamo`: their deciders,
+/// see `peers/pd.rs`), then `always` and `never` split.
+pub(crate) const PD_DECIDERS: [&str; 6] =
+    ["independent", "llmd", "dynamo", "always", "never", "cost"];
+
+/// The prefill/decode decider called `name` over blocks of `block_size` tokens; `None` for
+/// an unknown name.
+pub(crate) fn pd_decider(name: &str, block_size: usize) -> Option<Box<dyn Decide>> {
+    Some(match name {
+        "independent" => Box::new(IndependentPd::new()),
+        "llmd" => Box::new(LlmdPd { block_size }),
+        "dynamo" => Box::new(DynamoPd { block_size }),
+        "always" => Box::new(AlwaysSplit),
+        "never" => Box::new(NeverSplit),
+        "cost" => Box::new(ByCost),
+        _ => return None,
+    })
+}
 
 /// Every policy name, the recommended one last; before it, the peer projects' policies
 /// (`llmd`, `dynamo`, `aibrix`: baselines, see `peers/`).
@@ -77,12 +97,8 @@ fn peer<P: Policy + 'static>(
     arc(PolicyRouter::with_policy(workers, policy, index))
 }
 
-/// The router called `name` over workers `0..workers`; `None` for an unknown name.
-pub(crate) fn build(
-    name: &str,
-    workers: u32,
-    o: &PolicyOptions,
-) -> Option<Result<Arc<dyn Router>, Error>> {
+/// The balanced policy's settings for `o` (also a pair router's).
+pub(crate) fn balanced_config(o: &PolicyOptions) -> BalancedConfig {
     let mut index = IndexConfig::default();
     index.block_size = o.block_size;
     index.worker_capacity_blocks = o.capacity_tokens.map(|c| c / o.block_size.max(1));
@@ -98,6 +114,17 @@ pub(crate) fn build(
     if let Some(w) = o.miss_weight {
         balanced.miss_weight = w;
     }
+    balanced
+}
+
+/// The router called `name` over workers `0..workers`; `None` for an unknown name.
+pub(crate) fn build(
+    name: &str,
+    workers: u32,
+    o: &PolicyOptions,
+) -> Option<Result<Arc<dyn Router>, Error>> {
+    let mut balanced = balanced_config(o);
+    let index = balanced.index;
     let mut cache_aware = CacheAwareConfig::default();
     cache_aware.index = index;
     let mut ring = ConsistentHashConfig::default();

@@ -86,13 +86,14 @@ struct Cli {
     /// P/D mode: data-parallel ranks per prefill worker (default --dp-ranks).
     #[arg(long, value_name = "N", requires = "prefill")]
     prefill_dp_ranks: Option<u32>,
-    /// P/D mode: when to split (cost: the plan of least predicted cost; always; never).
+    /// P/D mode: when to split (cost: the plan of least predicted cost; always; never; the
+    /// field's deciders as baselines: independent, llmd, dynamo).
     #[arg(
         long,
         value_name = "NAME",
         default_value = "cost",
         requires = "prefill",
-        value_parser = ["cost", "always", "never"]
+        value_parser = policy::PD_DECIDERS
     )]
     pd_decider: String,
     /// Tokens per KV block, as the upstreams' engines hash them.

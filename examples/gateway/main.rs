@@ -238,7 +238,7 @@ fn pd_gateway(f: &Flags, decode_layout: RankLayout) -> Result<Arc<pd::PdGateway>
         RankLayout::new(f.prefill_ranks).map_err(|e| format!("--prefill-dp-ranks: {e}"))?;
     let prefill = pd::Side::new(f.prefill.clone(), prefill_layout);
     let decode = pd::Side::new(f.decode.clone(), decode_layout);
-    let Some(decider) = pd_plan::decider(&f.pd_decider) else {
+    let Some(decider) = policy::pd_decider(&f.pd_decider, f.options.block_size) else {
         return Err(format!("unknown --pd-decider {:?}", f.pd_decider));
     };
     let (p, d) = (prefill.targets(), decode.targets());

@@ -6,8 +6,7 @@
 //! side's [`RankLayout`](prefix_router::RankLayout).
 
 use prefix_router::{
-    AlwaysSplit, ByCost, Decide, Error, NeverSplit, PairDecision, PdConfig, PdRouter, RouteRequest,
-    Router, WorkerId, WorkerLoad,
+    Decide, Error, PairDecision, PdConfig, PdRouter, RouteRequest, Router, WorkerId, WorkerLoad,
 };
 
 /// A side of a disaggregated fleet.
@@ -93,18 +92,6 @@ pub(crate) trait PairPlanner: Send + Sync {
 
     /// What `target` of `role`'s side is charged with; `None` for an unknown target.
     fn load(&self, role: Role, target: WorkerId) -> Option<WorkerLoad>;
-}
-
-/// The crate's decider called `name` (its [`Decide::name`]; `--pd-decider`): `cost` ([`ByCost`]: the plan of least predicted
-/// cost, split or not), `always` ([`AlwaysSplit`]: split whenever a prefill target is
-/// available) or `never` ([`NeverSplit`]).
-pub(crate) fn decider(name: &str) -> Option<Box<dyn Decide>> {
-    match name {
-        "cost" => Some(Box::new(ByCost)),
-        "always" => Some(Box::new(AlwaysSplit)),
-        "never" => Some(Box::new(NeverSplit)),
-        _ => None,
-    }
 }
 
 /// Plans with a [`PdRouter`] over both sides: its workers are the prefill targets

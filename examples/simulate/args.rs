@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use clap::builder::PossibleValuesParser;
 use clap::{CommandFactory, Parser, ValueEnum};
 
-use super::policy::POLICIES;
+use super::policy::{PD_DECIDERS, POLICIES};
 use prefix_router::sim::{
     ClusterConfig, Engine, Front, PriorityMix, SyncMode, WorkerSpec, Workload,
 };
@@ -18,6 +18,8 @@ pub(crate) struct Args {
     pub(crate) workload: Option<String>,
     pub(crate) cluster: ClusterConfig,
     pub(crate) policy: String,
+    /// On a fleet with roles: the prefill/decode decider to run, or `all`.
+    pub(crate) pd_decider: String,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
     pub(crate) seed: u64,
@@ -80,6 +82,16 @@ struct RunFlags {
         value_parser = policy_names()
     )]
     policy: String,
+    /// On a fleet with roles (`--fleet 2xP,6xD`): run only this prefill/decode decider, or
+    /// all of them (the crate's `cost`, `always`, `never`; the field's `independent`,
+    /// `llmd`, `dynamo`).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "all",
+        value_parser = PossibleValuesParser::new(PD_DECIDERS.into_iter().chain(["all"]))
+    )]
+    pd_decider: String,
     /// The weighted score's alpha (`balanced_weighted`).
     #[arg(long, value_name = "X")]
     alpha: Option<f64>,
@@ -336,6 +348,7 @@ impl From<Cli> for Args {
             workload: run.workload.map(|w| w.replace('-', "_")),
             cluster,
             policy: run.policy,
+            pd_decider: run.pd_decider,
             alpha: run.alpha,
             miss_weight: run.miss_weight,
             seed: run.seed.unwrap_or(42),

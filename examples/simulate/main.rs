@@ -50,7 +50,7 @@ mod policy;
 mod runner;
 
 use args::Args;
-use policy::POLICIES;
+use policy::{PD_DECIDERS, POLICIES};
 use prefix_router::sim::{Request, SimReport, Workload, load_mooncake};
 
 /// A failure: the message and the exit code.
@@ -77,10 +77,15 @@ fn main() -> ExitCode {
 
 /// Runs the chosen policies on the chosen workloads and prints and writes what `args` ask.
 fn compare(args: &Args) -> Result<(), Failure> {
-    let policies: Vec<&str> = if args.policy == "all" {
-        POLICIES.to_vec()
-    } else {
-        vec![args.policy.as_str()]
+    let policies: Vec<&str> = match (
+        runner::has_roles(args),
+        args.policy.as_str(),
+        args.pd_decider.as_str(),
+    ) {
+        (false, "all", _) => POLICIES.to_vec(),
+        (false, policy, _) => vec![policy],
+        (true, _, "all") => PD_DECIDERS.to_vec(),
+        (true, _, decider) => vec![decider],
     };
     let mut rows: Vec<(String, SimReport)> = Vec::new();
     let mut sweeps: Vec<(String, Vec<(f64, SimReport)>)> = Vec::new();

@@ -7,7 +7,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::args::Args;
 use super::policy::{self, PolicyOptions};
 use prefix_router::sim::{Fault, Request, SimReport, Simulation, WorkerSpec};
-use prefix_router::{Error, Router, WorkerId, WorkerProfile};
+use prefix_router::{
+    Decide, Error, PdConfig, PdRouter, Role, Router, Topology, WorkerId, WorkerProfile,
+};
 
 /// The simulation of `requests` on the fleet `args` describe (workers or `--fleet`, and
 /// `--faults`).
@@ -44,10 +46,38 @@ pub(crate) fn run_all(
     reports
 }
 
-/// One router replica of `policy` for `args`' fleet.
-fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
+/// Whether `args`' fleet has workers with roles (`--fleet 2xP,6xD`): its runs are a pair
+/// router's, one per prefill/decode decider.
+pub(crate) fn has_roles(args: &Args) -> bool {
+    args.fleet.as_deref().is_some_and(|spec| {
+        WorkerSpec::parse_fleet(spec, args.cluster.capacity_tokens)
+            .is_ok_and(|fleet| fleet.iter().any(|w| w.role != Role::Both))
+    })
+}
+
+/// The pair router deciding with `decider` over `sim`'s fleet, its costs on the fleet's
+/// settings: the balanced policy's, the KV bytes per token and the transfer bandwidth.
+fn pair_router(
+    decider: &str,
+    sim: &Simulation,
+    args: &Args,
+) -> Result<PdRouter<Box<dyn Decide>>, Error> {
     let c = &args.cluster;
-    let options = PolicyOptions {
+    let Some(decide) = policy::pd_decider(decider, c.block_size) else {
+        unreachable!("decider names are checked when parsing");
+    };
+    let roles: Vec<Role> = sim.fleet().iter().map(|w| w.role).collect();
+    let config = PdConfig::default()
+        .with_balanced(policy::balanced_config(&options(args)))
+        .with_kv_bytes_per_token(c.kv_bytes_per_token)
+        .with_topology(Topology::new(c.kv_transfer_bytes_per_s));
+    PdRouter::with_decider(&roles, config, decide)
+}
+
+/// The routers' settings from `args`.
+fn options(args: &Args) -> PolicyOptions {
+    let c = &args.cluster;
+    PolicyOptions {
         block_size: c.block_size,
         capacity_tokens: args.router_capacity_tokens,
         prefill_tokens_per_s: c.prefill_tokens_per_s,
@@ -56,8 +86,12 @@ fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
         alpha: args.alpha,
         miss_weight: args.miss_weight,
         host_chunk_blocks: c.batch.host_chunk_blocks,
-    };
-    let Some(router) = policy::build(policy, c.workers, &options) else {
+    }
+}
+
+/// One router replica of `policy` for `args`' fleet.
+fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
+    let Some(router) = policy::build(policy, args.cluster.workers, &options(args)) else {
         unreachable!("policy names are checked when parsing");
     };
     router
@@ -116,13 +150,24 @@ pub(crate) fn run_queue<T: Send>(count: usize, job: &(dyn Fn(usize) -> T + Sync)
         .collect()
 }
 
-/// Runs `policy` on `sim` with `args.replicas` replicas, calling `progress`.
+/// Runs `policy` on `sim` with `args.replicas` replicas, calling `progress`; on a fleet
+/// with roles, `policy` names the pair router's decider.
 pub(crate) fn run_with(
     sim: &Simulation,
     policy: &str,
     args: &Args,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
+    if sim.fleet().iter().any(|w| w.role != Role::Both) {
+        let router = pair_router(policy, sim, args)?;
+        if args.router_speeds_known {
+            tell_speeds(router.router(), sim)?;
+        }
+        let mut report = sim.run_pd_with_progress(&router, progress)?;
+        // The decider is what differs between a fleet's runs: its name is the row's.
+        report.policy = policy.to_owned();
+        return Ok(report);
+    }
     let replicas = (0..args.replicas)
         .map(|_| router(policy, args))
         .collect::<Result<Vec<_>, Error>>()?;

@@ -613,7 +613,8 @@ impl Classes {
 
 impl<P: Policy> PolicyRouter<P> {
     /// Every available worker as a candidate for `request` (its blocks `blocks`, hashed by
-    /// [`hash`](Self::hash)) with what the mirror predicts it holds, passed to `choose`,
+    /// [`hash`](Self::hash); its time moves the router's clock, as a route's does) with what
+    /// the mirror predicts it holds, passed to `choose`,
     /// which returns its answer and the worker the prompt is recorded for.
     pub(crate) fn with_candidates<T>(
         &self,
@@ -621,6 +622,9 @@ impl<P: Policy> PolicyRouter<P> {
         blocks: &Blocks,
         choose: impl FnOnce(&mut Candidates, u32) -> Result<(T, WorkerId), Error>,
     ) -> Result<T, Error> {
+        if let Some(at) = request.time() {
+            self.fleet.observe_time(at);
+        }
         let mut candidates = Candidates::new();
         self.fleet.candidates(&mut candidates);
         if candidates.is_empty() {

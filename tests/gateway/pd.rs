@@ -511,7 +511,7 @@ fn a_pd_fleet_without_a_decode_worker_is_refused_with_a_clear_error() {
     assert!(cli::one_line(&e).contains("cannot be used with"), "{e}");
     let f = parse(&["--prefill", "http://p", "--decode", "http://d"]).unwrap();
     assert_eq!(f.pd_decider, "cost", "the default");
-    assert!(pd_plan::decider(&f.pd_decider).is_some());
+    assert!(policy::pd_decider(&f.pd_decider, 16).is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -548,32 +548,37 @@ async fn the_cost_decider_plans_pairs_the_legs_follow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cost_decider_splits_a_long_prompt_off_a_decoding_worker_then_finds_it_there() {
-    // A stream held open after its first token is decoding on the one decode worker: a
-    // long prompt prefilled there would stall it, so the cost decider prefills it apart;
+    // Streams held open after their first token are decoding on the one decode worker: a
+    // long prompt prefilled there would stall them, so the cost decider prefills it apart;
     // the same prompt again is cached on the decode worker and stays there.
     let shape = Shape {
         prefill: (1, 1),
         decode: (1, 1),
     };
     let f = Fleet::start(shape, None, prefix_router::ByCost).await;
-    let held = json!({"model": "m", "prompt": (0..64).collect::<Vec<u32>>(), "stream": true,
-        "mock_pause_ms": 60_000});
-    let mut stream = f
-        .client
-        .post(format!("{}/v1/completions", f.gw))
-        .body(held.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        stream.headers().get("x-prefill-worker"),
-        None,
-        "a short prompt stays"
-    );
-    assert!(
-        stream.chunk().await.unwrap().is_some(),
-        "its first token came"
-    );
+    // Four streams held open after their first token decode on the one decode worker.
+    let mut streams = Vec::new();
+    for k in 0..4u32 {
+        let prompt: Vec<u32> = (0..64).map(|t| t + 100_000 * k).collect();
+        let held = json!({"model": "m", "prompt": prompt, "stream": true, "mock_pause_ms": 60_000});
+        let mut stream = f
+            .client
+            .post(format!("{}/v1/completions", f.gw))
+            .body(held.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.headers().get("x-prefill-worker"),
+            None,
+            "a short prompt stays"
+        );
+        assert!(
+            stream.chunk().await.unwrap().is_some(),
+            "its first token came"
+        );
+        streams.push(stream);
+    }
     let long = json!({"model": "m", "prompt": (1_000..21_000).collect::<Vec<u32>>()});
     let (status, headers, answer) = f.send("/v1/completions", &long, None).await;
     assert_eq!(status, 200, "{answer}");
@@ -591,12 +596,12 @@ async fn the_cost_decider_splits_a_long_prompt_off_a_decoding_worker_then_finds_
     );
     let v: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 20_000);
-    drop(stream);
+    drop(streams);
     let stats = f.idle_stats().await;
     let requests = &stats["requests"];
     assert_eq!(
         (&requests["split"], &requests["local"]),
-        (&json!(1), &json!(2)),
+        (&json!(1), &json!(5)),
         "{stats}"
     );
 }

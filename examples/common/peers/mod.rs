@@ -25,12 +25,15 @@ mod aibrix;
 mod dynamo;
 #[path = "llmd.rs"]
 mod llmd;
+#[path = "pd.rs"]
+mod pd;
 #[path = "shedding.rs"]
 mod shedding;
 
 pub(crate) use aibrix::Aibrix;
 pub(crate) use dynamo::Dynamo;
 pub(crate) use llmd::Llmd;
+pub(crate) use pd::{DynamoPd, IndependentPd, LlmdPd};
 
 /// Whole blocks of `block_size` tokens in a prompt of `tokens` (a block size of 0 counts
 /// as 1): the blocks a prefix cache can hold of it.

@@ -56,8 +56,9 @@ pub struct PlanCost {
     /// Time per output token on the decode worker.
     pub tpot_s: f64,
     /// The delay its prefill adds to the decodes running where it prefills, summed over
-    /// them (each waits for the prefill's compute in the steps they share): the time per
-    /// output token that disaggregation spares a decode worker's running requests.
+    /// them (each waits for the prefill's compute in the steps they share), times
+    /// [`PdConfig::stall_weight`](crate::PdConfig::stall_weight): the time per output token
+    /// that disaggregation spares a decode worker's running requests.
     pub harm_s: f64,
     /// Seconds moving the KV the decode worker lacks (0 aggregated).
     pub transfer_s: f64,
@@ -85,6 +86,7 @@ pub struct PairView<'a> {
     pub(crate) config: &'a LoadConfig,
     pub(crate) topology: &'a Topology,
     pub(crate) kv_bytes_per_token: u64,
+    pub(crate) stall_weight: f64,
 }
 
 impl PairView<'_> {
@@ -160,10 +162,11 @@ impl PairView<'_> {
         }
     }
 
-    /// The delay a prefill of `miss` tokens on `c` adds to its running decodes, summed.
+    /// The delay a prefill of `miss` tokens on `c` adds to its running decodes, summed,
+    /// weighed by the stall weight.
     fn harm_s(&self, c: &Candidate, miss: u64) -> f64 {
         let rate = self.config.prefill_tokens_per_s * c.speed();
-        c.decoding() as f64 * miss as f64 / rate
+        self.stall_weight * c.decoding() as f64 * miss as f64 / rate
     }
 
     /// The cheapest plan by [`PlanCost::total_s`] with its decode worker among `decoders`

@@ -21,6 +21,11 @@ pub struct PdConfig {
     pub kv_bytes_per_token: u64,
     /// Where the workers sit and how fast KV moves between them.
     pub topology: Topology,
+    /// What a second of delay added to each running decode where a request prefills weighs
+    /// against a second of the request's own time ([`PlanCost::harm_s`]). The delay is
+    /// spread over the decodes' remaining output, so it weighs less than the request's own
+    /// wait; 1 counts it alike. Default 0.05.
+    pub stall_weight: f64,
 }
 
 impl Default for PdConfig {
@@ -29,6 +34,7 @@ impl Default for PdConfig {
             balanced: BalancedConfig::default(),
             kv_bytes_per_token: 131_072,
             topology: Topology::default(),
+            stall_weight: 0.05,
         }
     }
 }
@@ -41,6 +47,28 @@ impl PdConfig {
         with_kv_bytes_per_token: kv_bytes_per_token: u64;
         /// Sets [`topology`](Self::topology).
         with_topology: topology: Topology;
+        /// Sets [`stall_weight`](Self::stall_weight).
+        with_stall_weight: stall_weight: f64;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a field out of its range.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.balanced.validate()?;
+        self.topology.validate()?;
+        crate::config::float(
+            "stall_weight",
+            self.stall_weight,
+            0.0..=f64::MAX,
+            "0 or more",
+        )?;
+        if self.kv_bytes_per_token == 0 {
+            return Err(crate::config::invalid("kv_bytes_per_token", 0, "above 0"));
+        }
+        Ok(())
     }
 }
 
@@ -137,7 +165,7 @@ impl<D: Decide> PdRouter<D> {
                 "at least one worker that decodes",
             ));
         }
-        config.topology.validate()?;
+        config.validate()?;
         let n = u32::try_from(roles.len())
             .map_err(|_| crate::config::invalid("roles", roles.len(), "fewer than 2^32 workers"))?;
         let inner = BalancedRouter::with_config(n, config.balanced)?;
@@ -191,6 +219,7 @@ impl<D: Decide> PdRouter<D> {
                         config: self.inner.load_config(),
                         topology: &self.config.topology,
                         kv_bytes_per_token: self.config.kv_bytes_per_token,
+                        stall_weight: self.config.stall_weight,
                     };
                     let plan = self.decider.decide(request, &view);
                     self.check(plan, candidates)?;
