@@ -206,6 +206,35 @@ fn simulate_fleet_sets_the_worker_count() {
 }
 
 #[test]
+fn simulate_takes_a_disaggregated_fleet_and_its_deciders() {
+    let a = simulate_args(&[
+        "--fleet",
+        "2xP,6xD",
+        "--pd-decider",
+        "llmd",
+        "--kv-transfer-bytes-per-s",
+        "1e9",
+        "--kv-bytes-per-token",
+        "65536",
+        "--workload",
+        "long-context",
+    ])
+    .unwrap();
+    assert_eq!(a.cluster.workers, 8);
+    assert_eq!(a.pd_decider, "llmd");
+    assert_eq!(a.cluster.kv_transfer_bytes_per_s, 1e9);
+    assert_eq!(a.cluster.kv_bytes_per_token, 65_536);
+    assert_eq!(a.workload.as_deref(), Some("long_context"));
+    assert_eq!(simulate_args(&[]).unwrap().pd_decider, "all");
+    let kind = |flags: &[&str]| simulate_args(flags).err().map(|e| e.kind());
+    assert_eq!(
+        kind(&["--pd-decider", "sometimes"]),
+        Some(ErrorKind::InvalidValue)
+    );
+    assert_eq!(kind(&["--fleet", "2xQ"]), Some(ErrorKind::ValueValidation));
+}
+
+#[test]
 fn simulate_rejects_what_it_cannot_run() {
     let kind = |flags: &[&str]| simulate_args(flags).err().map(|e| e.kind());
     assert_eq!(kind(&["--bogus"]), Some(ErrorKind::UnknownArgument));

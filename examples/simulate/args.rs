@@ -139,9 +139,16 @@ struct ClusterFlags {
     #[arg(long, value_name = "N", default_value_t = cluster().batch.host_chunk_blocks)]
     host_chunk_blocks: usize,
     /// Workers by speed and KV, replacing --workers: 4x1.0,4x0.5@2000000 is 4 at full
-    /// speed and 4 at half of it with 2,000,000 tokens each.
+    /// speed and 4 at half of it with 2,000,000 tokens each; 2xP,6xD is 2 prefill-only and
+    /// 6 decode-only workers (a disaggregated fleet: see --pd-decider).
     #[arg(long, value_name = "SPEC")]
     fleet: Option<String>,
+    /// Bytes of KV per prompt token moved from a prefill to a decode worker.
+    #[arg(long, value_name = "N", default_value_t = cluster().kv_bytes_per_token)]
+    kv_bytes_per_token: u64,
+    /// Bandwidth of a KV transfer between a prefill and a decode worker, bytes per second.
+    #[arg(long, value_name = "X", default_value_t = cluster().kv_transfer_bytes_per_s)]
+    kv_transfer_bytes_per_s: f64,
     /// Workers leaving and returning empty: 3@60-120 is worker 3 out from 60 s to 120 s
     /// (inf: never back).
     #[arg(long, value_name = "SPEC")]
@@ -318,6 +325,8 @@ impl From<Cli> for Args {
         cluster.batch.step.max_num_seqs = c.max_num_seqs;
         cluster.batch.host_capacity_tokens = c.host_capacity_tokens;
         cluster.batch.host_chunk_blocks = c.host_chunk_blocks;
+        cluster.kv_bytes_per_token = c.kv_bytes_per_token;
+        cluster.kv_transfer_bytes_per_s = c.kv_transfer_bytes_per_s;
         cluster.front = match r.front {
             FrontArg::Rr => Front::RoundRobin,
             FrontArg::Random => Front::Random,
