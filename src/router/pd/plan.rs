@@ -50,8 +50,9 @@ impl Plan {
 #[non_exhaustive]
 pub struct PlanCost {
     /// Time to first token: the prefill worker's queue and the request's own uncached
-    /// prefill there, the KV transfer and the decode worker's wait for a slot and its first
-    /// step (split); the decode worker's own time to first token (aggregated).
+    /// prefill there, the KV transfer and the decode worker's wait for a slot, the rest of
+    /// its running step and its own (split); the decode worker's own time to first token
+    /// (aggregated).
     pub ttft_s: f64,
     /// Time per output token on the decode worker.
     pub tpot_s: f64,
@@ -151,7 +152,10 @@ impl PairView<'_> {
                 let bytes = miss(d).saturating_mul(self.kv_bytes_per_token);
                 let transfer_s = bytes as f64 / self.topology.bytes_per_s(p.worker(), d.worker());
                 PlanCost {
-                    ttft_s: prefill.total_s() + transfer_s + seat.wait_s + tpot_s,
+                    ttft_s: prefill.total_s()
+                        + transfer_s
+                        + seat.wait_s
+                        + self.first_step_s(d, prompt),
                     tpot_s,
                     harm_s: self.harm_s(p, miss(p)),
                     transfer_s,
@@ -160,6 +164,18 @@ impl PairView<'_> {
                 }
             }
         }
+    }
+
+    /// How long a request arriving with its KV waits on decode worker `d` for its first
+    /// token: the rest of the step running there (half of one on average) and its own step,
+    /// each carrying a chunk of the prefill queued there as far as the budget goes.
+    fn first_step_s(&self, d: &Candidate, prompt: u64) -> f64 {
+        let rate = self.config.prefill_tokens_per_s * d.speed();
+        let step = &self.config.step;
+        let chunk = (d.prefill_tokens() as f64).min(step.max_num_batched_tokens as f64);
+        let decodes = d.decoding() as f64 + 1.0;
+        let context = d.context_tokens() as f64 + prompt as f64;
+        1.5 * step.seconds(chunk, decodes, context, rate) / d.speed()
     }
 
     /// The delay a prefill of `miss` tokens on `c` adds to its running decodes, summed,
