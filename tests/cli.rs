@@ -218,8 +218,11 @@ fn simulate_takes_a_disaggregated_fleet_and_its_deciders() {
         "65536",
         "--workload",
         "long-context",
+        "--pd-stall-weight",
+        "0.2",
     ])
     .unwrap();
+    assert_eq!(a.pd_stall_weight, 0.2);
     assert_eq!(a.cluster.workers, 8);
     assert_eq!(a.pd_decider, "llmd");
     assert_eq!(a.cluster.kv_transfer_bytes_per_s, 1e9);

@@ -20,6 +20,8 @@ pub(crate) struct Args {
     pub(crate) policy: String,
     /// On a fleet with roles: the prefill/decode decider to run, or `all`.
     pub(crate) pd_decider: String,
+    /// The pair router's stall weight.
+    pub(crate) pd_stall_weight: f64,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
     pub(crate) seed: u64,
@@ -92,6 +94,10 @@ struct RunFlags {
         value_parser = PossibleValuesParser::new(PD_DECIDERS.into_iter().chain(["all"]))
     )]
     pd_decider: String,
+    /// The pair router's stall weight: what a second of delay added to each running decode
+    /// where a request prefills weighs against the request's own (`PdConfig::stall_weight`).
+    #[arg(long, value_name = "X", default_value_t = prefix_router::PdConfig::default().stall_weight)]
+    pd_stall_weight: f64,
     /// The weighted score's alpha (`balanced_weighted`).
     #[arg(long, value_name = "X")]
     alpha: Option<f64>,
@@ -358,6 +364,7 @@ impl From<Cli> for Args {
             cluster,
             policy: run.policy,
             pd_decider: run.pd_decider,
+            pd_stall_weight: run.pd_stall_weight,
             alpha: run.alpha,
             miss_weight: run.miss_weight,
             seed: run.seed.unwrap_or(42),

@@ -70,7 +70,8 @@ fn pair_router(
     let config = PdConfig::default()
         .with_balanced(policy::balanced_config(&options(args)))
         .with_kv_bytes_per_token(c.kv_bytes_per_token)
-        .with_topology(Topology::new(c.kv_transfer_bytes_per_s));
+        .with_topology(Topology::new(c.kv_transfer_bytes_per_s))
+        .with_stall_weight(args.pd_stall_weight);
     PdRouter::with_decider(&roles, config, decide)
 }
 
