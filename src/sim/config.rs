@@ -534,49 +534,28 @@ impl ClusterConfig {
             self.block_size..,
             "at least one block",
         )?;
-        float(
-            "prefill_tokens_per_s",
-            self.prefill_tokens_per_s,
-            f64::MIN_POSITIVE..=f64::MAX,
-            "a positive number",
-        )?;
-        float(
-            "decode_s_per_token",
-            self.decode_s_per_token,
-            0.0..=f64::MAX,
-            "zero or more seconds",
-        )?;
         int(
             "kv_bytes_per_token",
             self.kv_bytes_per_token,
             1..,
             "at least 1 byte",
         )?;
-        float(
-            "kv_transfer_bytes_per_s",
-            self.kv_transfer_bytes_per_s,
-            f64::MIN_POSITIVE..=f64::MAX,
-            "a positive number",
-        )?;
-        float(
-            "speedup",
-            self.speedup,
-            f64::MIN_POSITIVE..=f64::MAX,
-            "a positive factor",
-        )?;
-        float(
-            "ttft_target_s",
-            self.ttft_target_s,
-            0.0..=f64::MAX,
-            "zero or more seconds",
-        )?;
-        float(
-            "tpot_target_s",
-            self.tpot_target_s,
-            0.0..=f64::MAX,
-            "zero or more seconds",
-        )?;
         for (field, value) in [
+            ("prefill_tokens_per_s", self.prefill_tokens_per_s),
+            ("kv_transfer_bytes_per_s", self.kv_transfer_bytes_per_s),
+            ("speedup", self.speedup),
+        ] {
+            float(
+                field,
+                value,
+                f64::MIN_POSITIVE..=f64::MAX,
+                "a positive number",
+            )?;
+        }
+        for (field, value) in [
+            ("decode_s_per_token", self.decode_s_per_token),
+            ("ttft_target_s", self.ttft_target_s),
+            ("tpot_target_s", self.tpot_target_s),
             ("scrape_interval_s", self.scrape_interval_s),
             ("event_delay_s", self.event_delay_s),
         ] {
