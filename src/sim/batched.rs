@@ -44,11 +44,7 @@ pub(super) fn run(
     replicas: Replicas<'_>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
-    let sinks = replicas
-        .iter()
-        .map(|(r, _)| sim.sync_of(&replicas, r, SyncMode::Events))
-        .collect();
-    Run::new(sim, replicas, sinks).drive(progress)
+    Run::with_replicas_sinks(sim, replicas).drive(progress)
 }
 
 /// One modelled worker.
@@ -92,6 +88,16 @@ struct Run<'s> {
 }
 
 impl<'s> Run<'s> {
+    /// A replay through `replicas`, publishing the workers' pool changes to each replica
+    /// that takes engine events.
+    fn with_replicas_sinks(sim: &'s Simulation, replicas: Replicas<'s>) -> Self {
+        let sinks = replicas
+            .iter()
+            .map(|(r, _)| sim.sync_of(&replicas, r, SyncMode::Events))
+            .collect();
+        Self::new(sim, replicas, sinks)
+    }
+
     /// A replay through `replicas`, publishing the workers' pool changes to `sinks` (one
     /// per replica).
     fn new(

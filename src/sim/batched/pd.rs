@@ -69,11 +69,7 @@ pub(in crate::sim) fn run(
     router: &PdRouter<Box<dyn Decide>>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
-    let sinks = replicas
-        .iter()
-        .map(|(r, _)| sim.sync_of(&replicas, r, SyncMode::Events))
-        .collect();
-    Run::new(sim, replicas, sinks)
+    Run::with_replicas_sinks(sim, replicas)
         .disaggregated(router)
         .drive(progress)
 }
