@@ -205,7 +205,7 @@ impl<D: Decide> PdRouter<D> {
     /// the candidates.
     pub fn route_pair(&self, request: &RouteRequest<'_>) -> Result<PairDecision, Error> {
         let blocks = self.inner.hash(request);
-        let (plan, cost, candidates, deepest) =
+        let (cost, chosen, deepest) =
             self.inner
                 .with_candidates(request, &blocks, |candidates, deepest| {
                     if !candidates.iter().any(|c| self.role_of(c).decodes()) {
@@ -224,10 +224,13 @@ impl<D: Decide> PdRouter<D> {
                     let plan = self.decider.decide(request, &view);
                     self.check(plan, candidates)?;
                     let cost = view.cost(plan);
-                    let cached_at = candidates[plan.prefill().unwrap_or(plan.decode())].worker();
-                    Ok(((plan, cost, candidates.clone(), deepest), cached_at))
+                    // The chosen two only: the rest of the snapshot is not needed again.
+                    let decode = candidates[plan.decode()];
+                    let prefill = plan.prefill().map(|p| candidates[p]);
+                    let cached_at = prefill.unwrap_or(decode).worker();
+                    Ok(((cost, (decode, prefill), deepest), cached_at))
                 })?;
-        self.charge(request, plan, &candidates, deepest, (cost, blocks.to_vec()))
+        self.charge(request, chosen, deepest, (cost, blocks.to_vec()))
     }
 
     /// The role of `c`'s worker.
@@ -270,20 +273,18 @@ impl<D: Decide> PdRouter<D> {
     fn charge(
         &self,
         request: &RouteRequest<'_>,
-        plan: Plan,
-        candidates: &[Candidate],
+        (mut d, prefill): (Candidate, Option<Candidate>),
         deepest: u32,
         (cost, blocks): (PlanCost, Vec<BlockHash>),
     ) -> Result<PairDecision, Error> {
-        let mut d = candidates[plan.decode()];
-        let prefill = match plan.prefill() {
+        let prefill = match prefill {
             None => None,
             Some(p) => {
                 d.assume_cached(request.tokens().len());
                 let leg = request.with_expected_output(1);
                 Some(
                     self.inner
-                        .commit(&candidates[p], &leg, deepest)
+                        .commit(&p, &leg, deepest)
                         .ok_or(Error::NoWorkers)?,
                 )
             }
