@@ -154,6 +154,39 @@ fn local_counts_add_to_a_report_until_the_next_replaces_them() {
     r.complete(&a);
 }
 
+/// A prefill under way: this router counts its whole prompt until the first token, the
+/// engine counts what is left. A fresh report's figure wins (with this router's routes
+/// since it); once the report is stale and held, the larger of the two does.
+#[test]
+fn a_fresh_report_counts_the_progress_of_a_prefill_under_way() {
+    let config = LoadConfig::default()
+        .with_max_report_age(s(2.0))
+        .with_staleness(Staleness::Hold);
+    let r = probe(1, config);
+    let prompt: Vec<u32> = (0..10_000).collect();
+    let long = r
+        .route(&RouteRequest::new(&prompt).with_time(s(0.0)))
+        .unwrap();
+    r.report_load(
+        WorkerId::new(0),
+        EngineLoad::new(1, 0, s(0.5)).with_prefill_tokens(4_000),
+    )
+    .unwrap();
+    let (fresh, a) = look(&r, 0, 0.6);
+    assert_eq!(fresh.prefill_tokens(), 4_000, "the engine's remainder");
+    let (fresh, b) = look(&r, 0, 0.7);
+    assert_eq!(
+        fresh.prefill_tokens(),
+        4_001,
+        "with a route since the report"
+    );
+    let (stale, c) = look(&r, 0, 3.0);
+    assert_eq!(stale.prefill_tokens(), 10_002, "this router's own count");
+    for d in [&long, &a, &b, &c] {
+        r.complete(d);
+    }
+}
+
 /// One operation on a worker's load.
 #[derive(Clone, Debug)]
 enum Op {

@@ -4,8 +4,11 @@
 //! Reconciliation: a report replaces what the router counted before it, as vLLM's
 //! data-parallel balancer does with its engines' snapshots; what this router routes,
 //! prefills and completes after it is added on top. Where the router's own count of its
-//! in-flight work is larger (a report measured before the router's last requests reached
-//! the engine), that count wins. The counters are atomics updated without a common lock,
+//! in-flight requests is larger (a report measured before the router's last requests
+//! reached the engine), that count wins. Prefill tokens are the exception while the report
+//! is fresh: the engine's pending prefill counts the progress of prefills under way, which
+//! the router's own count (whole prompts until their first token) cannot, so the report
+//! and the router's routes since it stand alone. The counters are atomics updated without a common lock,
 //! so an estimate may mix a report with counts from just before it: it is an estimate, as
 //! the report itself is.
 
@@ -303,17 +306,23 @@ impl LoadState {
                 Staleness::Hold => {}
             }
         }
+        let fresh = age <= nanos(config.max_report_age);
         self.reconcile(
             &mut e,
             (mean_prefill, block_size),
-            u64::from(config.replicas),
+            (u64::from(config.replicas), fresh),
         );
         e
     }
 
     /// Adds the report and this router's counts since it, `replicas` times over, to `e`
-    /// (the router's own counts).
-    fn reconcile(&self, e: &mut Estimate, (mean_prefill, block_size): (u64, u64), replicas: u64) {
+    /// (the router's own counts); a `fresh` report's pending prefill replaces the router's.
+    fn reconcile(
+        &self,
+        e: &mut Estimate,
+        (mean_prefill, block_size): (u64, u64),
+        (replicas, fresh): (u64, bool),
+    ) {
         let (r, s) = (&self.report, &self.since);
         let since = |c: &AtomicU64| c.load(Relaxed).saturating_mul(replicas);
         let routed = since(&s.routed);
@@ -323,11 +332,17 @@ impl LoadState {
         let running = (r.running.load(Relaxed) + first).saturating_sub(done);
         e.requests = e.requests.max(waiting + running);
         e.decoding = e.decoding.max(running.min(e.requests));
-        let reported = match r.prefill.load(Relaxed) {
-            NO_PREFILL => waiting.saturating_mul(mean_prefill),
-            p => (p + since(&s.prefill)).saturating_sub(since(&s.prefilled)),
+        e.prefill_tokens = match r.prefill.load(Relaxed) {
+            NO_PREFILL => e.prefill_tokens.max(waiting.saturating_mul(mean_prefill)),
+            p => {
+                let reported = (p + since(&s.prefill)).saturating_sub(since(&s.prefilled));
+                if fresh {
+                    reported
+                } else {
+                    e.prefill_tokens.max(reported)
+                }
+            }
         };
-        e.prefill_tokens = e.prefill_tokens.max(reported);
         let usage = f64::from_bits(r.kv_usage_bits.load(Relaxed));
         e.kv_usage = usage as f32;
         if e.kv_capacity_tokens == 0 {
