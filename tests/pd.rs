@@ -167,6 +167,103 @@ fn the_cost_decider_is_the_cheapest_plan() {
     });
 }
 
+/// Splits every request to the first decoder, and keeps the harm of an aggregated plan on
+/// each decoder, in candidate order.
+struct SplitToFirst(std::sync::Arc<std::sync::Mutex<Vec<f64>>>);
+
+impl Decide for SplitToFirst {
+    fn name(&self) -> &'static str {
+        "split-to-first"
+    }
+    fn decide(&self, _: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+        let decoders: Vec<usize> = view.decoders().collect();
+        *self.0.lock().expect("lock") = decoders
+            .iter()
+            .map(|&d| view.cost(Plan::Aggregated { decode: d }).harm_s)
+            .collect();
+        let prefill = view.prefillers().next().expect("a prefill worker");
+        Plan::Split {
+            prefill,
+            decode: decoders[0],
+        }
+    }
+}
+
+/// A prefill on a decode worker delays the first token of each request whose KV is on its
+/// way there by the prefill's whole compute: the aggregated plan pays it as harm until the
+/// handoff (or the request's end) comes, and no longer.
+#[test]
+fn a_prefill_where_kv_is_arriving_pays_for_the_wait_it_causes() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let seen = std::sync::Arc::default();
+    let decider = SplitToFirst(std::sync::Arc::clone(&seen));
+    let router = PdRouter::with_decider(&roles, PdConfig::default(), decider).expect("router");
+    let first = tokens(2_048, 7);
+    let family = std::cell::Cell::new(8);
+    // The harm of prefilling a new prompt of 3,300 tokens on worker 1 over that on worker 2
+    // (equal loads).
+    let extra = || {
+        family.set(family.get() + 1);
+        let prompt = tokens(3_300, family.get());
+        let pair = router
+            .route_pair(&RouteRequest::new(&prompt))
+            .expect("route");
+        let harm = seen.lock().expect("lock").clone();
+        router.prefill_done(&pair);
+        router.complete(&pair);
+        harm[0] - harm[1]
+    };
+    assert!(extra().abs() < 1e-9, "nothing arriving");
+    let on_the_way = router
+        .route_pair(&RouteRequest::new(&first))
+        .expect("route");
+    assert_eq!(on_the_way.decode().worker(), WorkerId::new(1));
+    let whole = 3_300.0 / 33_000.0;
+    assert!(
+        (extra() - whole).abs() < 1e-9,
+        "one request arriving at worker 1"
+    );
+    router.prefill_done(&on_the_way);
+    assert!(extra().abs() < 1e-9, "handed off");
+    router.complete(&on_the_way);
+    let dropped = router
+        .route_pair(&RouteRequest::new(&first))
+        .expect("route");
+    router.complete(&dropped);
+    assert!(extra().abs() < 1e-9, "dropped before its handoff");
+}
+
+/// A split request's decode leg joins its worker's queue at the handoff, so its timing
+/// measures no prediction: it teaches the router nothing, where the same timing of a
+/// prefill leg does.
+#[test]
+fn a_split_decode_legs_timing_teaches_nothing() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let taught = PdRouter::with_decider(&roles, PdConfig::default(), AlwaysSplit).expect("router");
+    let told = PdRouter::with_decider(&roles, PdConfig::default(), AlwaysSplit).expect("router");
+    for i in 0..40 {
+        let prompt = tokens(1_024, 100 + i);
+        let a = taught
+            .route_pair(&RouteRequest::new(&prompt))
+            .expect("route");
+        let b = told.route_pair(&RouteRequest::new(&prompt)).expect("route");
+        assert!(a.is_split() && b.is_split());
+        for (router, pair) in [(&taught, &a), (&told, &b)] {
+            router.prefill_done(pair);
+        }
+        taught.first_token_after(&a, Duration::from_secs(30));
+        told.first_token(&b);
+        for (router, pair) in [(&taught, &a), (&told, &b)] {
+            router.complete(pair);
+        }
+    }
+    for w in 0..3 {
+        let id = WorkerId::new(w);
+        let (a, b) = (taught.router().load(id), told.router().load(id));
+        assert_eq!(a, b, "worker {w}");
+    }
+}
+
 /// A decider that answers the plan it was built with.
 struct Fixed(Plan);
 

@@ -56,16 +56,21 @@ pub struct PlanCost {
     pub ttft_s: f64,
     /// Time per output token on the decode worker.
     pub tpot_s: f64,
-    /// The delay its prefill adds to the decodes running where it prefills, summed over
-    /// them (each waits for the prefill's compute in the steps they share), times
-    /// [`PdConfig::stall_weight`](crate::PdConfig::stall_weight): the time per output token
-    /// that disaggregation spares a decode worker's running requests.
+    /// The delay its prefill adds to others where it prefills: to the decodes running
+    /// there, summed over them (each waits for the prefill's compute in the steps they
+    /// share), times [`PdConfig::stall_weight`](crate::PdConfig::stall_weight) (the time per
+    /// output token that disaggregation spares a decode worker's running requests); and,
+    /// on a decode worker, to each request whose KV is on its way there (routed split, its
+    /// handoff not yet come), whose first token waits behind the prefill, counted whole.
     pub harm_s: f64,
     /// Seconds moving the KV the decode worker lacks (0 aggregated).
     pub transfer_s: f64,
     /// Bytes of KV moved (0 aggregated).
     pub transfer_bytes: u64,
-    /// The request's own decode time: its output at `tpot_s`.
+    /// The request's own decode time: its output at the decode worker's step with it and
+    /// every request there now in the batch (those waiting now are ahead of it). The
+    /// prefill queued there runs before its first token and is counted in `ttft_s`, not
+    /// here.
     pub decode_s: f64,
 }
 
@@ -88,6 +93,8 @@ pub struct PairView<'a> {
     pub(crate) topology: &'a Topology,
     pub(crate) kv_bytes_per_token: u64,
     pub(crate) stall_weight: f64,
+    /// By candidate: requests routed split to it whose handoff has not come.
+    pub(crate) arriving: &'a [u64],
 }
 
 impl PairView<'_> {
@@ -127,7 +134,7 @@ impl PairView<'_> {
         let tpot_s = d
             .estimate
             .tpot_s(self.config, (prompt, 0, output), d.speed());
-        let decode_s = tpot_s * f64::from(output);
+        let decode_s = self.decode_step_s(d, prompt) * f64::from(output);
         match plan.prefill() {
             None => {
                 let ttft = d
@@ -136,13 +143,13 @@ impl PairView<'_> {
                 PlanCost {
                     ttft_s: ttft.total_s(),
                     tpot_s,
-                    harm_s: self.harm_s(d, miss(d)),
+                    harm_s: self.harm_s(plan.decode(), miss(d)),
                     decode_s,
                     ..PlanCost::default()
                 }
             }
-            Some(p) => {
-                let p = &self.candidates[p];
+            Some(at) => {
+                let p = &self.candidates[at];
                 let prefill = p
                     .estimate
                     .ttft_parts(self.config, (prompt, miss(p), 1), p.speed());
@@ -157,7 +164,7 @@ impl PairView<'_> {
                         + seat.wait_s
                         + self.first_step_s(d, prompt),
                     tpot_s,
-                    harm_s: self.harm_s(p, miss(p)),
+                    harm_s: self.harm_s(at, miss(p)),
                     transfer_s,
                     transfer_bytes: bytes,
                     decode_s,
@@ -178,11 +185,28 @@ impl PairView<'_> {
         1.5 * step.seconds(chunk, decodes, context, rate) / d.speed()
     }
 
-    /// The delay a prefill of `miss` tokens on `c` adds to its running decodes, summed,
-    /// weighed by the stall weight.
-    fn harm_s(&self, c: &Candidate, miss: u64) -> f64 {
-        let rate = self.config.prefill_tokens_per_s * c.speed();
-        self.stall_weight * c.decoding() as f64 * miss as f64 / rate
+    /// A decode step on `d` once a request of `prompt` tokens decodes there: every request
+    /// there now is ahead of it, so decodes beside it.
+    fn decode_step_s(&self, d: &Candidate, prompt: u64) -> f64 {
+        let rate = self.config.prefill_tokens_per_s * d.speed();
+        let decodes = d.requests() as f64 + 1.0;
+        let context = d.context_tokens() as f64 + prompt as f64;
+        self.config.step.seconds(0.0, decodes, context, rate) / d.speed()
+    }
+
+    /// The compute of a prefill of `miss` tokens on `c`: what each request behind it or
+    /// sharing its steps waits.
+    fn delay_s(&self, c: &Candidate, miss: u64) -> f64 {
+        miss as f64 / (self.config.prefill_tokens_per_s * c.speed())
+    }
+
+    /// The delay a prefill of `miss` tokens on candidate `i` adds to others: its running
+    /// decodes', summed and weighed by the stall weight, and that of each request on its
+    /// way there, whole.
+    fn harm_s(&self, i: usize, miss: u64) -> f64 {
+        let c = &self.candidates[i];
+        let arriving = self.arriving.get(i).copied().unwrap_or(0) as f64;
+        (self.stall_weight * c.decoding() as f64 + arriving) * self.delay_s(c, miss)
     }
 
     /// The cheapest plan by [`PlanCost::total_s`] with its decode worker among `decoders`

@@ -1,6 +1,7 @@
 //! [`PdRouter`]: pair routing over role-tagged workers, on the crate's mirror and load model.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
 use super::plan::{ByCost, Decide, PairView, Plan, PlanCost};
 use super::role::Role;
@@ -138,6 +139,8 @@ pub struct PdRouter<D = ByCost> {
     roles: Vec<Role>,
     config: PdConfig,
     decider: D,
+    /// By worker: requests routed split to it whose handoff has not come.
+    arriving: Vec<AtomicU64>,
 }
 
 impl PdRouter<ByCost> {
@@ -174,6 +177,7 @@ impl<D: Decide> PdRouter<D> {
             roles: roles.to_vec(),
             config,
             decider,
+            arriving: roles.iter().map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
@@ -212,6 +216,10 @@ impl<D: Decide> PdRouter<D> {
                         return Err(Error::NoWorkers);
                     }
                     let roles: Vec<Role> = candidates.iter().map(|c| self.role_of(c)).collect();
+                    let arriving: Vec<u64> = candidates
+                        .iter()
+                        .map(|c| self.arriving(c.worker()))
+                        .collect();
                     let view = PairView {
                         request,
                         candidates,
@@ -220,6 +228,7 @@ impl<D: Decide> PdRouter<D> {
                         topology: &self.config.topology,
                         kv_bytes_per_token: self.config.kv_bytes_per_token,
                         stall_weight: self.config.stall_weight,
+                        arriving: &arriving,
                     };
                     let plan = self.decider.decide(request, &view);
                     self.check(plan, candidates)?;
@@ -231,6 +240,25 @@ impl<D: Decide> PdRouter<D> {
                     Ok(((cost, (decode, prefill), deepest), cached_at))
                 })?;
         self.charge(request, chosen, deepest, (cost, blocks.to_vec()))
+    }
+
+    /// Requests routed split to `worker` whose handoff has not come.
+    fn arriving(&self, worker: WorkerId) -> u64 {
+        self.arriving
+            .get(worker.index())
+            .map_or(0, |a| a.load(Relaxed))
+    }
+
+    /// Counts a split request's decode leg on its way to `worker`, or (`arrived`) no
+    /// longer: handed off, or dropped before.
+    fn on_the_way(&self, worker: WorkerId, arrived: bool) {
+        if let Some(a) = self.arriving.get(worker.index()) {
+            if arrived {
+                let _ = a.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+            } else {
+                a.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// The role of `c`'s worker.
@@ -295,6 +323,9 @@ impl<D: Decide> PdRouter<D> {
             }
             return Err(Error::NoWorkers);
         };
+        if prefill.is_some() {
+            self.on_the_way(decode.worker(), false);
+        }
         Ok(PairDecision {
             decode,
             prefill,
@@ -314,6 +345,7 @@ impl<D: Decide> PdRouter<D> {
         if pair.handed_off.swap(true, Relaxed) {
             return;
         }
+        self.on_the_way(pair.decode.worker(), true);
         self.inner.complete(prefill);
         self.inner.credit(pair.decode.worker(), &pair.blocks);
     }
@@ -323,10 +355,35 @@ impl<D: Decide> PdRouter<D> {
         self.inner.first_token(&pair.decode);
     }
 
+    /// The decode worker's first token came `elapsed` after the request was routed. An
+    /// aggregated request's timing teaches the router the decode worker's speed, as
+    /// [`Router::first_token_after`] does; a split one's does not: its decode leg joined
+    /// the worker's queue at the handoff, not when its plan was costed, so its timing
+    /// measures no prediction of the router's.
+    pub fn first_token_after(&self, pair: &PairDecision, elapsed: Duration) {
+        if pair.is_split() {
+            self.inner.first_token(&pair.decode);
+        } else {
+            self.inner.first_token_after(&pair.decode, elapsed);
+        }
+    }
+
+    /// A split request's prefill leg sampled its token on the prefill worker `elapsed`
+    /// after the request was routed: teaches the router that worker's speed. A no-op for
+    /// an aggregated request.
+    pub fn prefill_first_token_after(&self, pair: &PairDecision, elapsed: Duration) {
+        if let Some(prefill) = &pair.prefill {
+            self.inner.first_token_after(prefill, elapsed);
+        }
+    }
+
     /// The request is done: releases what it charged on both sides. A split request whose
     /// handoff never came (the transfer failed) credits the decode worker nothing.
     pub fn complete(&self, pair: &PairDecision) {
         if let Some(prefill) = &pair.prefill {
+            if !pair.handed_off.swap(true, Relaxed) {
+                self.on_the_way(pair.decode.worker(), true);
+            }
             self.inner.complete(prefill);
         }
         self.inner.complete(&pair.decode);

@@ -28,9 +28,9 @@
 //!   its pool (its engine events tell the router, as vLLM's do);
 //! - time to first token runs from arrival to the decode leg's first token; time per
 //!   output token and end to end come from the decode leg. The router learns each worker's
-//!   speed from its own leg: the prefill decision's first token from routing to the prefill
-//!   leg's end, the decode decision's from the handoff to its first token (from routing,
-//!   when aggregated);
+//!   speed from its own leg: the prefill worker's from routing to the prefill leg's end,
+//!   an aggregated request's decode worker's from routing to its first token; a split
+//!   request's decode leg teaches nothing ([`PdRouter::first_token_after`]);
 //! - a split request's record names its prefill worker and the bytes moved; its cached
 //!   tokens are those its prefill leg found. With [`SyncMode::Feedback`] the prefill leg
 //!   (or an aggregated request) reports what it found; a decode leg reports nothing, the
@@ -107,8 +107,6 @@ struct Pair {
     decode: usize,
     /// A split request's decode leg, until the handoff.
     decode_leg: Option<Seq>,
-    /// When the handoff came, seconds.
-    handed_off_at: Option<f64>,
 }
 
 /// Seconds as a duration (0 for a negative time).
@@ -182,7 +180,6 @@ impl<'s> Run<'s> {
                 at: now,
                 decode: decode.index(),
                 decode_leg,
-                handed_off_at: None,
             });
         }
         self.workers[w].scheduler.enqueue(id);
@@ -251,15 +248,12 @@ impl<'s> Run<'s> {
         let Some(pair) = pd.pairs[i].as_ref() else {
             return;
         };
-        let inner = pd.router.router();
+        let router = pd.router;
         if prefill_leg {
-            if let Some(prefill) = pair.decision.prefill() {
-                inner.first_token_after(prefill, elapsed(now - pair.at));
-            }
+            router.prefill_first_token_after(&pair.decision, elapsed(now - pair.at));
         } else {
             self.tally.first_token(i, now);
-            let since = pair.handed_off_at.unwrap_or(pair.at);
-            inner.first_token_after(pair.decision.decode(), elapsed(now - since));
+            router.first_token_after(&pair.decision, elapsed(now - pair.at));
         }
     }
 
@@ -304,7 +298,6 @@ impl<'s> Run<'s> {
             return Ok(());
         };
         pd.router.prefill_done(&pair.decision);
-        pair.handed_off_at = Some(now);
         let Some(leg) = pair.decode_leg.take() else {
             return Ok(());
         };
