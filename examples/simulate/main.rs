@@ -44,6 +44,7 @@ mod args;
 #[path = "../common/cli.rs"]
 mod cli;
 mod matrix;
+mod matrix_pd;
 mod output;
 #[path = "../common/policy.rs"]
 mod policy;

@@ -7,7 +7,8 @@
 //! 4× with events with 4 router replicas, with half the fleet at half speed (the routers
 //! not told, then told), with a worker out for a quarter of the trace, with a host tier
 //! four times each worker's KV (the pooled reference then holds both tiers) and with load
-//! reports every 5 s, and the agentic workload at 4× with 4 replicas. A policy that reads
+//! reports every 5 s, and the agentic workload at 4× with 4 replicas; then the
+//! disaggregated cells ([`matrix_pd`](super::matrix_pd)). A policy that reads
 //! no cache routes alike under every sync mode: it runs once per workload and load, and its
 //! report stands in the three sync cells. A cell where every
 //! policy's TTFT p50 exceeds the TTFT target is past the fleet's capacity: its bar is
@@ -153,7 +154,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
         .map(|cell| cell.into_iter().flatten().collect())
         .collect();
     print(&workloads, &cells, &results);
-    Ok(())
+    super::matrix_pd::run(args)
 }
 
 /// Every (cell, policy) pair to run, the longest first as far as can be told before
