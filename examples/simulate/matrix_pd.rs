@@ -55,7 +55,12 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
         let report = runner::run_with(&sims[c], PD_DECIDERS[k], &cell.args, &mut |_, _| {});
         let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let name = &workloads[cell.workload].0;
-        eprintln!("[{n}/{}] {name} {}: {}", jobs.len(), cell.label, PD_DECIDERS[k]);
+        eprintln!(
+            "[{n}/{}] {name} {}: {}",
+            jobs.len(),
+            cell.label,
+            PD_DECIDERS[k]
+        );
         report
     });
     let mut results: Vec<Vec<SimReport>> = cells.iter().map(|_| Vec::new()).collect();
@@ -148,10 +153,8 @@ impl Bar {
             format!("{:.3}× {}", self.ttft, mark(self.ttft <= 1.0)),
             format!("{:.3}× {}", self.goodput, mark(self.goodput >= 1.0)),
             format!("{:.2}× {}", self.tpot, mark(self.tpot <= 1.0)),
-            self.threshold.map_or_else(
-                || "".to_owned(),
-                |t| format!("{t:.2}× {}", mark(t <= 0.8)),
-            ),
+            self.threshold
+                .map_or_else(|| "".to_owned(), |t| format!("{t:.2}× {}", mark(t <= 0.8))),
         ]
     }
 }
