@@ -93,6 +93,7 @@ mod mock;
 mod mock_cache;
 #[cfg(feature = "zmq")]
 mod mock_events;
+mod models;
 mod pd;
 mod pd_mock;
 mod pd_plan;

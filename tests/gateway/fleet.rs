@@ -21,6 +21,8 @@ pub mod mock_cache;
 #[cfg(feature = "zmq")]
 #[path = "../../examples/gateway/mock_events.rs"]
 pub mod mock_events;
+#[path = "../../examples/gateway/models.rs"]
+pub mod models;
 #[path = "../../examples/gateway/pd.rs"]
 pub mod pd;
 #[path = "../../examples/gateway/pd_mock.rs"]
