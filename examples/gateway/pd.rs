@@ -3,10 +3,17 @@
 //! (`pd_wire.rs`) as vLLM's own proxy does; the pair comes from a [`PairPlanner`]
 //! (`pd_plan.rs`), the legs are sent by `pd_proxy.rs`.
 //!
-//! Routes: `POST /v1/completions` and `POST /v1/chat/completions`, `GET /stats` (each
-//! side's targets and how requests went), `GET /health` and `GET /ready` (503 while no
-//! decode target is available or the gateway is shutting down). Every side's endpoint is
-//! probed at `/health`; one that fails is out of planning until it answers again.
+//! Routes:
+//!
+//! - `POST /v1/completions` and `POST /v1/chat/completions`: the requests, in two legs.
+//! - `GET /v1/models`: the models the decode side's endpoints list, each once (they serve
+//!   the model to the client); `503` when none answers.
+//! - `GET /stats`: each side's targets and how requests went.
+//! - `GET /health`: up, with each side's available targets; `GET /ready`: `503` while no
+//!   decode target is available or the gateway is shutting down.
+//!
+//! Every side's endpoint is probed at `/health`; one that fails is out of planning until it
+//! answers again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -166,6 +173,7 @@ pub(crate) fn app(gateway: Arc<PdGateway>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
         .route("/stats", get(stats))
         .route("/health", get(health))
         .route("/ready", get(ready))
@@ -186,6 +194,12 @@ async fn chat(
     body: axum::body::Bytes,
 ) -> Response {
     pd_proxy::handle(gw, Endpoint::Chat, headers, body).await
+}
+
+/// `GET /v1/models`: the models the decode side's endpoints list (`models.rs`): they serve
+/// the model to the client.
+async fn models(State(gw): State<Arc<PdGateway>>) -> Response {
+    super::models::list(&gw.client, &gw.decode.urls).await
 }
 
 /// `GET /stats`: the planner, how requests went, and each side's targets.

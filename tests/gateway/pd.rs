@@ -605,3 +605,29 @@ async fn the_cost_decider_splits_a_long_prompt_off_a_decoding_worker_then_finds_
         "{stats}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_are_listed_from_the_decode_side_once() {
+    let mut f = Fleet::start(TWO_BY_ONE, None, AlwaysSplit).await;
+    let models = |f: &Fleet| {
+        let request = f.client.get(format!("{}/v1/models", f.gw));
+        async move { read(request.send().await.unwrap()).await }
+    };
+    let (status, v, _) = models(&f).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "list", "{v}");
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m"], "two decode endpoints list it, once: {v}");
+    // With the decode side gone, the prefill side (still up) is not asked: none answers.
+    for d in &mut f.decode {
+        d.kill();
+    }
+    let (status, v, _) = models(&f).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
+}
