@@ -759,8 +759,7 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 
 /// `GET /metrics`: the gateway's own metrics in Prometheus text (`telemetry.rs`).
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let text = gw.telemetry.render(gw.router(), gw.stats.len());
-    ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], text).into_response()
+    telemetry::response(gw.telemetry.render(gw.router(), gw.stats.len()))
 }
 
 /// `GET /v1/models` (OpenAI clients ask it first): the models the upstream endpoints list
