@@ -98,6 +98,7 @@ mod pd;
 mod pd_mock;
 mod pd_plan;
 mod pd_proxy;
+mod pd_telemetry;
 mod pd_wire;
 #[path = "../common/policy.rs"]
 mod policy;

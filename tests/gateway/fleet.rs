@@ -31,6 +31,8 @@ pub mod pd_mock;
 pub mod pd_plan;
 #[path = "../../examples/gateway/pd_proxy.rs"]
 pub mod pd_proxy;
+#[path = "../../examples/gateway/pd_telemetry.rs"]
+pub mod pd_telemetry;
 #[path = "../../examples/gateway/pd_wire.rs"]
 pub mod pd_wire;
 #[path = "../../examples/common/policy.rs"]
