@@ -9,8 +9,9 @@
 //! request was refused), no answer within the request timeout a `504`. The decode leg's
 //! answer, error statuses included, is the client's. Every plan is completed exactly once:
 //! when the whole answer was read, when a stream ends or its client goes away, or when a
-//! leg fails. Every request is counted once in the gateway's metrics (`pd_telemetry.rs`)
-//! then, by its last plan and outcome.
+//! leg fails. Every request is counted once in the gateway's metrics (`pd_telemetry.rs`),
+//! by its last plan and outcome, before its plan is completed: once nothing is in flight,
+//! the metrics count every request.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -180,8 +181,9 @@ async fn serve(gw: &Arc<PdGateway>, legs: &Legs, plan: Plan) -> Option<Response>
                 .prefill_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             gw.telemetry.prefill_failed(prefill);
+            let response = planned(gw, legs, PlanKind::Split, response);
             gw.planner.complete(&plan);
-            return Some(planned(gw, legs, PlanKind::Split, response));
+            return Some(response);
         }
     };
     gw.planner.prefill_done(&plan);
@@ -288,8 +290,9 @@ async fn decode(
             return None;
         }
         Err(_) | Ok(Err(_)) => {
+            let response = planned(gw, legs, kind.plan(), decode_timeout(gw));
             gw.planner.complete(&plan);
-            return Some(planned(gw, legs, kind.plan(), decode_timeout(gw)));
+            return Some(response);
         }
     };
     count(gw, kind, &plan);
@@ -303,7 +306,6 @@ async fn decode(
     if bytes.is_ok() && status.is_success() {
         gw.planner.first_token(&plan);
     }
-    gw.planner.complete(&plan);
     let response = match bytes {
         Ok(bytes) => (status, headers, bytes).into_response(),
         Err(e) if e.is_timeout() => decode_timeout(gw),
@@ -312,7 +314,9 @@ async fn decode(
             format!("the decode worker broke off its answer: {e}"),
         ),
     };
-    Some(planned(gw, legs, kind.plan(), response))
+    let response = planned(gw, legs, kind.plan(), response);
+    gw.planner.complete(&plan);
+    Some(response)
 }
 
 fn decode_timeout(gw: &PdGateway) -> Response {
@@ -398,12 +402,12 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.gw.planner.complete(&self.plan);
         let outcome = Outcome::of_stream(self.answered && !self.broken, self.ended);
         let elapsed = self.started.elapsed();
         self.gw
             .telemetry
             .finished(Some(self.kind), outcome, elapsed);
+        self.gw.planner.complete(&self.plan);
     }
 }
 
