@@ -20,6 +20,7 @@ use prefix_router::{
 };
 use serde_json::{Value, json};
 
+use super::models;
 use super::prompt::{self, Endpoint, Prompts};
 use super::stream;
 use super::telemetry::{self, Outcome, Telemetry};
@@ -758,45 +759,13 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
 
 /// `GET /metrics`: the gateway's own metrics in Prometheus text (`telemetry.rs`).
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
-    let text = gw.telemetry.render(gw.router(), gw.stats.len());
-    ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], text).into_response()
+    telemetry::response(gw.telemetry.render(gw.router(), gw.stats.len()))
 }
 
-/// `GET /v1/models` (OpenAI clients ask it first): the models every upstream endpoint lists,
-/// each id once, in the order the endpoints answer; an endpoint that does not answer is
-/// left out, and with none answering the client gets a `503`.
+/// `GET /v1/models` (OpenAI clients ask it first): the models the upstream endpoints list
+/// (`models.rs`).
 async fn models(State(gw): State<Arc<Gateway>>) -> Response {
-    let mut endpoints: Vec<&str> = gw.upstreams.iter().map(String::as_str).collect();
-    endpoints.dedup();
-    let mut data: Vec<Value> = Vec::new();
-    let mut answered = false;
-    for url in endpoints {
-        let Ok(response) = gw.client.get(format!("{url}/v1/models")).send().await else {
-            continue;
-        };
-        let Ok(response) = response.error_for_status() else {
-            continue;
-        };
-        let Ok(bytes) = response.bytes().await else {
-            continue;
-        };
-        let Ok(listed) = serde_json::from_slice::<Value>(&bytes) else {
-            continue;
-        };
-        answered = true;
-        for model in listed["data"].as_array().into_iter().flatten() {
-            if !data.iter().any(|m| m["id"] == model["id"]) {
-                data.push(model.clone());
-            }
-        }
-    }
-    if !answered {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no upstream worker listed its models",
-        );
-    }
-    Json(json!({"object": "list", "data": data})).into_response()
+    models::list(&gw.client, &gw.upstreams).await
 }
 
 /// `total_us / count` in milliseconds; `None` for no count.

@@ -62,7 +62,9 @@
 //! `--dp-ranks` ranks per decode worker and `--prefill-dp-ranks` (default the same) per
 //! prefill worker. The crate's `PdRouter` picks each pair, and whether to split, by
 //! `--pd-decider` (`cost`, the default: the plan of least predicted cost; `always`;
-//! `never`). Mock workers take `--mock-role prefill|decode` and check the protocol:
+//! `never`). `GET /metrics` (`pd_telemetry.rs`) and `GET /v1/models` (from the decode
+//! workers) serve as in the aggregated mode. Mock workers take `--mock-role prefill|decode`
+//! and check the protocol:
 //!
 //! ```sh
 //! cargo run --release --example gateway -- --mock-worker 127.0.0.1:8101 --mock-role prefill &
@@ -93,10 +95,12 @@ mod mock;
 mod mock_cache;
 #[cfg(feature = "zmq")]
 mod mock_events;
+mod models;
 mod pd;
 mod pd_mock;
 mod pd_plan;
 mod pd_proxy;
+mod pd_telemetry;
 mod pd_wire;
 #[path = "../common/policy.rs"]
 mod policy;

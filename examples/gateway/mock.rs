@@ -130,8 +130,8 @@ pub(crate) fn mock_app(worker: Arc<MockWorker>) -> axum::Router {
         .with_state(worker)
 }
 
-/// The one model the mock serves, as vLLM lists it.
-async fn models() -> axum::Json<serde_json::Value> {
+/// `GET /v1/models`: the one model the mock serves (`m`), as vLLM lists it.
+pub(crate) async fn models() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({
         "object": "list",
         "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "mock"}],

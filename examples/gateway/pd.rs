@@ -3,10 +3,20 @@
 //! (`pd_wire.rs`) as vLLM's own proxy does; the pair comes from a [`PairPlanner`]
 //! (`pd_plan.rs`), the legs are sent by `pd_proxy.rs`.
 //!
-//! Routes: `POST /v1/completions` and `POST /v1/chat/completions`, `GET /stats` (each
-//! side's targets and how requests went), `GET /health` and `GET /ready` (503 while no
-//! decode target is available or the gateway is shutting down). Every side's endpoint is
-//! probed at `/health`; one that fails is out of planning until it answers again.
+//! Routes:
+//!
+//! - `POST /v1/completions` and `POST /v1/chat/completions`: the requests, in two legs.
+//! - `GET /v1/models`: the models the decode side's endpoints list, each once (they serve
+//!   the model to the client); `503` when none answers.
+//! - `GET /stats`: each side's targets and how requests went.
+//! - `GET /metrics`: the gateway's own metrics in Prometheus text (`pd_telemetry.rs`):
+//!   requests by plan and outcome, failed prefill legs, each side's targets, times to first
+//!   token and latencies, the router's fleet signals.
+//! - `GET /health`: up, with each side's available targets; `GET /ready`: `503` while no
+//!   decode target is available or the gateway is shutting down.
+//!
+//! Every side's endpoint is probed at `/health`; one that fails is out of planning until it
+//! answers again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -23,7 +33,9 @@ use serde_json::{Value, json};
 use super::app::Options;
 use super::pd_plan::{PairPlanner, Role};
 use super::pd_proxy;
+use super::pd_telemetry::PdTelemetry;
 use super::prompt::{Endpoint, Prompts};
+use super::telemetry;
 
 /// One side of the fleet: its endpoints' base URLs, each of `layout`'s data-parallel
 /// ranks, so target `t` is rank `layout.rank(t)` of `urls[layout.endpoint(t)]`.
@@ -66,7 +78,7 @@ impl Side {
     }
 
     /// Counts an attempt that could not reach `t`.
-    pub(crate) fn failed(&self, t: WorkerId) {
+    fn failed(&self, t: WorkerId) {
         if let Some(f) = self.failures.get(t.index()) {
             f.fetch_add(1, Relaxed);
         }
@@ -100,6 +112,8 @@ pub(crate) struct PdGateway {
     pub(crate) loras: Vec<String>,
     draining: AtomicBool,
     pub(crate) counts: PdCounts,
+    /// The gateway's own metrics (`GET /metrics`).
+    pub(crate) telemetry: PdTelemetry,
 }
 
 impl PdGateway {
@@ -117,6 +131,7 @@ impl PdGateway {
             .read_timeout(Duration::from_secs(120))
             .build()
             .unwrap_or_default();
+        let telemetry = PdTelemetry::new(prefill.targets(), decode.targets());
         Arc::new(Self {
             planner,
             prefill,
@@ -128,6 +143,7 @@ impl PdGateway {
             loras: options.loras,
             draining: AtomicBool::new(false),
             counts: PdCounts::default(),
+            telemetry,
         })
     }
 
@@ -149,6 +165,14 @@ impl PdGateway {
         }
     }
 
+    /// `target` of `role`'s side could not be reached: counted, and out of planning until
+    /// its health probe answers.
+    pub(crate) fn unreachable(&self, role: Role, target: WorkerId) {
+        self.side(role).failed(target);
+        self.telemetry.unreachable(role, target);
+        self.planner.set_available(role, target, false);
+    }
+
     /// How many of `role`'s targets the planner may choose now.
     fn available(&self, role: Role) -> usize {
         (0..self.side(role).targets())
@@ -166,7 +190,9 @@ pub(crate) fn app(gateway: Arc<PdGateway>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
         .route("/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/ready", get(ready))
         .with_state(gateway)
@@ -188,6 +214,12 @@ async fn chat(
     pd_proxy::handle(gw, Endpoint::Chat, headers, body).await
 }
 
+/// `GET /v1/models`: the models the decode side's endpoints list (`models.rs`): they serve
+/// the model to the client.
+async fn models(State(gw): State<Arc<PdGateway>>) -> Response {
+    super::models::list(&gw.client, &gw.decode.urls).await
+}
+
 /// `GET /stats`: the planner, how requests went, and each side's targets.
 async fn stats(State(gw): State<Arc<PdGateway>>) -> Json<Value> {
     let c = &gw.counts;
@@ -203,6 +235,11 @@ async fn stats(State(gw): State<Arc<PdGateway>>) -> Json<Value> {
         "prefill": targets(&gw, Role::Prefill),
         "decode": targets(&gw, Role::Decode),
     }))
+}
+
+/// `GET /metrics`: the gateway's own metrics in Prometheus text (`pd_telemetry.rs`).
+async fn metrics(State(gw): State<Arc<PdGateway>>) -> Response {
+    telemetry::response(gw.telemetry.render(gw.planner.as_ref()))
 }
 
 /// Each target of `role`'s side as the planner sees it.

@@ -23,8 +23,8 @@
 //!
 //! Both list the requests they accepted at `GET /mock/legs`, oldest first (each: `role`,
 //! `path`, `request_id`, `rank`, `stream`, `prompt_tokens`; a decode mock's also `prefill`,
-//! `remote_engine_id` and `remote_port`), so tests can see both legs. `GET /health`
-//! answers 200.
+//! `remote_engine_id` and `remote_port`), so tests can see both legs. `GET /v1/models`
+//! lists the mock's model as a mock worker does; `GET /health` answers 200.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -278,6 +278,7 @@ pub(crate) fn pd_mock_app(mock: Arc<PdMock>) -> axum::Router {
     axum::Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(mock::models))
         .route("/mock/legs", get(legs))
         .route("/health", get(|| async { "ok" }))
         .with_state(mock)

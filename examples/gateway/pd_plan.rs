@@ -6,7 +6,8 @@
 //! side's [`RankLayout`](prefix_router::RankLayout).
 
 use prefix_router::{
-    Decide, Error, PairDecision, PdConfig, PdRouter, RouteRequest, Router, WorkerId, WorkerLoad,
+    Decide, Error, FleetSignals, PairDecision, PdConfig, PdRouter, RouteRequest, Router, WorkerId,
+    WorkerLoad,
 };
 
 /// A side of a disaggregated fleet.
@@ -92,6 +93,13 @@ pub(crate) trait PairPlanner: Send + Sync {
 
     /// What `target` of `role`'s side is charged with; `None` for an unknown target.
     fn load(&self, role: Role, target: WorkerId) -> Option<WorkerLoad>;
+
+    /// The fleet signals of the router underneath (`Router::fleet_signals`), over its own
+    /// workers: [`target`](Self::target) names the side and target of each.
+    fn fleet_signals(&self) -> FleetSignals;
+
+    /// The side and the target there of the router's `worker`; `None` for an unknown one.
+    fn target(&self, worker: WorkerId) -> Option<(Role, WorkerId)>;
 }
 
 /// Plans with a [`PdRouter`] over both sides: its workers are the prefill targets
@@ -194,5 +202,20 @@ impl PairPlanner for PdPlanner {
         (target.get() < side)
             .then(|| self.router.router().load(self.worker(role, target)))
             .flatten()
+    }
+
+    fn fleet_signals(&self) -> FleetSignals {
+        self.router.router().fleet_signals()
+    }
+
+    fn target(&self, worker: WorkerId) -> Option<(Role, WorkerId)> {
+        let w = worker.get();
+        if w < self.prefill_targets {
+            Some((Role::Prefill, worker))
+        } else if w - self.prefill_targets < self.decode_targets {
+            Some((Role::Decode, self.decode_target(worker)))
+        } else {
+            None
+        }
     }
 }

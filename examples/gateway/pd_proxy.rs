@@ -9,9 +9,12 @@
 //! request was refused), no answer within the request timeout a `504`. The decode leg's
 //! answer, error statuses included, is the client's. Every plan is completed exactly once:
 //! when the whole answer was read, when a stream ends or its client goes away, or when a
-//! leg fails.
+//! leg fails. Every request is counted once in the gateway's metrics (`pd_telemetry.rs`),
+//! by its last plan and outcome, before its plan is completed: once nothing is in flight,
+//! the metrics count every request.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -23,9 +26,11 @@ use serde_json::{Map, Value};
 use super::app::{Incoming, error, shed_response};
 use super::pd::PdGateway;
 use super::pd_plan::{Plan, Role};
+use super::pd_telemetry::PlanKind;
 use super::pd_wire as wire;
 use super::prompt::Endpoint;
 use super::stream::Events;
+use super::telemetry::Outcome;
 
 /// What both legs of a request share.
 struct Legs {
@@ -35,6 +40,8 @@ struct Legs {
     /// The client's body.
     body: Map<String, Value>,
     streamed: bool,
+    /// When the request arrived.
+    started: Instant,
 }
 
 /// Plans for one request at most: each worker that could not be reached is out of the
@@ -49,6 +56,7 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let started = Instant::now();
     let read = Incoming::read(
         gw.prompts.as_deref(),
         &gw.loras,
@@ -58,41 +66,70 @@ pub(crate) async fn handle(
     );
     let incoming = match read {
         Ok(i) => i,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        Err(message) => {
+            let response = error(StatusCode::BAD_REQUEST, message);
+            return unplanned(&gw, started, Outcome::Invalid, response);
+        }
     };
     let Ok(Value::Object(client_body)) = serde_json::from_slice(&body) else {
-        return error(StatusCode::BAD_REQUEST, "the body must be a JSON object");
+        let response = error(StatusCode::BAD_REQUEST, "the body must be a JSON object");
+        return unplanned(&gw, started, Outcome::Invalid, response);
     };
     let legs = Legs {
         endpoint,
         id: wire::request_id(&headers),
         body: client_body,
         streamed: incoming.streamed,
+        started,
     };
     let request = incoming.route_request().with_time(gw.clock());
     for _ in 0..ATTEMPTS {
-        let plan = match gw.planner.plan(&request) {
-            Ok(plan) => plan,
-            Err(Error::NoWorkers) => {
-                return error(
+        let (outcome, response) = match gw.planner.plan(&request) {
+            Ok(plan) => match serve(&gw, &legs, plan).await {
+                Some(response) => return response,
+                None => continue,
+            },
+            Err(Error::NoWorkers) => (
+                Outcome::Unavailable,
+                error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "no decode worker is available: every decode worker is down or draining",
-                );
-            }
-            Err(Error::Shed(shed)) => return shed_response(&shed),
-            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+                ),
+            ),
+            Err(Error::Shed(shed)) => (Outcome::Shed, shed_response(&shed)),
+            Err(e) => (
+                Outcome::Error,
+                error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            ),
         };
-        if let Some(response) = serve(&gw, &legs, plan).await {
-            return response;
-        }
+        return unplanned(&gw, started, outcome, response);
     }
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!(
-            "no planned worker could be reached in {ATTEMPTS} plans; each is out of planning \
-             until its health probe answers"
-        ),
-    )
+    let message = format!(
+        "no planned worker could be reached in {ATTEMPTS} plans; each is out of planning \
+         until its health probe answers"
+    );
+    let response = error(StatusCode::SERVICE_UNAVAILABLE, message);
+    unplanned(&gw, started, Outcome::Unavailable, response)
+}
+
+/// Counts a request that arrived at `started` and ended with `outcome` and `response`
+/// before any plan's workers took it.
+fn unplanned(gw: &PdGateway, started: Instant, outcome: Outcome, response: Response) -> Response {
+    gw.telemetry.finished(None, outcome, started.elapsed());
+    response
+}
+
+/// Counts a request served by `plan` that ended with `response`, a whole answer or an
+/// error: served if its status is 2xx, a timeout if `504`, else an error.
+fn planned(gw: &PdGateway, legs: &Legs, plan: PlanKind, response: Response) -> Response {
+    let outcome = match response.status() {
+        s if s.is_success() => Outcome::Served,
+        StatusCode::GATEWAY_TIMEOUT => Outcome::Timeout,
+        _ => Outcome::Error,
+    };
+    gw.telemetry
+        .finished(Some(plan), outcome, legs.started.elapsed());
+    response
 }
 
 /// How the prefill leg went.
@@ -115,6 +152,16 @@ enum Kind {
     WithoutParams,
 }
 
+impl Kind {
+    /// Its plan, as the metrics name it.
+    fn plan(self) -> PlanKind {
+        match self {
+            Kind::Split | Kind::WithoutParams => PlanKind::Split,
+            Kind::Local => PlanKind::Local,
+        }
+    }
+}
+
 /// Sends `plan`'s legs and answers; `None` when a worker could not be reached (it is out
 /// of planning and `plan` completed).
 async fn serve(gw: &Arc<PdGateway>, legs: &Legs, plan: Plan) -> Option<Response> {
@@ -125,8 +172,7 @@ async fn serve(gw: &Arc<PdGateway>, legs: &Legs, plan: Plan) -> Option<Response>
         Prefilled::Params(params) => Some(params),
         Prefilled::NoParams => None,
         Prefilled::Unreachable => {
-            gw.prefill.failed(prefill);
-            gw.planner.set_available(Role::Prefill, prefill, false);
+            gw.unreachable(Role::Prefill, prefill);
             gw.planner.complete(&plan);
             return None;
         }
@@ -134,6 +180,8 @@ async fn serve(gw: &Arc<PdGateway>, legs: &Legs, plan: Plan) -> Option<Response>
             gw.counts
                 .prefill_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            gw.telemetry.prefill_failed(prefill);
+            let response = planned(gw, legs, PlanKind::Split, response);
             gw.planner.complete(&plan);
             return Some(response);
         }
@@ -237,36 +285,38 @@ async fn decode(
     let answer = match tokio::time::timeout(gw.request_timeout, request.send()).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) if !e.is_timeout() => {
-            gw.decode.failed(t);
-            gw.planner.set_available(Role::Decode, t, false);
+            gw.unreachable(Role::Decode, t);
             gw.planner.complete(&plan);
             return None;
         }
         Err(_) | Ok(Err(_)) => {
+            let response = planned(gw, legs, kind.plan(), decode_timeout(gw));
             gw.planner.complete(&plan);
-            return Some(decode_timeout(gw));
+            return Some(response);
         }
     };
-    count(gw, kind);
+    count(gw, kind, &plan);
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let headers = receipt(gw, legs, &plan, !matches!(kind, Kind::Local));
     if legs.streamed {
-        let body = pass_through(Arc::clone(gw), plan, answer);
+        let body = pass_through(Arc::clone(gw), legs, plan, kind.plan(), answer);
         return Some((status, headers, body).into_response());
     }
     let bytes = answer.bytes().await;
     if bytes.is_ok() && status.is_success() {
         gw.planner.first_token(&plan);
     }
-    gw.planner.complete(&plan);
-    Some(match bytes {
+    let response = match bytes {
         Ok(bytes) => (status, headers, bytes).into_response(),
         Err(e) if e.is_timeout() => decode_timeout(gw),
         Err(e) => error(
             StatusCode::BAD_GATEWAY,
             format!("the decode worker broke off its answer: {e}"),
         ),
-    })
+    };
+    let response = planned(gw, legs, kind.plan(), response);
+    gw.planner.complete(&plan);
+    Some(response)
 }
 
 fn decode_timeout(gw: &PdGateway) -> Response {
@@ -277,13 +327,17 @@ fn decode_timeout(gw: &PdGateway) -> Response {
     error(StatusCode::GATEWAY_TIMEOUT, message)
 }
 
-fn count(gw: &PdGateway, kind: Kind) {
+/// Counts how `plan`'s request was served, once its decode leg answered.
+fn count(gw: &PdGateway, kind: Kind, plan: &Plan) {
     let counter = match kind {
         Kind::Split => &gw.counts.split,
         Kind::Local => &gw.counts.local,
         Kind::WithoutParams => &gw.counts.without_params,
     };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let (Kind::WithoutParams, Some(prefill)) = (kind, plan.prefill()) {
+        gw.telemetry.without_params(prefill);
+    }
 }
 
 /// The answer's headers: its content type, the request's id (`x-request-id`), the decode
@@ -315,34 +369,77 @@ fn receipt(gw: &PdGateway, legs: &Legs, plan: &Plan, prefilled: bool) -> HeaderM
     h
 }
 
-/// A streamed decode answer in flight: `first_token` at its first content event,
-/// `complete` when dropped (the stream ended or broke, or the client went away).
+/// A streamed decode answer in flight: `first_token` at its first content event;
+/// `complete`, and the request counted, when dropped (the stream ended or broke, or the
+/// client went away).
 struct Watch {
     gw: Arc<PdGateway>,
     plan: Plan,
+    kind: PlanKind,
+    started: Instant,
     events: Events,
+    /// Whether the decode worker answered with a 2xx status.
+    answered: bool,
+    /// Whether its stream ended, and whether it broke on the way.
+    ended: bool,
+    broken: bool,
+}
+
+impl Watch {
+    /// The decode worker's stream ended.
+    fn end(&mut self) {
+        self.ended = true;
+    }
+
+    fn chunk(&mut self, chunk: &[u8]) {
+        if self.events.feed(chunk) {
+            self.gw.planner.first_token(&self.plan);
+            let elapsed = self.started.elapsed();
+            self.gw.telemetry.first_token(self.kind, elapsed);
+        }
+    }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
+        let outcome = Outcome::of_stream(self.answered && !self.broken, self.ended);
+        let elapsed = self.started.elapsed();
+        self.gw
+            .telemetry
+            .finished(Some(self.kind), outcome, elapsed);
         self.gw.planner.complete(&self.plan);
     }
 }
 
-/// The client's body: the decode worker's bytes as they come, watched for the planner.
-fn pass_through(gw: Arc<PdGateway>, plan: Plan, upstream: reqwest::Response) -> Body {
+/// The client's body: the decode worker's bytes as they come, watched for the planner and
+/// the metrics.
+fn pass_through(
+    gw: Arc<PdGateway>,
+    legs: &Legs,
+    plan: Plan,
+    kind: PlanKind,
+    upstream: reqwest::Response,
+) -> Body {
     let watch = Watch {
         gw,
         plan,
+        kind,
+        started: legs.started,
         events: Events::default(),
+        answered: upstream.status().is_success(),
+        ended: false,
+        broken: false,
     };
     let chunks = Box::pin(upstream.bytes_stream());
     let body =
         futures_util::stream::unfold((chunks, watch), |(mut chunks, mut watch)| async move {
-            let chunk = chunks.next().await?;
-            let first = chunk.as_ref().is_ok_and(|bytes| watch.events.feed(bytes));
-            if first {
-                watch.gw.planner.first_token(&watch.plan);
+            let Some(chunk) = chunks.next().await else {
+                watch.end();
+                return None;
+            };
+            match &chunk {
+                Ok(bytes) => watch.chunk(bytes),
+                Err(_) => watch.broken = true,
             }
             Some((chunk, (chunks, watch)))
         });

@@ -9,19 +9,23 @@
 //!   model's predicted wait before a new request's own prefill starts.
 //! - `gateway_router_worker_kv_usage{worker}`: each worker's last reported KV usage.
 //!
-//! The router's counts are cumulative: each counter here is moved up to the router's
-//! count at every read, so it stays a Prometheus counter.
+//! A worker's series carry the label set `L` the gateway names its workers by (`worker`
+//! in the aggregated mode; `role` and `worker` in the P/D mode). The router's counts are
+//! cumulative: each counter here is moved up to the router's count at every read, so it
+//! stays a Prometheus counter.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
 
-use prefix_router::FleetSignals;
+use prefix_router::{FleetSignals, WorkerId};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::telemetry::{WorkerLabels, labels};
+use super::telemetry::WorkerLabels;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -30,16 +34,29 @@ struct KindLabels {
     kind: &'static str,
 }
 
-/// The fleet-signal metrics.
-#[derive(Default)]
-pub(crate) struct SignalMetrics {
+/// The fleet-signal metrics, each worker's labelled with an `L`.
+pub(crate) struct SignalMetrics<L = WorkerLabels> {
     tokens: Family<KindLabels, Counter>,
     hit_ratio: FloatGauge,
-    wait: Family<WorkerLabels, FloatGauge>,
-    kv_usage: Family<WorkerLabels, FloatGauge>,
+    wait: Family<L, FloatGauge>,
+    kv_usage: Family<L, FloatGauge>,
 }
 
-impl SignalMetrics {
+impl<L: Clone + Hash + Eq> Default for SignalMetrics<L> {
+    fn default() -> Self {
+        Self {
+            tokens: Family::default(),
+            hit_ratio: FloatGauge::default(),
+            wait: Family::default(),
+            kv_usage: Family::default(),
+        }
+    }
+}
+
+impl<L> SignalMetrics<L>
+where
+    L: EncodeLabelSet + Clone + Hash + Eq + Debug + Send + Sync + 'static,
+{
     /// Registers every metric in `registry` (whose prefix is the gateway's).
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
@@ -65,8 +82,9 @@ impl SignalMetrics {
         );
     }
 
-    /// Sets every metric from `signals`.
-    pub(crate) fn update(&self, signals: &FleetSignals) {
+    /// Sets every metric from `signals`, each worker's series labelled `label(worker)`; a
+    /// worker it gives no labels is left out of the per-worker series (not of the totals).
+    pub(crate) fn update(&self, signals: &FleetSignals, label: impl Fn(WorkerId) -> Option<L>) {
         for (kind, count) in [
             ("prompt", signals.prompt_tokens()),
             ("captured", signals.captured_tokens()),
@@ -78,7 +96,9 @@ impl SignalMetrics {
         }
         self.hit_ratio.set(signals.predicted_hit_ratio());
         for w in &signals.workers {
-            let labels = labels(w.worker);
+            let Some(labels) = label(w.worker) else {
+                continue;
+            };
             self.wait.get_or_create(&labels).set(w.wait_s);
             self.kv_usage.get_or_create(&labels).set(w.kv_usage);
         }

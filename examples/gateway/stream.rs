@@ -136,11 +136,7 @@ impl Drop for Watch {
                 .reported(&self.decision, &self.tokens, &self.salt, cached);
         }
         self.gw.router().complete(&self.decision);
-        let outcome = match (self.answered && !self.broken, self.ended) {
-            (false, _) => Outcome::Error,
-            (true, true) => Outcome::Served,
-            (true, false) => Outcome::Cancelled,
-        };
+        let outcome = Outcome::of_stream(self.answered && !self.broken, self.ended);
         self.gw.telemetry().finished(
             Some(self.decision.worker()),
             outcome,

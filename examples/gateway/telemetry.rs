@@ -33,7 +33,7 @@ use prometheus_client::registry::{Registry, Unit};
 use super::signals::SignalMetrics;
 
 /// The `Content-Type` of `GET /metrics`.
-pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// What became of a completion request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +55,33 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// What can become of a request a worker took.
+    pub(crate) const ROUTED: [Outcome; 4] = [
+        Outcome::Served,
+        Outcome::Error,
+        Outcome::Timeout,
+        Outcome::Cancelled,
+    ];
+
+    /// What can become of a request no worker took.
+    pub(crate) const UNROUTED: [Outcome; 4] = [
+        Outcome::Shed,
+        Outcome::Invalid,
+        Outcome::Error,
+        Outcome::Unavailable,
+    ];
+
+    /// A stream's outcome: an error unless its upstream answered 2xx and the stream did not
+    /// break (`intact`); then served when it ran to its end, cancelled when the client went
+    /// away first.
+    pub(crate) fn of_stream(intact: bool, ended: bool) -> Outcome {
+        match (intact, ended) {
+            (false, _) => Outcome::Error,
+            (true, true) => Outcome::Served,
+            (true, false) => Outcome::Cancelled,
+        }
+    }
+
     /// The outcome's label value.
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -71,7 +98,7 @@ impl Outcome {
 
 /// The `worker` label: a target's index, or `none`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Target(Option<u32>);
+pub(crate) struct Target(Option<u32>);
 
 impl EncodeLabelValue for Target {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
@@ -108,12 +135,12 @@ struct ShedLabels {
 type Histograms = Family<WorkerLabels, Histogram, fn() -> Histogram>;
 
 /// 5 ms to about 41 s, doubling.
-fn ttft_histogram() -> Histogram {
+pub(crate) fn ttft_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
 
 /// 10 ms to about 82 s, doubling.
-fn latency_histogram() -> Histogram {
+pub(crate) fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
@@ -160,8 +187,7 @@ impl Telemetry {
 
     /// Creates the zero series [`new`](Self::new) promises.
     fn zeroed(&self, targets: usize) {
-        use Outcome::*;
-        for outcome in [Shed, Invalid, Error, Unavailable] {
+        for outcome in Outcome::UNROUTED {
             let worker = Target(None);
             let outcome = outcome.name();
             self.requests
@@ -169,7 +195,7 @@ impl Telemetry {
         }
         for index in 0..targets {
             let labels = labels(WorkerId::new(index as u32));
-            for outcome in [Served, Error, Timeout, Cancelled] {
+            for outcome in Outcome::ROUTED {
                 let outcome = outcome.name();
                 let worker = labels.worker;
                 self.requests
@@ -311,7 +337,8 @@ impl Telemetry {
     /// worker's requests in flight and whether it is available, and the router's fleet
     /// signals.
     fn fleet_signals(&self, router: &dyn Router, targets: usize) {
-        self.signals.update(&router.fleet_signals());
+        self.signals
+            .update(&router.fleet_signals(), |w| Some(labels(w)));
         for index in 0..targets {
             let worker = WorkerId::new(index as u32);
             let Some(load) = router.load(worker) else {
@@ -330,11 +357,22 @@ impl Telemetry {
     /// `0..targets`) first.
     pub(crate) fn render(&self, router: &dyn Router, targets: usize) -> String {
         self.fleet_signals(router, targets);
-        let mut text = String::new();
-        // Writing to a `String` cannot fail.
-        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
-        text
+        encode(&self.registry)
     }
+}
+
+/// `registry`'s metrics in Prometheus text.
+pub(crate) fn encode(registry: &Registry) -> String {
+    let mut text = String::new();
+    // Writing to a `String` cannot fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, registry);
+    text
+}
+
+/// The answer to `GET /metrics`: `text`, Prometheus text, with its content type.
+pub(crate) fn response(text: String) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response()
 }
 
 pub(crate) fn labels(worker: WorkerId) -> WorkerLabels {

@@ -21,6 +21,8 @@ pub mod mock_cache;
 #[cfg(feature = "zmq")]
 #[path = "../../examples/gateway/mock_events.rs"]
 pub mod mock_events;
+#[path = "../../examples/gateway/models.rs"]
+pub mod models;
 #[path = "../../examples/gateway/pd.rs"]
 pub mod pd;
 #[path = "../../examples/gateway/pd_mock.rs"]
@@ -29,6 +31,8 @@ pub mod pd_mock;
 pub mod pd_plan;
 #[path = "../../examples/gateway/pd_proxy.rs"]
 pub mod pd_proxy;
+#[path = "../../examples/gateway/pd_telemetry.rs"]
+pub mod pd_telemetry;
 #[path = "../../examples/gateway/pd_wire.rs"]
 pub mod pd_wire;
 #[path = "../../examples/common/policy.rs"]

@@ -15,5 +15,6 @@ mod load;
 mod openai;
 mod overload;
 mod pd;
+mod pd_telemetry;
 mod prompts;
 mod telemetry;

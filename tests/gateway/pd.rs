@@ -37,21 +37,21 @@ impl Decide for Turns {
 }
 
 /// A P/D fleet: prefill and decode mocks (each of its side's ranks) and a gateway.
-struct Fleet {
-    prefill: Vec<Upstream>,
-    decode: Vec<Upstream>,
-    gw: String,
-    client: reqwest::Client,
+pub(super) struct Fleet {
+    pub(super) prefill: Vec<Upstream>,
+    pub(super) decode: Vec<Upstream>,
+    pub(super) gw: String,
+    pub(super) client: reqwest::Client,
 }
 
 /// The sides' shapes: endpoints and data-parallel ranks of each.
 #[derive(Clone, Copy)]
-struct Shape {
-    prefill: (u32, u32),
-    decode: (u32, u32),
+pub(super) struct Shape {
+    pub(super) prefill: (u32, u32),
+    pub(super) decode: (u32, u32),
 }
 
-const TWO_BY_ONE: Shape = Shape {
+pub(super) const TWO_BY_ONE: Shape = Shape {
     prefill: (2, 1),
     decode: (2, 1),
 };
@@ -59,7 +59,7 @@ const TWO_BY_ONE: Shape = Shape {
 impl Fleet {
     /// Mocks of `shape` reading prompts with `prompts`, and a gateway planning with the
     /// crate's pair router deciding with `decider`.
-    async fn start(
+    pub(super) async fn start(
         shape: Shape,
         prompts: Option<Arc<prompt::Prompts>>,
         decider: impl Decide + 'static,
@@ -105,7 +105,7 @@ impl Fleet {
 
     /// Posts `body` to the gateway's `path` (with `X-Request-Id: id` when given): the
     /// status, the headers and the body's text.
-    async fn send(
+    pub(super) async fn send(
         &self,
         path: &str,
         body: &Value,
@@ -125,7 +125,7 @@ impl Fleet {
     }
 
     /// Every leg the mocks of `role` accepted, by request id (each id once per side).
-    async fn legs(&self, role: Role) -> HashMap<String, Value> {
+    pub(super) async fn legs(&self, role: Role) -> HashMap<String, Value> {
         let ups = match role {
             Role::Prefill => &self.prefill,
             Role::Decode => &self.decode,
@@ -147,7 +147,7 @@ impl Fleet {
     }
 
     /// The gateway's `/stats` once nothing is in flight on either side (within 5 s).
-    async fn idle_stats(&self) -> Value {
+    pub(super) async fn idle_stats(&self) -> Value {
         for _ in 0..100 {
             let stats = get(&self.client, format!("{}/stats", self.gw)).await;
             let busy = ["prefill", "decode"].iter().any(|side| {
@@ -166,12 +166,12 @@ impl Fleet {
     }
 }
 
-fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
+pub(super) fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
     headers.get(name).map(|v| v.to_str().unwrap().to_owned())
 }
 
 /// The JSON events of a server-sent stream, and whether it ended with `[DONE]`.
-fn events(text: &str) -> (Vec<Value>, bool) {
+pub(super) fn events(text: &str) -> (Vec<Value>, bool) {
     let data: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
@@ -604,4 +604,30 @@ async fn the_cost_decider_splits_a_long_prompt_off_a_decoding_worker_then_finds_
         (&json!(1), &json!(5)),
         "{stats}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_are_listed_from_the_decode_side_once() {
+    let mut f = Fleet::start(TWO_BY_ONE, None, AlwaysSplit).await;
+    let models = |f: &Fleet| {
+        let request = f.client.get(format!("{}/v1/models", f.gw));
+        async move { read(request.send().await.unwrap()).await }
+    };
+    let (status, v, _) = models(&f).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "list", "{v}");
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m"], "two decode endpoints list it, once: {v}");
+    // With the decode side gone, the prefill side (still up) is not asked: none answers.
+    for d in &mut f.decode {
+        d.kill();
+    }
+    let (status, v, _) = models(&f).await;
+    assert_eq!(status, 503, "{v}");
+    assert!(v["error"]["message"].is_string(), "{v}");
 }
