@@ -276,6 +276,64 @@ impl Decide for Fixed {
     }
 }
 
+/// Admission by plans: when the decider's plan is predicted to miss the target but another
+/// meets it, that one runs; when none does the request is refused with `Error::Shed` (bound
+/// by the queue, counted in the fleet's signals) and nothing is charged; a critical request
+/// is never refused.
+#[test]
+fn admission_runs_a_plan_that_meets_the_target_or_refuses() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode];
+    let target = Duration::from_secs(1);
+    let prompt = tokens(3_300, 9);
+    let asking = RouteRequest::new(&prompt).with_ttft_target(target);
+    // The decider insists on prefilling on worker 1, ten seconds of prefill behind.
+    let stubborn = Fixed(Plan::Aggregated { decode: 1 });
+    let router = PdRouter::with_decider(&roles, PdConfig::default(), stubborn).expect("router");
+    busy(&router, 1, 0, 330_000);
+    let pair = router.route_pair(&asking).expect("admitted elsewhere");
+    assert_eq!(pair.decode().worker(), WorkerId::new(2));
+    assert!(pair.cost().ttft_s <= 1.0, "{:?}", pair.cost());
+    router.prefill_done(&pair);
+    router.complete(&pair);
+    // Both decode workers ten seconds behind: every plan waits there for its first token.
+    busy(&router, 2, 0, 330_000);
+    let shed = match router.route_pair(&asking) {
+        Err(Error::Shed(shed)) => shed,
+        other => panic!(
+            "every plan misses the target: {:?}",
+            other.map(|p| p.cost())
+        ),
+    };
+    assert_eq!(shed.limit, prefix_router::Limit::Queue);
+    assert!(shed.best_ttft > Duration::from_secs(9), "{shed:?}");
+    assert_eq!(
+        router
+            .router()
+            .fleet_signals()
+            .shed_by_limit
+            .iter()
+            .sum::<u64>(),
+        1
+    );
+    for w in 0..3 {
+        let load = router.router().load(WorkerId::new(w)).expect("load");
+        assert_eq!(
+            load.in_flight, 0,
+            "worker {w} charged for a refused request"
+        );
+    }
+    let critical = asking.with_priority(prefix_router::Priority::Critical);
+    let pair = router
+        .route_pair(&critical)
+        .expect("a critical request is never refused");
+    assert_eq!(
+        pair.decode().worker(),
+        WorkerId::new(1),
+        "the decider's plan"
+    );
+    router.complete(&pair);
+}
+
 /// Bad input is a clear error: a fleet with no worker that decodes, a prefill-only worker
 /// as the decode side, a worker paired with itself, an unknown topology level.
 #[test]

@@ -310,6 +310,40 @@ fn fleets_with_roles_parse_and_bad_specs_are_errors() {
     }
 }
 
+/// Admission in a disaggregated run: a burst beyond what one prefill and one decode worker
+/// can serve within the target is partly refused; every request is either shed or
+/// finished, the shed ones never routed, and the finished ones by far within the target.
+#[test]
+fn admission_sheds_what_no_plan_serves_in_time() {
+    let requests: Vec<Request> = (0..40)
+        .map(|i| Request::new(0.0, (0..16_384).map(|t| i * 100_000 + t).collect(), 8))
+        .collect();
+    let c = config().with_admission(true).with_ttft_target_s(1.0);
+    let report = run_pd(requests, c, "1xP,1xD", Box::new(ByCost));
+    assert!(
+        report.shed > 0,
+        "a burst of 40 prefills of half a second each"
+    );
+    assert!(report.shed < 40, "the first requests fit");
+    let records = &report.request_records;
+    for r in records {
+        assert!(
+            r.shed != r.e2e_s.is_some(),
+            "request {} shed or finished",
+            r.index
+        );
+        if r.shed {
+            assert!(r.ttft_s.is_none() && r.transfer_bytes == 0, "{r:?}");
+        }
+    }
+    let served: Vec<f64> = records.iter().filter_map(|r| r.ttft_s).collect();
+    let worst = served.iter().copied().fold(0.0, f64::max);
+    assert!(
+        worst < 2.0,
+        "served within twice the target, at worst {worst} s"
+    );
+}
+
 #[test]
 fn bad_transfer_settings_and_bad_pairings_are_errors() {
     let requests = vec![Request::new(0.0, (0..64).collect(), 2)];
@@ -328,7 +362,6 @@ fn bad_transfer_settings_and_bad_pairings_are_errors() {
         matches!(sim.run_pd(&pd), Err(Error::InvalidConfig { .. }))
     };
     assert!(refused(config().with_engine(Engine::Simple), fleet.clone()));
-    assert!(refused(config().with_admission(true), fleet.clone()));
     let swapped = WorkerSpec::parse_fleet("1xD,1xP", 1 << 20).unwrap();
     assert!(refused(config(), swapped), "roles not the router's");
     let more = WorkerSpec::parse_fleet("1xP,1xD,1x1.0", 1 << 20).unwrap();

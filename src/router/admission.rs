@@ -11,7 +11,7 @@ use super::RouteRequest;
 use super::fleet::Candidates;
 use super::load::LoadConfig;
 use super::policy::{Candidate, Policy};
-use super::predict::TtftParts;
+use super::predict::{TtftParts, meets_target};
 use crate::{Error, WorkerId};
 
 /// How much a request matters under overload, as the Gateway API Inference Extension names
@@ -291,7 +291,11 @@ impl Gate for Admission {
                 let (best, worker) = self
                     .best_of(&predictions, candidates)
                     .ok_or(Error::NoWorkers)?;
-                Err(Error::Shed(self.shed(&best, worker, limit)))
+                Err(Error::Shed(self.shed(
+                    (best.ttft.total_s(), best.tpot_s),
+                    worker,
+                    limit,
+                )))
             }
             Admit::Predicted if self.priority == Priority::Critical => Ok(()),
             Admit::Predicted => self.keep_meeting(config, candidates),
@@ -330,7 +334,40 @@ impl Admission {
 
     /// How far `p` is from meeting the targets: the larger of its ratios to them.
     fn distance(&self, p: &Prediction) -> f64 {
-        (p.ttft.total_s() / self.target_s).max(p.tpot_s / self.tpot_target_s)
+        self.distance_of(p.ttft.total_s(), p.tpot_s)
+    }
+
+    /// How far predicted times of `ttft_s` and `tpot_s` are from meeting the targets: the
+    /// larger of their ratios to them.
+    pub(crate) fn distance_of(&self, ttft_s: f64, tpot_s: f64) -> f64 {
+        (ttft_s / self.target_s).max(tpot_s / self.tpot_target_s)
+    }
+
+    /// Whether a plan predicted at `ttft_s` (of which `own_s` is the request's own
+    /// prefill) and `tpot_s` meets both targets, by the rule a worker's prediction meets
+    /// them.
+    pub(crate) fn meets_times(&self, ttft_s: f64, own_s: f64, tpot_s: f64) -> bool {
+        meets_target(ttft_s, own_s, self.target_s, self.oversized_share)
+            && tpot_s <= self.tpot_target_s
+    }
+
+    /// The refusal of a request whose best plan, on `worker`, is predicted at `ttft_s` (of
+    /// which `own_s` is its own prefill) and `tpot_s`: bound by the decodes when the
+    /// time per output token is the further from its target, by the prompt when its own
+    /// prefill alone misses the target, else by the queue.
+    pub(crate) fn refusal(
+        &self,
+        (ttft_s, own_s, tpot_s): (f64, f64, f64),
+        worker: WorkerId,
+    ) -> Shed {
+        let limit = if tpot_s / self.tpot_target_s > ttft_s / self.target_s {
+            Limit::Decode
+        } else if own_s > self.target_s {
+            Limit::Prompt
+        } else {
+            Limit::Queue
+        };
+        self.shed((ttft_s, tpot_s), worker, limit)
     }
 
     /// Keeps the candidates predicted to meet the target, or refuses the request when none
@@ -354,7 +391,11 @@ impl Admission {
         } else {
             best.ttft.limit(self.target_s)
         };
-        Err(Error::Shed(self.shed(&best, worker, limit)))
+        Err(Error::Shed(self.shed(
+            (best.ttft.total_s(), best.tpot_s),
+            worker,
+            limit,
+        )))
     }
 
     /// The prediction of `predictions` (one per candidate) nearest to meeting the targets,
@@ -371,9 +412,9 @@ impl Admission {
             .map(|(p, c)| (*p, c.worker))
     }
 
-    /// The refusal bound by `limit`, from the best worker's prediction.
-    fn shed(&self, best: &Prediction, worker: WorkerId, limit: Limit) -> Shed {
-        let total = best.ttft.total_s();
+    /// The refusal bound by `limit`, from the best worker's predicted times to first token
+    /// and per output token.
+    fn shed(&self, (total, tpot_s): (f64, f64), worker: WorkerId, limit: Limit) -> Shed {
         let wait = (total - self.target_s).max(0.0);
         let seconds = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 1e9));
         Shed {
@@ -384,7 +425,7 @@ impl Admission {
                 .is_finite()
                 .then(|| seconds(self.tpot_target_s)),
             best_ttft: seconds(total),
-            best_tpot: seconds(best.tpot_s),
+            best_tpot: seconds(tpot_s),
             best_worker: worker,
             limit,
             retry_after: (limit != Limit::Prompt).then(|| seconds(wait)),

@@ -517,7 +517,7 @@ impl<P: Policy> PolicyRouter<P> {
 
     /// The admission of a request asking for it.
     #[cold]
-    fn admission(&self, request: &RouteRequest<'_>) -> Admission {
+    pub(crate) fn admission(&self, request: &RouteRequest<'_>) -> Admission {
         let config = self.fleet.config();
         let priority = request.priority();
         let target_s = |target: Option<std::time::Duration>| {
@@ -660,6 +660,11 @@ impl<P: Policy> PolicyRouter<P> {
     ) -> Option<RouteDecision> {
         let decision = self.fleet.commit(candidate, request, deepest)?;
         Some(decision.with_rank(self.layout.rank(candidate.worker)))
+    }
+
+    /// Counts a refusal made outside the route path (pair routing's admission).
+    pub(crate) fn count_shed(&self, shed: &crate::Shed) {
+        self.fleet.shed(shed);
     }
 
     /// Records that `worker` now holds `blocks`.

@@ -234,9 +234,7 @@ impl TtftParts {
     /// the fleet is busy.
     #[inline]
     pub(crate) fn meets(&self, target_s: f64, oversized_share: f64) -> bool {
-        let total = self.total_s();
-        total <= target_s
-            || (self.own_s() > target_s && total - self.own_s() <= oversized_share * target_s)
+        meets_target(self.total_s(), self.own_s(), target_s, oversized_share)
     }
 
     /// The prefill queued ahead, seconds.
@@ -245,7 +243,7 @@ impl TtftParts {
     }
 
     /// The request's own prefill, seconds.
-    fn own_s(&self) -> f64 {
+    pub(crate) fn own_s(&self) -> f64 {
         self.own_tokens / self.rate
     }
 
@@ -275,6 +273,13 @@ impl TtftParts {
             Limit::Queue
         }
     }
+}
+
+/// Whether a predicted time to first token of `total_s`, of which `own_s` is the request's
+/// own prefill, meets a target of `target_s` ([`TtftParts::meets`]).
+#[inline]
+pub(crate) fn meets_target(total_s: f64, own_s: f64, target_s: f64, oversized_share: f64) -> bool {
+    total_s <= target_s || (own_s > target_s && total_s - own_s <= oversized_share * target_s)
 }
 
 #[cfg(test)]

@@ -310,10 +310,10 @@ impl Simulation {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] with [`Engine::Simple`], faults, admission
-    /// ([`ClusterConfig::admission`]), a router whose roles are not the fleet's, or whose
-    /// mirror hashes another block size; any routing error
-    /// ([`Error::Shed`] included: admission is not modelled here).
+    /// [`Error::InvalidConfig`] with [`Engine::Simple`], faults, a router whose roles are
+    /// not the fleet's, or whose mirror hashes another block size; any routing error but
+    /// [`Error::Shed`] (with [`ClusterConfig::admission`], a refused request is recorded
+    /// as shed).
     pub fn run_pd(&self, router: &PdRouter<Box<dyn Decide>>) -> Result<SimReport, Error> {
         self.run_pd_with_progress(router, &mut |_, _| {})
     }
@@ -341,9 +341,6 @@ impl Simulation {
         }
         if !self.faults.is_empty() {
             return refuse("faults", "some", "no faults in a disaggregated run");
-        }
-        if self.config.admission {
-            return refuse("admission", "true", "no admission in a disaggregated run");
         }
         let roles_agree = (0..=self.fleet.len()).all(|w| {
             router.role(WorkerId::new(w as u32)) == self.fleet.get(w).map(|spec| spec.role)
@@ -401,6 +398,27 @@ impl Simulation {
         self.config.priorities.pick(uniform)
     }
 
+    /// Request `i` (its prompt `tokens`) arriving at `now`, asking for admission at the
+    /// goodput target with its drawn priority when [`ClusterConfig::admission`] is on;
+    /// and that priority.
+    pub(super) fn admitted_request<'a>(
+        &'a self,
+        i: usize,
+        tokens: &'a [TokenId],
+        now: f64,
+    ) -> (RouteRequest<'a>, crate::Priority) {
+        let request = self.route_request(i, tokens, now);
+        let priority = self.priority(i);
+        if !self.config.admission {
+            return (request, priority);
+        }
+        let target = std::time::Duration::from_secs_f64(self.config.ttft_target_s);
+        (
+            request.with_ttft_target(target).with_priority(priority),
+            priority,
+        )
+    }
+
     /// Routes request `i` arriving at `now`, recording it and timing the decision into
     /// `tally` (when configured); `None` when admission refused it (recorded as shed).
     ///
@@ -418,12 +436,7 @@ impl Simulation {
         let replica = replicas.pick();
         let router = replicas.router(replica);
         let tokens = self.prompt(i);
-        let mut request = self.route_request(i, &tokens, now);
-        let priority = self.priority(i);
-        if self.config.admission {
-            let target = std::time::Duration::from_secs_f64(self.config.ttft_target_s);
-            request = request.with_ttft_target(target).with_priority(priority);
-        }
+        let (request, priority) = self.admitted_request(i, &tokens, now);
         let started = self
             .config
             .measure_decision_time

@@ -49,10 +49,11 @@ impl Plan {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct PlanCost {
-    /// Time to first token: the prefill worker's queue and the request's own uncached
-    /// prefill there, the KV transfer and the decode worker's wait for a slot, the rest of
-    /// its running step and its own (split); the decode worker's own time to first token
-    /// (aggregated).
+    /// Time to first token. Split: the prefill worker's queue and the request's own
+    /// uncached prefill there and the KV transfer, or the prefill queued on the decode
+    /// worker (which its decode leg waits behind) when that takes longer; then the decode
+    /// worker's wait for a slot, the rest of its running step and its own. Aggregated: the
+    /// decode worker's own time to first token.
     pub ttft_s: f64,
     /// Time per output token on the decode worker.
     pub tpot_s: f64,
@@ -67,6 +68,8 @@ pub struct PlanCost {
     pub transfer_s: f64,
     /// Bytes of KV moved (0 aggregated).
     pub transfer_bytes: u64,
+    /// Of `ttft_s`, the request's own uncached prefill, on whichever worker prefills it.
+    pub prefill_s: f64,
     /// The request's own decode time: its output at the decode worker's step with it and
     /// every request there now in the batch (those waiting now are ahead of it). The
     /// prefill queued there runs before its first token and is counted in `ttft_s`, not
@@ -142,6 +145,7 @@ impl PairView<'_> {
                     .ttft_parts(self.config, (prompt, miss(d), output), d.speed());
                 PlanCost {
                     ttft_s: ttft.total_s(),
+                    prefill_s: ttft.own_s(),
                     tpot_s,
                     harm_s: self.harm_s(plan.decode(), miss(d)),
                     decode_s,
@@ -158,11 +162,13 @@ impl PairView<'_> {
                     .ttft_parts(self.config, (prompt, 0, output), d.speed());
                 let bytes = miss(d).saturating_mul(self.kv_bytes_per_token);
                 let transfer_s = bytes as f64 / self.topology.bytes_per_s(p.worker(), d.worker());
+                // The decode worker drains the prefill queued there while the prefill leg
+                // runs and the KV moves; the decode leg waits for what is left (FCFS).
+                let ready_s = prefill.total_s() + transfer_s;
+                let drained_s = seat.total_s() - seat.wait_s;
                 PlanCost {
-                    ttft_s: prefill.total_s()
-                        + transfer_s
-                        + seat.wait_s
-                        + self.first_step_s(d, prompt),
+                    ttft_s: ready_s.max(drained_s) + seat.wait_s + self.first_step_s(d, prompt),
+                    prefill_s: prefill.own_s(),
                     tpot_s,
                     harm_s: self.harm_s(at, miss(p)),
                     transfer_s,
@@ -214,24 +220,25 @@ impl PairView<'_> {
     /// `aggregate`, split ones only when `split`. `None` when no plan is allowed.
     #[must_use]
     pub fn cheapest(&self, aggregate: bool, split: bool) -> Option<(Plan, PlanCost)> {
-        let mut best: Option<(Plan, PlanCost)> = None;
-        let mut consider = |plan: Plan| {
-            let cost = self.cost(plan);
-            if best.is_none_or(|(_, b)| cost.total_s() < b.total_s()) {
-                best = Some((plan, cost));
-            }
-        };
-        for decode in self.decoders() {
-            if aggregate {
-                consider(Plan::Aggregated { decode });
-            }
-            if split {
-                for prefill in self.prefillers().filter(|&p| p != decode) {
-                    consider(Plan::Split { prefill, decode });
-                }
-            }
-        }
-        best
+        self.plans()
+            .filter(|plan| match plan {
+                Plan::Aggregated { .. } => aggregate,
+                Plan::Split { .. } => split,
+            })
+            .map(|plan| (plan, self.cost(plan)))
+            .min_by(|a, b| a.1.total_s().total_cmp(&b.1.total_s()))
+    }
+
+    /// Every plan the roles allow: each decode worker aggregated, and split with each
+    /// prefill worker but itself.
+    pub fn plans(&self) -> impl Iterator<Item = Plan> + '_ {
+        self.decoders().flat_map(move |decode| {
+            let split = self
+                .prefillers()
+                .filter(move |&p| p != decode)
+                .map(move |prefill| Plan::Split { prefill, decode });
+            std::iter::once(Plan::Aggregated { decode }).chain(split)
+        })
     }
 }
 

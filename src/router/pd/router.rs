@@ -6,9 +6,11 @@ use std::time::Duration;
 use super::plan::{ByCost, Decide, PairView, Plan, PlanCost};
 use super::role::Role;
 use super::topology::Topology;
+use crate::router::admission::Admission;
 use crate::router::policy::Candidate;
 use crate::{
-    BalancedConfig, BalancedRouter, BlockHash, Error, RouteDecision, RouteRequest, Router, WorkerId,
+    BalancedConfig, BalancedRouter, BlockHash, Error, Priority, RouteDecision, RouteRequest,
+    Router, WorkerId,
 };
 
 /// How a [`PdRouter`] costs plans.
@@ -202,13 +204,26 @@ impl<D: Decide> PdRouter<D> {
 
     /// Routes `request` to a pair (or one decode worker), charging each side.
     ///
+    /// A request with a target ([`RouteRequest::with_ttft_target`],
+    /// [`with_tpot_target`](RouteRequest::with_tpot_target)) is admitted as
+    /// [`Router::route`] admits one, by plans instead of workers: it runs the decider's plan
+    /// when that plan is predicted to meet the targets (a sheddable request held to
+    /// [`AdmissionConfig::sheddable_share`](crate::AdmissionConfig::sheddable_share) of
+    /// them, an oversized prompt served where the rest of its time is within
+    /// [`AdmissionConfig::oversized_wait_share`](crate::AdmissionConfig::oversized_wait_share)
+    /// of the target), else the cheapest plan that is, else it is refused; a critical
+    /// request is never refused.
+    ///
     /// # Errors
     ///
-    /// [`Error::NoWorkers`] when no worker is available; [`Error::WrongRole`] when the
-    /// decider chose a plan the roles forbid; [`Error::InvalidChoice`] for an index outside
-    /// the candidates.
+    /// [`Error::NoWorkers`] when no worker is available; [`Error::Shed`] when admission
+    /// refuses the request (nothing is charged); [`Error::WrongRole`] when the decider chose
+    /// a plan the roles forbid; [`Error::InvalidChoice`] for an index outside the
+    /// candidates.
     pub fn route_pair(&self, request: &RouteRequest<'_>) -> Result<PairDecision, Error> {
         let blocks = self.inner.hash(request);
+        let admission = (request.asks_admission() && request.priority() != Priority::Critical)
+            .then(|| self.inner.admission(request));
         let (cost, chosen, deepest) =
             self.inner
                 .with_candidates(request, &blocks, |candidates, deepest| {
@@ -232,6 +247,10 @@ impl<D: Decide> PdRouter<D> {
                     };
                     let plan = self.decider.decide(request, &view);
                     self.check(plan, candidates)?;
+                    let plan = match &admission {
+                        Some(admission) => self.admit(admission, &view, plan)?,
+                        None => plan,
+                    };
                     let cost = view.cost(plan);
                     // The chosen two only: the rest of the snapshot is not needed again.
                     let decode = candidates[plan.decode()];
@@ -240,6 +259,43 @@ impl<D: Decide> PdRouter<D> {
                     Ok(((cost, (decode, prefill), deepest), cached_at))
                 })?;
         self.charge(request, chosen, deepest, (cost, blocks.to_vec()))
+    }
+
+    /// The plan a request asking for admission runs: the decider's when it is predicted to
+    /// meet the targets, else the cheapest that is ([`PlanCost::total_s`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shed`], counted in the fleet's signals, when no plan is; it names the
+    /// decode worker of the plan nearest to meeting them.
+    fn admit(&self, admission: &Admission, view: &PairView<'_>, plan: Plan) -> Result<Plan, Error> {
+        let times = |c: &PlanCost| (c.ttft_s, c.prefill_s, c.tpot_s);
+        let meets = |c: &PlanCost| {
+            let (ttft, own, tpot) = times(c);
+            admission.meets_times(ttft, own, tpot)
+        };
+        if meets(&view.cost(plan)) {
+            return Ok(plan);
+        }
+        let costs: Vec<(Plan, PlanCost)> = view.plans().map(|p| (p, view.cost(p))).collect();
+        let cheapest_meeting = costs
+            .iter()
+            .filter(|(_, c)| meets(c))
+            .min_by(|a, b| a.1.total_s().total_cmp(&b.1.total_s()));
+        if let Some((plan, _)) = cheapest_meeting {
+            return Ok(*plan);
+        }
+        let nearest = costs.iter().min_by(|a, b| {
+            let distance = |c: &PlanCost| admission.distance_of(c.ttft_s, c.tpot_s);
+            distance(&a.1).total_cmp(&distance(&b.1))
+        });
+        let Some((best, cost)) = nearest else {
+            return Err(Error::NoWorkers);
+        };
+        let worker = view.candidates()[best.decode()].worker();
+        let shed = admission.refusal(times(cost), worker);
+        self.inner.count_shed(&shed);
+        Err(Error::Shed(shed))
     }
 
     /// Requests routed split to `worker` whose handoff has not come.

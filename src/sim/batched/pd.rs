@@ -49,8 +49,8 @@
 //!   setup or handshake latency;
 //! - the first token the prefill leg samples is not sent to the client; the network between
 //!   proxy and workers costs nothing;
-//! - the decode worker's host tier is not asked for the pulled prompt; faults and admission
-//!   are refused by `run_pd`.
+//! - the decode worker's host tier is not asked for the pulled prompt; faults are refused by
+//!   `run_pd`.
 
 use std::time::Duration;
 
@@ -138,12 +138,19 @@ impl<'s> Run<'s> {
         };
         let sim = self.sim;
         let tokens = sim.prompt(i);
-        let request = sim.route_request(i, &tokens, now);
+        let (request, priority) = sim.admitted_request(i, &tokens, now);
         let started = sim
             .config()
             .measure_decision_time
             .then(std::time::Instant::now);
-        let decision = router.route_pair(&request)?;
+        let decision = match router.route_pair(&request) {
+            Ok(decision) => decision,
+            Err(Error::Shed(_)) => {
+                self.tally.shed(i, now, tokens.len(), priority);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(started) = started {
             self.tally.decision_ns += started.elapsed().as_nanos();
         }
