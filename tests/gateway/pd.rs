@@ -631,3 +631,42 @@ async fn models_are_listed_from_the_decode_side_once() {
     assert_eq!(status, 503, "{v}");
     assert!(v["error"]["message"].is_string(), "{v}");
 }
+
+/// Admission in P/D mode: a target no plan can meet (2,048 uncached tokens take about 62 ms
+/// anywhere) is refused with `429` before either leg is sent; the same request critical,
+/// or with a target it can meet, is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_no_plan_can_meet_is_refused_before_any_leg() {
+    let f = Fleet::start(TWO_BY_ONE, None, prefix_router::ByCost).await;
+    let tokens: Vec<u32> = (0..2_048).collect();
+    let body = json!({"model": "m", "prompt": tokens, "max_tokens": 1});
+    let post = |headers: &'static [(&'static str, &'static str)]| {
+        let mut request = f
+            .client
+            .post(format!("{}/v1/completions", f.gw))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap();
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, v) = post(&[("x-ttft-target-ms", "1")]).await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["error"]["code"], "shed_prompt", "{v}");
+    assert!(f.legs(Role::Prefill).await.is_empty(), "no prefill leg");
+    assert!(f.legs(Role::Decode).await.is_empty(), "no decode leg");
+    let (status, v) = post(&[("x-ttft-target-ms", "1"), ("x-priority", "critical")]).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = post(&[("x-ttft-target-ms", "60000")]).await;
+    assert_eq!(status, 200, "{v}");
+    f.idle_stats().await;
+}
