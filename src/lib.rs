@@ -142,7 +142,7 @@
 //! | `sim::Simulation::run`, `run_replicas` | a fleet with prefill-only or decode-only workers | [`Error::InvalidConfig`] (`role`) |
 //! | `sim::Simulation::run_pd` | the simple engine, faults, admission, a router whose roles or block size are not the fleet's | [`Error::InvalidConfig`] |
 //! | `PdRouter::new`, `with_decider` | no worker that decodes; a stall weight, KV size or bandwidth out of range | [`Error::InvalidConfig`] |
-//! | `PdRouter::route_pair` | a decider's plan with a prefill-only decode worker, a decode-only prefill worker, or one worker on both sides; an index outside the candidates | [`Error::WrongRole`]; [`Error::InvalidChoice`]; nothing charged |
+//! | `PdRouter::route_pair` | a decider's plan with a prefill-only decode worker, a decode-only prefill worker, or one worker on both sides; an index outside the candidates; a target no plan is predicted to meet | [`Error::WrongRole`]; [`Error::InvalidChoice`]; [`Error::Shed`]; nothing charged |
 //! | `Topology::place`, `with_level` | a level not added; a bandwidth that is not positive, a level named twice | [`Error::InvalidConfig`] |
 //!
 //! ## Hash flooding
@@ -194,11 +194,11 @@ pub use crate::{
         CacheIndex, Candidate, CandidateSet, ConsistentHash, ConsistentHashConfig,
         ConsistentHashRouter, Cost, CostTerm, DEFAULT_BLOCK_SIZE, Decide, EngineLoad, Fallback,
         FleetRates, FleetSignals, IndexConfig, LIMITS, LeastLoaded, LeastLoadedRouter, Limit,
-        LoadConfig, NeverSplit, PairDecision, PairView, PdConfig, PdRouter, Plan, PlanCost, Policy,
-        PolicyRouter, PowerOfTwo, PowerOfTwoConfig, PowerOfTwoRouter, Priority, RankLayout,
-        Receipt, ReceiptLine, ReloadConfig, Role, RoundRobin, RoundRobinRouter, RouteDecision,
-        RouteGuard, RouteRequest, Router, Scoring, Shed, Staleness, StepModel, Topology,
-        WorkerLoad, WorkerProfile, WorkerSignals, choose_min,
+        LoadConfig, NeverSplit, PairDecision, PairReceipt, PairView, PdConfig, PdRouter, Plan,
+        PlanCost, PlanLine, Policy, PolicyRouter, PowerOfTwo, PowerOfTwoConfig, PowerOfTwoRouter,
+        Priority, RankLayout, Receipt, ReceiptLine, ReloadConfig, Role, RoundRobin,
+        RoundRobinRouter, RouteDecision, RouteGuard, RouteRequest, Router, Scoring, Shed,
+        Staleness, StepModel, Topology, WorkerLoad, WorkerProfile, WorkerSignals, choose_min,
     },
     sync::{CacheEvent, CacheSync, GroupKind, Sequence, SyncOutcome},
     tree::{PrefixMatch, RadixTree, Tier, TreeConfig, WorkerId},

@@ -334,6 +334,51 @@ fn admission_runs_a_plan_that_meets_the_target_or_refuses() {
     router.complete(&pair);
 }
 
+/// The receipt lists every plan the roles allow with its predicted cost, marks the one
+/// that ran (the cheapest, for the cost decider) and says when admission overrode the
+/// decider.
+#[test]
+fn the_receipt_explains_the_plan() {
+    let roles = [Role::Prefill, Role::Decode, Role::Decode, Role::Both];
+    let router = PdRouter::new(&roles, PdConfig::default()).expect("router");
+    busy(&router, 1, 64, 0);
+    let prompt = tokens(16_384, 10);
+    let (pair, receipt) = router
+        .route_pair_with_receipt(&RouteRequest::new(&prompt))
+        .expect("route");
+    // Three decode-capable workers, each aggregated and split with the other prefillers.
+    assert_eq!(receipt.plans.len(), 3 + 2 + 2 + 1, "{receipt}");
+    assert_eq!(receipt.decider, "cost");
+    assert_eq!(receipt.decided, receipt.chosen);
+    let chosen = receipt.chosen_line().expect("a chosen line");
+    assert_eq!(chosen.decode, pair.decode().worker());
+    assert_eq!(chosen.prefill, pair.prefill().map(|p| p.worker()));
+    assert_eq!(chosen.cost, pair.cost());
+    let least = receipt
+        .plans
+        .iter()
+        .map(|l| l.cost.total_s())
+        .fold(f64::MAX, f64::min);
+    assert!((chosen.cost.total_s() - least).abs() < 1e-12);
+    let line = receipt.to_string();
+    assert!(line.starts_with("cost ran w"), "{line}");
+    assert_eq!(line.matches("[*").count(), 1, "{line}");
+    router.complete(&pair);
+
+    let stubborn = Fixed(Plan::Aggregated { decode: 1 });
+    let router =
+        PdRouter::with_decider(&roles[..3], PdConfig::default(), stubborn).expect("router");
+    busy(&router, 1, 0, 330_000);
+    let asking = RouteRequest::new(&prompt).with_ttft_target(Duration::from_secs(2));
+    let (pair, receipt) = router.route_pair_with_receipt(&asking).expect("admitted");
+    assert_ne!(receipt.decided, receipt.chosen);
+    assert!(
+        receipt.to_string().contains("(admission; decided w1)"),
+        "{receipt}"
+    );
+    router.complete(&pair);
+}
+
 /// Bad input is a clear error: a fleet with no worker that decodes, a prefill-only worker
 /// as the decode side, a worker paired with itself, an unknown topology level.
 #[test]

@@ -36,8 +36,8 @@ pub use self::fleet::WorkerLoad;
 pub use self::index::{CacheIndex, IndexConfig};
 pub use self::load::{EngineLoad, LoadConfig, Staleness, StepModel, WorkerProfile};
 pub use self::pd::{
-    AlwaysSplit, ByCost, Decide, NeverSplit, PairDecision, PairView, PdConfig, PdRouter, Plan,
-    PlanCost, Role, Topology,
+    AlwaysSplit, ByCost, Decide, NeverSplit, PairDecision, PairReceipt, PairView, PdConfig,
+    PdRouter, Plan, PlanCost, PlanLine, Role, Topology,
 };
 pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min};
 pub use self::ranks::RankLayout;

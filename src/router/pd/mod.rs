@@ -4,11 +4,13 @@
 //! ([`PlanCost`]) or by another [`Decide`]r.
 
 mod plan;
+mod receipt;
 mod role;
 mod router;
 mod topology;
 
 pub use plan::{AlwaysSplit, ByCost, Decide, NeverSplit, PairView, Plan, PlanCost};
+pub use receipt::{PairReceipt, PlanLine};
 pub use role::Role;
 pub use router::{PairDecision, PdConfig, PdRouter};
 pub use topology::Topology;

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::plan::{ByCost, Decide, PairView, Plan, PlanCost};
+use super::receipt::PairReceipt;
 use super::role::Role;
 use super::topology::Topology;
 use crate::router::admission::Admission;
@@ -221,10 +222,35 @@ impl<D: Decide> PdRouter<D> {
     /// a plan the roles forbid; [`Error::InvalidChoice`] for an index outside the
     /// candidates.
     pub fn route_pair(&self, request: &RouteRequest<'_>) -> Result<PairDecision, Error> {
+        self.route_pair_explained(request, false)
+            .map(|(pair, _)| pair)
+    }
+
+    /// [`route_pair`](Self::route_pair), with a [`PairReceipt`]: every plan the roles
+    /// allowed and its predicted cost, the decider's choice and the plan that ran.
+    ///
+    /// # Errors
+    ///
+    /// As [`route_pair`](Self::route_pair).
+    pub fn route_pair_with_receipt(
+        &self,
+        request: &RouteRequest<'_>,
+    ) -> Result<(PairDecision, PairReceipt), Error> {
+        let (pair, receipt) = self.route_pair_explained(request, true)?;
+        let receipt = receipt.ok_or(Error::NoWorkers)?;
+        Ok((pair, receipt))
+    }
+
+    /// Routes `request`, with a receipt when `explain`.
+    fn route_pair_explained(
+        &self,
+        request: &RouteRequest<'_>,
+        explain: bool,
+    ) -> Result<(PairDecision, Option<PairReceipt>), Error> {
         let blocks = self.inner.hash(request);
         let admission = (request.asks_admission() && request.priority() != Priority::Critical)
             .then(|| self.inner.admission(request));
-        let (cost, chosen, deepest) =
+        let (cost, chosen, deepest, receipt) =
             self.inner
                 .with_candidates(request, &blocks, |candidates, deepest| {
                     if !candidates.iter().any(|c| self.role_of(c).decodes()) {
@@ -245,20 +271,23 @@ impl<D: Decide> PdRouter<D> {
                         stall_weight: self.config.stall_weight,
                         arriving: &arriving,
                     };
-                    let plan = self.decider.decide(request, &view);
-                    self.check(plan, candidates)?;
+                    let decided = self.decider.decide(request, &view);
+                    self.check(decided, candidates)?;
                     let plan = match &admission {
-                        Some(admission) => self.admit(admission, &view, plan)?,
-                        None => plan,
+                        Some(admission) => self.admit(admission, &view, decided)?,
+                        None => decided,
                     };
+                    let receipt = explain
+                        .then(|| PairReceipt::of(&view, self.decider.name(), (decided, plan)));
                     let cost = view.cost(plan);
                     // The chosen two only: the rest of the snapshot is not needed again.
                     let decode = candidates[plan.decode()];
                     let prefill = plan.prefill().map(|p| candidates[p]);
                     let cached_at = prefill.unwrap_or(decode).worker();
-                    Ok(((cost, (decode, prefill), deepest), cached_at))
+                    Ok(((cost, (decode, prefill), deepest, receipt), cached_at))
                 })?;
-        self.charge(request, chosen, deepest, (cost, blocks.to_vec()))
+        let pair = self.charge(request, chosen, deepest, (cost, blocks.to_vec()))?;
+        Ok((pair, receipt))
     }
 
     /// The plan a request asking for admission runs: the decider's when it is predicted to
