@@ -264,6 +264,86 @@ fn a_split_decode_legs_timing_teaches_nothing() {
     }
 }
 
+/// Asserts that the cheapest plan is the first plan of least total cost in `plans()`'
+/// order, as costing every plan finds it, for each kind of plan allowed; decides by cost.
+struct Exact;
+
+impl Decide for Exact {
+    fn name(&self) -> &'static str {
+        "exact"
+    }
+    fn decide(&self, request: &RouteRequest<'_>, view: &PairView<'_>) -> Plan {
+        for (aggregate, split) in [(true, true), (true, false), (false, true)] {
+            let brute = view
+                .plans()
+                .filter(|p| match p {
+                    Plan::Aggregated { .. } => aggregate,
+                    Plan::Split { .. } => split,
+                })
+                .map(|p| (p, view.cost(p)))
+                .min_by(|a, b| a.1.total_s().total_cmp(&b.1.total_s()));
+            assert_eq!(
+                view.cheapest(aggregate, split),
+                brute,
+                "{aggregate} {split}"
+            );
+        }
+        ByCost.decide(request, view)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The cheapest plan is found without costing every pair, and is the one costing every
+    /// pair finds (ties to the first): on fleets of every role, with loads, cached
+    /// prefixes, requests on their way and a topology of two levels.
+    #[test]
+    fn the_cheapest_plan_is_exact(
+        roles in prop::collection::vec(prop::sample::select(Role::ALL.to_vec()), 2..12),
+        loads in prop::collection::vec((0u64..4, 0u64..3, 0u64..3), 12),
+        labels in prop::collection::vec((0u8..3, 0u8..2), 12),
+        cached in prop::collection::vec(0usize..5, 12),
+        on_the_way in 0usize..4,
+    ) {
+        prop_assume!(roles.iter().any(|r| r.decodes()));
+        let mut topology = Topology::new(10e9)
+            .with_level("node", 400e9)
+            .expect("level")
+            .with_level("rack", 100e9)
+            .expect("level");
+        for (w, (node, rack)) in labels.iter().enumerate().take(roles.len()) {
+            let (node, rack) = (format!("n{node}{rack}"), format!("r{rack}"));
+            topology
+                .place(WorkerId::new(w as u32), &[("node", &node), ("rack", &rack)])
+                .expect("place");
+        }
+        let config = PdConfig::default().with_topology(topology);
+        let router = PdRouter::with_decider(&roles, config, Exact).expect("router");
+        let prompt = tokens(8_192, 11);
+        for (w, &(running, prefill, share)) in loads.iter().enumerate().take(roles.len()) {
+            busy(&router, w as u32, running * 8, prefill * 2_048);
+            let held = &prompt[..2_048 * cached[w].min(4)];
+            if share > 0 && !held.is_empty() {
+                router
+                    .router()
+                    .replace_worker_cache(WorkerId::new(w as u32), &[held])
+                    .expect("snapshot");
+            }
+        }
+        let mut pending = Vec::new();
+        for i in 0..on_the_way {
+            let other = tokens(4_096, 20 + i as u32);
+            pending.push(router.route_pair(&RouteRequest::new(&other)).expect("route"));
+        }
+        let pair = router.route_pair(&RouteRequest::new(&prompt)).expect("route");
+        router.complete(&pair);
+        for p in &pending {
+            router.complete(p);
+        }
+    }
+}
+
 /// A decider that answers the plan it was built with.
 struct Fixed(Plan);
 

@@ -7,6 +7,8 @@ mod plan;
 mod receipt;
 mod role;
 mod router;
+mod search;
+mod sides;
 mod topology;
 
 pub use plan::{AlwaysSplit, ByCost, Decide, NeverSplit, PairView, Plan, PlanCost};

@@ -2,6 +2,7 @@
 //! that choose among them.
 
 use super::role::Role;
+use super::sides::Sides;
 use super::topology::Topology;
 use crate::RouteRequest;
 use crate::router::load::LoadConfig;
@@ -98,6 +99,8 @@ pub struct PairView<'a> {
     pub(crate) stall_weight: f64,
     /// By candidate: requests routed split to it whose handoff has not come.
     pub(crate) arriving: &'a [u64],
+    /// By candidate: its predictions for the request.
+    pub(crate) sides: &'a [Sides],
 }
 
 impl PairView<'_> {
@@ -127,77 +130,37 @@ impl PairView<'_> {
     /// costed all the same, and refused when chosen).
     #[must_use]
     pub fn cost(&self, plan: Plan) -> PlanCost {
-        let prompt = self.request.tokens().len() as u64;
-        let output = self
-            .request
-            .expected_output()
-            .unwrap_or(self.config.default_output_tokens);
-        let d = &self.candidates[plan.decode()];
-        let miss = |c: &Candidate| prompt.saturating_sub(c.cached_tokens() as u64);
-        let tpot_s = d
-            .estimate
-            .tpot_s(self.config, (prompt, 0, output), d.speed());
-        let decode_s = self.decode_step_s(d, prompt) * f64::from(output);
+        let at = plan.decode();
+        let d = &self.sides[at];
         match plan.prefill() {
-            None => {
-                let ttft = d
-                    .estimate
-                    .ttft_parts(self.config, (prompt, miss(d), output), d.speed());
-                PlanCost {
-                    ttft_s: ttft.total_s(),
-                    prefill_s: ttft.own_s(),
-                    tpot_s,
-                    harm_s: self.harm_s(plan.decode(), miss(d)),
-                    decode_s,
-                    ..PlanCost::default()
-                }
-            }
-            Some(at) => {
-                let p = &self.candidates[at];
-                let prefill = p
-                    .estimate
-                    .ttft_parts(self.config, (prompt, miss(p), 1), p.speed());
-                let seat = d
-                    .estimate
-                    .ttft_parts(self.config, (prompt, 0, output), d.speed());
-                let bytes = miss(d).saturating_mul(self.kv_bytes_per_token);
-                let transfer_s = bytes as f64 / self.topology.bytes_per_s(p.worker(), d.worker());
+            None => PlanCost {
+                ttft_s: d.aggregated.total_s(),
+                prefill_s: d.aggregated.own_s(),
+                tpot_s: d.tpot_s,
+                harm_s: self.harm_s(at, d.miss),
+                decode_s: d.decode_s,
+                ..PlanCost::default()
+            },
+            Some(from) => {
+                let p = &self.sides[from];
+                let bytes = d.miss.saturating_mul(self.kv_bytes_per_token);
+                let (source, sink) = (self.candidates[from].worker(), self.candidates[at].worker());
+                let transfer_s = bytes as f64 / self.topology.bytes_per_s(source, sink);
                 // The decode worker drains the prefill queued there while the prefill leg
                 // runs and the KV moves; the decode leg waits for what is left (FCFS).
-                let ready_s = prefill.total_s() + transfer_s;
-                let drained_s = seat.total_s() - seat.wait_s;
+                let ready_s = p.prefill_leg.total_s() + transfer_s;
+                let drained_s = d.seat.total_s() - d.seat.wait_s;
                 PlanCost {
-                    ttft_s: ready_s.max(drained_s) + seat.wait_s + self.first_step_s(d, prompt),
-                    prefill_s: prefill.own_s(),
-                    tpot_s,
-                    harm_s: self.harm_s(at, miss(p)),
+                    ttft_s: ready_s.max(drained_s) + d.seat.wait_s + d.first_step_s,
+                    prefill_s: p.prefill_leg.own_s(),
+                    tpot_s: d.tpot_s,
+                    harm_s: self.harm_s(from, p.miss),
                     transfer_s,
                     transfer_bytes: bytes,
-                    decode_s,
+                    decode_s: d.decode_s,
                 }
             }
         }
-    }
-
-    /// How long a request arriving with its KV waits on decode worker `d` for its first
-    /// token: the rest of the step running there (half of one on average) and its own step,
-    /// each carrying a chunk of the prefill queued there as far as the budget goes.
-    fn first_step_s(&self, d: &Candidate, prompt: u64) -> f64 {
-        let rate = self.config.prefill_tokens_per_s * d.speed();
-        let step = &self.config.step;
-        let chunk = (d.prefill_tokens() as f64).min(step.max_num_batched_tokens as f64);
-        let decodes = d.decoding() as f64 + 1.0;
-        let context = d.context_tokens() as f64 + prompt as f64;
-        1.5 * step.seconds(chunk, decodes, context, rate) / d.speed()
-    }
-
-    /// A decode step on `d` once a request of `prompt` tokens decodes there: every request
-    /// there now is ahead of it, so decodes beside it.
-    fn decode_step_s(&self, d: &Candidate, prompt: u64) -> f64 {
-        let rate = self.config.prefill_tokens_per_s * d.speed();
-        let decodes = d.requests() as f64 + 1.0;
-        let context = d.context_tokens() as f64 + prompt as f64;
-        self.config.step.seconds(0.0, decodes, context, rate) / d.speed()
     }
 
     /// The compute of a prefill of `miss` tokens on `c`: what each request behind it or
@@ -209,24 +172,19 @@ impl PairView<'_> {
     /// The delay a prefill of `miss` tokens on candidate `i` adds to others: its running
     /// decodes', summed and weighed by the stall weight, and that of each request on its
     /// way there, whole.
-    fn harm_s(&self, i: usize, miss: u64) -> f64 {
+    pub(super) fn harm_s(&self, i: usize, miss: u64) -> f64 {
         let c = &self.candidates[i];
         let arriving = self.arriving.get(i).copied().unwrap_or(0) as f64;
         (self.stall_weight * c.decoding() as f64 + arriving) * self.delay_s(c, miss)
     }
 
-    /// The cheapest plan by [`PlanCost::total_s`] with its decode worker among `decoders`
-    /// and its prefill worker (when split) among `prefillers`; aggregated plans only when
-    /// `aggregate`, split ones only when `split`. `None` when no plan is allowed.
+    /// The cheapest plan by [`PlanCost::total_s`] among [`plans`](Self::plans), the first
+    /// in their order among equals; aggregated plans only when `aggregate`, split ones only
+    /// when `split`. `None` when no plan is allowed. It does not cost every pair: see
+    /// `search.rs`.
     #[must_use]
     pub fn cheapest(&self, aggregate: bool, split: bool) -> Option<(Plan, PlanCost)> {
-        self.plans()
-            .filter(|plan| match plan {
-                Plan::Aggregated { .. } => aggregate,
-                Plan::Split { .. } => split,
-            })
-            .map(|plan| (plan, self.cost(plan)))
-            .min_by(|a, b| a.1.total_s().total_cmp(&b.1.total_s()))
+        super::search::cheapest(self, aggregate, split)
     }
 
     /// Every plan the roles allow: each decode worker aggregated, and split with each

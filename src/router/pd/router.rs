@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::plan::{ByCost, Decide, PairView, Plan, PlanCost};
 use super::receipt::PairReceipt;
 use super::role::Role;
+use super::sides::Sides;
 use super::topology::Topology;
 use crate::router::admission::Admission;
 use crate::router::policy::Candidate;
@@ -261,6 +262,7 @@ impl<D: Decide> PdRouter<D> {
                         .iter()
                         .map(|c| self.arriving(c.worker()))
                         .collect();
+                    let sides = Sides::all(request, candidates, self.inner.load_config());
                     let view = PairView {
                         request,
                         candidates,
@@ -270,6 +272,7 @@ impl<D: Decide> PdRouter<D> {
                         kv_bytes_per_token: self.config.kv_bytes_per_token,
                         stall_weight: self.config.stall_weight,
                         arriving: &arriving,
+                        sides: &sides,
                     };
                     let decided = self.decider.decide(request, &view);
                     self.check(decided, candidates)?;

@@ -93,6 +93,14 @@ impl Topology {
         Ok(())
     }
 
+    /// `worker`'s labels by level (empty when not placed): workers with equal labels move
+    /// KV to any worker at the same bandwidth.
+    pub(crate) fn domain(&self, worker: WorkerId) -> &[Option<String>] {
+        self.labels
+            .get(worker.index())
+            .map_or(&[][..], Vec::as_slice)
+    }
+
     /// Bytes per second at which KV moves from `from` to `to`.
     #[must_use]
     pub fn bytes_per_s(&self, from: WorkerId, to: WorkerId) -> f64 {
