@@ -220,9 +220,13 @@ fn simulate_takes_a_disaggregated_fleet_and_its_deciders() {
         "long-context",
         "--pd-stall-weight",
         "0.2",
+        "--pd-decode-step-limit",
+        "0.05",
     ])
     .unwrap();
     assert_eq!(a.pd_stall_weight, 0.2);
+    assert_eq!(a.pd_decode_step_limit, Some(0.05));
+    assert_eq!(simulate_args(&[]).unwrap().pd_decode_step_limit, None);
     assert_eq!(a.cluster.workers, 8);
     assert_eq!(a.pd_decider, "llmd");
     assert_eq!(a.cluster.kv_transfer_bytes_per_s, 1e9);

@@ -344,6 +344,41 @@ proptest! {
     }
 }
 
+/// A decode step limit prices out an aggregated plan that would stretch the running decodes'
+/// steps past it: a prompt an idle decode worker would take itself goes split once decodes
+/// run there, and a worker with no decodes running may still prefill.
+#[test]
+fn a_decode_step_limit_keeps_long_prefills_off_decoding_workers() {
+    let roles = [Role::Prefill, Role::Decode];
+    let prompt = tokens(4_096, 12);
+    let request = RouteRequest::new(&prompt).with_expected_output(16);
+    let plan_of = |limit: Option<f64>, running: u64| {
+        let config = PdConfig::default().with_decode_step_limit_s(limit);
+        let router = PdRouter::new(&roles, config).expect("router");
+        busy(&router, 1, running, 0);
+        // The decode worker holds most of the prompt: prefilling there is cheap.
+        router
+            .router()
+            .replace_worker_cache(WorkerId::new(1), &[&prompt[..2_048]])
+            .expect("snapshot");
+        let pair = router.route_pair(&request).expect("route");
+        router.complete(&pair);
+        (pair.is_split(), pair.cost())
+    };
+    let (split, cost) = plan_of(None, 4);
+    assert!(
+        !split,
+        "cheaper to prefill 2,048 tokens beside 4 decodes: {cost:?}"
+    );
+    let (split, cost) = plan_of(Some(0.02), 4);
+    assert!(
+        split,
+        "a 2,048-token chunk makes a step of about 0.06 s: {cost:?}"
+    );
+    let (split, cost) = plan_of(Some(0.02), 0);
+    assert!(!split, "no decode to stall: {cost:?}");
+}
+
 /// A decider that answers the plan it was built with.
 struct Fixed(Plan);
 
@@ -517,6 +552,8 @@ fn bad_input_is_an_error() {
     for config in [
         PdConfig::default().with_stall_weight(-1.0),
         PdConfig::default().with_stall_weight(f64::NAN),
+        PdConfig::default().with_decode_step_limit_s(Some(0.0)),
+        PdConfig::default().with_decode_step_limit_s(Some(f64::NAN)),
         PdConfig::default().with_kv_bytes_per_token(0),
         PdConfig::default().with_topology(Topology::new(0.0)),
     ] {

@@ -22,6 +22,8 @@ pub(crate) struct Args {
     pub(crate) pd_decider: String,
     /// The pair router's stall weight.
     pub(crate) pd_stall_weight: f64,
+    /// The pair router's decode step limit, seconds.
+    pub(crate) pd_decode_step_limit: Option<f64>,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
     pub(crate) seed: u64,
@@ -98,6 +100,10 @@ struct RunFlags {
     /// where a request prefills weighs against the request's own (`PdConfig::stall_weight`).
     #[arg(long, value_name = "X", default_value_t = prefix_router::PdConfig::default().stall_weight)]
     pd_stall_weight: f64,
+    /// The pair router's bound on a decode worker's step while a request prefills there, in
+    /// seconds: aggregated plans past it are priced out (`PdConfig::decode_step_limit_s`).
+    #[arg(long, value_name = "S")]
+    pd_decode_step_limit: Option<f64>,
     /// The weighted score's alpha (`balanced_weighted`).
     #[arg(long, value_name = "X")]
     alpha: Option<f64>,
@@ -365,6 +371,7 @@ impl From<Cli> for Args {
             policy: run.policy,
             pd_decider: run.pd_decider,
             pd_stall_weight: run.pd_stall_weight,
+            pd_decode_step_limit: run.pd_decode_step_limit,
             alpha: run.alpha,
             miss_weight: run.miss_weight,
             seed: run.seed.unwrap_or(42),

@@ -71,7 +71,8 @@ fn pair_router(
         .with_balanced(policy::balanced_config(&options(args)))
         .with_kv_bytes_per_token(c.kv_bytes_per_token)
         .with_topology(Topology::new(c.kv_transfer_bytes_per_s))
-        .with_stall_weight(args.pd_stall_weight);
+        .with_stall_weight(args.pd_stall_weight)
+        .with_decode_step_limit_s(args.pd_decode_step_limit);
     PdRouter::with_decider(&roles, config, decide)
 }
 

@@ -64,6 +64,8 @@ pub struct PlanCost {
     /// output token that disaggregation spares a decode worker's running requests); and,
     /// on a decode worker, to each request whose KV is on its way there (routed split, its
     /// handoff not yet come), whose first token waits behind the prefill, counted whole.
+    /// Infinite for an aggregated plan past
+    /// [`PdConfig::decode_step_limit_s`](crate::PdConfig::decode_step_limit_s).
     pub harm_s: f64,
     /// Seconds moving the KV the decode worker lacks (0 aggregated).
     pub transfer_s: f64,
@@ -101,6 +103,8 @@ pub struct PairView<'a> {
     pub(crate) arriving: &'a [u64],
     /// By candidate: its predictions for the request.
     pub(crate) sides: &'a [Sides],
+    /// [`PdConfig::decode_step_limit_s`](crate::PdConfig::decode_step_limit_s).
+    pub(crate) decode_step_limit_s: Option<f64>,
 }
 
 impl PairView<'_> {
@@ -137,7 +141,7 @@ impl PairView<'_> {
                 ttft_s: d.aggregated.total_s(),
                 prefill_s: d.aggregated.own_s(),
                 tpot_s: d.tpot_s,
-                harm_s: self.harm_s(at, d.miss),
+                harm_s: self.harm_s(at, d.miss) + self.over_limit_s(d),
                 decode_s: d.decode_s,
                 ..PlanCost::default()
             },
@@ -160,6 +164,15 @@ impl PairView<'_> {
                     decode_s: d.decode_s,
                 }
             }
+        }
+    }
+
+    /// Infinite when prefilling on `d` would stretch its running decodes' steps past the
+    /// decode step limit; else 0.
+    fn over_limit_s(&self, d: &Sides) -> f64 {
+        match self.decode_step_limit_s {
+            Some(limit) if d.stalled_step_s > limit => f64::INFINITY,
+            _ => 0.0,
         }
     }
 

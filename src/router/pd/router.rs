@@ -31,6 +31,12 @@ pub struct PdConfig {
     /// spread over the decodes' remaining output, so it weighs less than the request's own
     /// wait; 1 counts it alike. Default 0.05.
     pub stall_weight: f64,
+    /// A bound on the step a decode worker's running decodes take when a request prefills
+    /// there, for an operator who puts their time per output token first: an aggregated
+    /// plan that would stretch a step past it is priced out (infinite harm), and taken only
+    /// when no other plan is allowed. Default `None`: no bound, the stall weighed as
+    /// harm only.
+    pub decode_step_limit_s: Option<f64>,
 }
 
 impl Default for PdConfig {
@@ -40,6 +46,7 @@ impl Default for PdConfig {
             kv_bytes_per_token: 131_072,
             topology: Topology::default(),
             stall_weight: 0.05,
+            decode_step_limit_s: None,
         }
     }
 }
@@ -54,6 +61,8 @@ impl PdConfig {
         with_topology: topology: Topology;
         /// Sets [`stall_weight`](Self::stall_weight).
         with_stall_weight: stall_weight: f64;
+        /// Sets [`decode_step_limit_s`](Self::decode_step_limit_s).
+        with_decode_step_limit_s: decode_step_limit_s: Option<f64>;
     }
 
     /// Checks every field.
@@ -70,6 +79,14 @@ impl PdConfig {
             0.0..=f64::MAX,
             "0 or more",
         )?;
+        if let Some(limit) = self.decode_step_limit_s {
+            crate::config::float(
+                "decode_step_limit_s",
+                limit,
+                f64::MIN_POSITIVE..=f64::MAX,
+                "above 0",
+            )?;
+        }
         if self.kv_bytes_per_token == 0 {
             return Err(crate::config::invalid("kv_bytes_per_token", 0, "above 0"));
         }
@@ -273,6 +290,7 @@ impl<D: Decide> PdRouter<D> {
                         stall_weight: self.config.stall_weight,
                         arriving: &arriving,
                         sides: &sides,
+                        decode_step_limit_s: self.config.decode_step_limit_s,
                     };
                     let decided = self.decider.decide(request, &view);
                     self.check(decided, candidates)?;

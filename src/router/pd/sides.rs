@@ -25,6 +25,9 @@ pub(crate) struct Sides {
     pub(crate) decode_s: f64,
     /// A decode leg's first step here, once its KV is in.
     pub(crate) first_step_s: f64,
+    /// The step its running decodes take with its prefill here (with what is queued, as far
+    /// as the token budget goes); 0 when none runs or it lacks nothing.
+    pub(crate) stalled_step_s: f64,
 }
 
 impl Sides {
@@ -57,6 +60,7 @@ impl Sides {
             tpot_s: e.tpot_s(config, (prompt, 0, output), speed),
             decode_s: decode_step_s(c, config, prompt) * f64::from(output),
             first_step_s: first_step_s(c, config, prompt),
+            stalled_step_s: stalled_step_s(c, config, (prompt, miss)),
         }
     }
 }
@@ -71,6 +75,20 @@ fn first_step_s(d: &Candidate, config: &LoadConfig, prompt: u64) -> f64 {
     let decodes = d.decoding() as f64 + 1.0;
     let context = d.context_tokens() as f64 + prompt as f64;
     1.5 * step.seconds(chunk, decodes, context, rate) / d.speed()
+}
+
+/// The step `c`'s running decodes take with a prefill of `miss` tokens of a `prompt`-token
+/// request there, behind what is queued, as far as the token budget goes; 0 when no decode
+/// runs there or nothing is to prefill.
+fn stalled_step_s(c: &Candidate, config: &LoadConfig, (prompt, miss): (u64, u64)) -> f64 {
+    if c.decoding() == 0 || miss == 0 {
+        return 0.0;
+    }
+    let rate = config.prefill_tokens_per_s * c.speed();
+    let step = &config.step;
+    let chunk = ((c.prefill_tokens() + miss) as f64).min(step.max_num_batched_tokens as f64);
+    let context = c.context_tokens() as f64 + prompt as f64;
+    step.seconds(chunk, c.decoding() as f64, context, rate) / c.speed()
 }
 
 /// A decode step on `d` once a request of `prompt` tokens decodes there: every request there
