@@ -155,14 +155,30 @@ fn local_counts_add_to_a_report_until_the_next_replaces_them() {
 }
 
 /// A prefill under way: this router counts its whole prompt until the first token, the
-/// engine counts what is left. A fresh report's figure wins (with this router's routes
-/// since it); once the report is stale and held, the larger of the two does.
+/// engine counts what is left. Reading reports so, a fresh report's figure wins (with this
+/// router's routes since it); once the report is stale and held, the larger of the two
+/// does, as it always does by default.
 #[test]
 fn a_fresh_report_counts_the_progress_of_a_prefill_under_way() {
     let config = LoadConfig::default()
         .with_max_report_age(s(2.0))
         .with_staleness(Staleness::Hold);
-    let r = probe(1, config);
+    let larger = probe(1, config);
+    let prompt: Vec<u32> = (0..10_000).collect();
+    let long = larger
+        .route(&RouteRequest::new(&prompt).with_time(s(0.0)))
+        .unwrap();
+    let report = EngineLoad::new(1, 0, s(0.5)).with_prefill_tokens(4_000);
+    larger.report_load(WorkerId::new(0), report).unwrap();
+    let (c, a) = look(&larger, 0, 0.6);
+    assert_eq!(
+        c.prefill_tokens(),
+        10_000,
+        "the router's own count, the larger"
+    );
+    larger.complete(&a);
+    larger.complete(&long);
+    let r = probe(1, config.with_prefill_from_report(true));
     let prompt: Vec<u32> = (0..10_000).collect();
     let long = r
         .route(&RouteRequest::new(&prompt).with_time(s(0.0)))

@@ -67,8 +67,11 @@ fn pair_router(
         unreachable!("decider names are checked when parsing");
     };
     let roles: Vec<Role> = sim.fleet().iter().map(|w| w.role).collect();
+    let mut balanced = policy::balanced_config(&options(args));
+    // As `PdConfig::default()` reads reports.
+    balanced.load.prefill_from_report = PdConfig::default().balanced.load.prefill_from_report;
     let config = PdConfig::default()
-        .with_balanced(policy::balanced_config(&options(args)))
+        .with_balanced(balanced)
         .with_kv_bytes_per_token(c.kv_bytes_per_token)
         .with_topology(Topology::new(c.kv_transfer_bytes_per_s))
         .with_stall_weight(args.pd_stall_weight)

@@ -5,10 +5,11 @@
 //! data-parallel balancer does with its engines' snapshots; what this router routes,
 //! prefills and completes after it is added on top. Where the router's own count of its
 //! in-flight requests is larger (a report measured before the router's last requests
-//! reached the engine), that count wins. Prefill tokens are the exception while the report
-//! is fresh: the engine's pending prefill counts the progress of prefills under way, which
-//! the router's own count (whole prompts until their first token) cannot, so the report
-//! and the router's routes since it stand alone. The counters are atomics updated without a common lock,
+//! reached the engine), that count wins. Prefill tokens may be the exception while the
+//! report is fresh ([`LoadConfig::prefill_from_report`]): the engine's pending prefill
+//! counts the progress of prefills under way, which the router's own count (whole prompts
+//! until their first token) cannot, so the report and the router's routes since it stand
+//! alone. The counters are atomics updated without a common lock,
 //! so an estimate may mix a report with counts from just before it: it is an estimate, as
 //! the report itself is.
 
@@ -306,7 +307,7 @@ impl LoadState {
                 Staleness::Hold => {}
             }
         }
-        let fresh = age <= nanos(config.max_report_age);
+        let fresh = config.prefill_from_report && age <= nanos(config.max_report_age);
         self.reconcile(
             &mut e,
             (mean_prefill, block_size),
@@ -316,7 +317,8 @@ impl LoadState {
     }
 
     /// Adds the report and this router's counts since it, `replicas` times over, to `e`
-    /// (the router's own counts); a `fresh` report's pending prefill replaces the router's.
+    /// (the router's own counts); with `fresh` (a fresh report, read as
+    /// [`LoadConfig::prefill_from_report`] asks), its pending prefill replaces the router's.
     fn reconcile(
         &self,
         e: &mut Estimate,

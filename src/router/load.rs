@@ -298,6 +298,12 @@ pub struct LoadConfig {
     /// counts this many times over. Without it replicas herd: every one of them sends the
     /// next second's requests to the worker the last report showed least loaded.
     pub replicas: u32,
+    /// Whether a fresh report's pending prefill replaces this router's own count of its
+    /// requests' prefill, which counts each prompt whole until its first token and so
+    /// cannot see a prefill's progress. Default `false`: the larger of the two, the
+    /// conservative figure admission holds requests to. [`PdConfig`](crate::PdConfig)
+    /// turns it on: its plans compare workers part-way through long prefills.
+    pub prefill_from_report: bool,
     /// How admission treats priorities.
     pub admission: crate::AdmissionConfig,
 }
@@ -312,6 +318,7 @@ impl Default for LoadConfig {
             default_output_tokens: 256,
             learning_rate: 0.1,
             replicas: 1,
+            prefill_from_report: false,
             admission: crate::AdmissionConfig::default(),
         }
     }
@@ -333,6 +340,8 @@ impl LoadConfig {
         with_learning_rate: learning_rate: f64;
         /// Sets [`replicas`](Self::replicas).
         with_replicas: replicas: u32;
+        /// Sets [`prefill_from_report`](Self::prefill_from_report).
+        with_prefill_from_report: prefill_from_report: bool;
         /// Sets [`admission`](Self::admission).
         with_admission: admission: crate::AdmissionConfig;
     }

@@ -90,11 +90,11 @@ impl Candidate {
         self.estimate.requests - self.estimate.decoding
     }
 
-    /// Uncached prompt tokens to prefill on the worker before a new request's: the
-    /// engine's reported pending prefill with this router's routes since, while the report
-    /// is fresh (it counts the progress of prefills under way); else this router's requests
-    /// whose first token has not come (see [`Router::first_token`]), or the stale report's
-    /// figure when larger.
+    /// Uncached prompt tokens to prefill on the worker before a new request's: this
+    /// router's requests whose first token has not come (see [`Router::first_token`]), or
+    /// the engine's reported pending prefill with this router's routes since, when larger;
+    /// with [`LoadConfig::prefill_from_report`](crate::LoadConfig::prefill_from_report), a
+    /// fresh report's figure alone (it counts the progress of prefills under way).
     #[inline]
     #[must_use]
     pub fn prefill_tokens(&self) -> u64 {

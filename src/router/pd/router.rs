@@ -19,7 +19,9 @@ use crate::{
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct PdConfig {
-    /// The load model and the mirror's settings, as for [`BalancedRouter`].
+    /// The load model and the mirror's settings, as for [`BalancedRouter`]. Default:
+    /// [`BalancedConfig`]'s, reading a fresh report's pending prefill
+    /// ([`LoadConfig::prefill_from_report`](crate::LoadConfig::prefill_from_report)).
     pub balanced: BalancedConfig,
     /// Bytes of KV a prompt token takes (2 × layers × KV heads × head size × bytes per
     /// value: Llama-3-8B in BF16, 131,072). Default 131,072.
@@ -41,8 +43,10 @@ pub struct PdConfig {
 
 impl Default for PdConfig {
     fn default() -> Self {
+        let mut balanced = BalancedConfig::default();
+        balanced.load.prefill_from_report = true;
         Self {
-            balanced: BalancedConfig::default(),
+            balanced,
             kv_bytes_per_token: 131_072,
             topology: Topology::default(),
             stall_weight: 0.05,
