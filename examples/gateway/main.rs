@@ -63,7 +63,9 @@
 //! prefill worker. The crate's `PdRouter` picks each pair, and whether to split, by
 //! `--pd-decider` (`cost`, the default: the plan of least predicted cost; `always`;
 //! `never`). `GET /metrics` (`pd_telemetry.rs`) and `GET /v1/models` (from the decode
-//! workers) serve as in the aggregated mode. Mock workers take `--mock-role prefill|decode`
+//! workers) serve as in the aggregated mode, and so does admission (`x-ttft-target-ms`,
+//! `x-priority`: `429` before either leg when no plan is predicted to meet the target).
+//! Mock workers take `--mock-role prefill|decode`
 //! and check the protocol:
 //!
 //! ```sh
