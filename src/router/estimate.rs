@@ -307,23 +307,23 @@ impl LoadState {
                 Staleness::Hold => {}
             }
         }
-        let fresh = config.prefill_from_report && age <= nanos(config.max_report_age);
+        let report_prefill = config.prefill_from_report && age <= nanos(config.max_report_age);
         self.reconcile(
             &mut e,
             (mean_prefill, block_size),
-            (u64::from(config.replicas), fresh),
+            (u64::from(config.replicas), report_prefill),
         );
         e
     }
 
     /// Adds the report and this router's counts since it, `replicas` times over, to `e`
-    /// (the router's own counts); with `fresh` (a fresh report, read as
+    /// (the router's own counts); with `report_prefill` (a fresh report, read as
     /// [`LoadConfig::prefill_from_report`] asks), its pending prefill replaces the router's.
     fn reconcile(
         &self,
         e: &mut Estimate,
         (mean_prefill, block_size): (u64, u64),
-        (replicas, fresh): (u64, bool),
+        (replicas, report_prefill): (u64, bool),
     ) {
         let (r, s) = (&self.report, &self.since);
         let since = |c: &AtomicU64| c.load(Relaxed).saturating_mul(replicas);
@@ -338,7 +338,7 @@ impl LoadState {
             NO_PREFILL => e.prefill_tokens.max(waiting.saturating_mul(mean_prefill)),
             p => {
                 let reported = (p + since(&s.prefill)).saturating_sub(since(&s.prefilled));
-                if fresh {
+                if report_prefill {
                     reported
                 } else {
                     e.prefill_tokens.max(reported)
