@@ -172,6 +172,23 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// The guides' code examples run as doctests, so a guide cannot drift from the crate.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../docs/mirror-and-sync.md")]
+    struct MirrorAndSync;
+    #[doc = include_str!("../docs/admission.md")]
+    struct Admission;
+    #[doc = include_str!("../docs/disaggregation.md")]
+    struct Disaggregation;
+    #[doc = include_str!("../docs/simulator.md")]
+    struct Simulator;
+    #[doc = include_str!("../docs/gateway.md")]
+    struct Gateway;
+    #[doc = include_str!("../docs/performance.md")]
+    struct Performance;
+}
+
 mod bits;
 mod chunks;
 mod config;
