@@ -5,7 +5,7 @@
 //! from `Default` with the setters, and every constructor that takes one calls its
 //! `validate()`, so a bad value is an [`Error::InvalidConfig`] naming the field.
 
-use crate::Error;
+use crate::error::Error;
 
 /// Writes `with_<field>(self, value) -> Self` setters, each with its doc comment.
 macro_rules! setters {

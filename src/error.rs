@@ -91,14 +91,14 @@ pub enum Error {
     /// [`Shed::retry_after`](crate::Shed::retry_after), or queue the request and route it
     /// again then.
     #[error("{0}")]
-    Shed(crate::Shed),
+    Shed(crate::request::refusal::Shed),
     /// A worker's role does not allow what it was asked to do: a prefill-only worker as the
     /// decode side of a pair, a decode-only one as the prefill side, or a pair of one worker
     /// ([`PdRouter`](crate::PdRouter)).
     #[error("worker {} is {role} and cannot {wanted}", worker.index())]
     WrongRole {
         /// The worker.
-        worker: crate::WorkerId,
+        worker: crate::tree::WorkerId,
         /// Its role's name (`prefill`, `decode` or `both`).
         role: &'static str,
         /// What it was asked to do.

@@ -56,3 +56,12 @@ pub(crate) fn fold64(value: u64) -> u64 {
     h.write_u64(value);
     h.finish()
 }
+
+/// A deterministic 64-bit mix (SplitMix64's finaliser), for tie-breaks, request keys and
+/// seeded choices.
+#[inline]
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -193,9 +193,15 @@ mod bits;
 mod chunks;
 mod config;
 mod error;
+mod fleet;
 mod fold;
 mod hash;
+mod index;
 mod list;
+mod pd;
+mod policies;
+mod ranks;
+mod request;
 mod router;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -204,18 +210,27 @@ mod tree;
 
 pub use crate::{
     error::Error,
+    fleet::{
+        Candidate, EngineLoad, FleetRates, FleetSignals, LoadConfig, ReloadConfig, Staleness,
+        StepModel, WorkerLoad, WorkerProfile, WorkerSignals,
+    },
     hash::{BlockHash, BlockKey, HashAlgorithm, PrefixHasher, TokenId, namespace_salt},
+    index::{CacheIndex, DEFAULT_BLOCK_SIZE, IndexConfig},
+    pd::{
+        AlwaysSplit, ByCost, Decide, NeverSplit, PairDecision, PairReceipt, PairView, PdConfig,
+        PdRouter, Plan, PlanCost, PlanLine, Role, Topology,
+    },
+    policies::{
+        Affinity, AffinityConfig, AffinityRouter, Balanced, BalancedConfig, BalancedRouter,
+        CacheAware, CacheAwareConfig, CacheAwareRouter, ConsistentHash, ConsistentHashConfig,
+        ConsistentHashRouter, Fallback, LeastLoaded, LeastLoadedRouter, PowerOfTwo,
+        PowerOfTwoConfig, PowerOfTwoRouter, RoundRobin, RoundRobinRouter, Scoring,
+    },
+    ranks::RankLayout,
+    request::{AdmissionConfig, LIMITS, Limit, Priority, RouteDecision, RouteRequest, Shed},
     router::{
-        AdmissionConfig, Admit, Affinity, AffinityConfig, AffinityRouter, AlwaysSplit, Balanced,
-        BalancedConfig, BalancedRouter, ByCost, CacheAware, CacheAwareConfig, CacheAwareRouter,
-        CacheIndex, Candidate, CandidateSet, ConsistentHash, ConsistentHashConfig,
-        ConsistentHashRouter, Cost, CostTerm, DEFAULT_BLOCK_SIZE, Decide, EngineLoad, Fallback,
-        FleetRates, FleetSignals, IndexConfig, LIMITS, LeastLoaded, LeastLoadedRouter, Limit,
-        LoadConfig, NeverSplit, PairDecision, PairReceipt, PairView, PdConfig, PdRouter, Plan,
-        PlanCost, PlanLine, Policy, PolicyRouter, PowerOfTwo, PowerOfTwoConfig, PowerOfTwoRouter,
-        Priority, RankLayout, Receipt, ReceiptLine, ReloadConfig, Role, RoundRobin,
-        RoundRobinRouter, RouteDecision, RouteGuard, RouteRequest, Router, Scoring, Shed,
-        Staleness, StepModel, Topology, WorkerLoad, WorkerProfile, WorkerSignals, choose_min,
+        Admit, CandidateSet, Cost, CostTerm, Policy, PolicyRouter, Receipt, ReceiptLine,
+        RouteGuard, Router, choose_min,
     },
     sync::{CacheEvent, CacheSync, GroupKind, Sequence, SyncOutcome},
     tree::{PrefixMatch, RadixTree, Tier, TreeConfig, WorkerId},

@@ -11,7 +11,7 @@ use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_secret, xxh3_64_with_seed};
 /// Size of an XXH3 secret.
 const SECRET_SIZE: usize = 192;
 
-use crate::Error;
+use crate::error::Error;
 
 mod keys;
 pub use self::keys::{BlockKey, namespace_salt};

@@ -1,440 +1,32 @@
-//! Routing: the [`Router`] trait, requests and decisions, load tracking, and every policy.
+//! Routing: the [`Router`] trait a gateway holds, the policy seam ([`Policy`], `policy.rs`)
+//! with its admission gate (`admission.rs`), and [`PolicyRouter`], which makes a router of
+//! any policy (`policy_router.rs`, its route path in `route.rs` and `shortlist.rs`, its trait
+//! implementations in `impls.rs`); receipts explain a route (`receipt.rs`).
+//!
+//! Rule: the router reads the fleet model (`crate::fleet`), the mirror (`crate::index`) and
+//! the request vocabulary (`crate::request`); none of them reads it. The built-in policies
+//! (`crate::policies`) and the pair router (`crate::pd`) sit above it.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use crate::{Error, TokenId, WorkerId};
+use crate::error::Error;
+use crate::fleet::{EngineLoad, FleetSignals, WorkerLoad, WorkerProfile, WorkerSignals};
+use crate::request::{RouteDecision, RouteRequest};
+use crate::tree::WorkerId;
 
 mod admission;
-mod affinity;
-mod balanced;
-mod baseline;
-mod cache_aware;
-mod consistent;
-mod estimate;
-mod fleet;
-mod index;
-mod load;
-mod pd;
+mod impls;
 mod policy;
-mod predict;
-mod ranks;
+mod policy_router;
 mod receipt;
-mod reload;
-mod signals;
+mod route;
+mod shortlist;
 
-pub use self::admission::{AdmissionConfig, Admit, Limit, Priority, Shed};
-pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
-pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
-pub use self::baseline::{
-    LeastLoaded, LeastLoadedRouter, PowerOfTwo, PowerOfTwoConfig, PowerOfTwoRouter, RoundRobin,
-    RoundRobinRouter,
-};
-pub use self::cache_aware::{CacheAware, CacheAwareConfig, CacheAwareRouter};
-pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashRouter};
-pub use self::fleet::WorkerLoad;
-pub use self::index::{CacheIndex, IndexConfig};
-pub use self::load::{EngineLoad, LoadConfig, Staleness, StepModel, WorkerProfile};
-pub use self::pd::{
-    AlwaysSplit, ByCost, Decide, NeverSplit, PairDecision, PairReceipt, PairView, PdConfig,
-    PdRouter, Plan, PlanCost, PlanLine, Role, Topology,
-};
-pub use self::policy::{Candidate, CandidateSet, Policy, PolicyRouter, choose_min};
-pub use self::ranks::RankLayout;
+pub use self::policy::{Admit, CandidateSet, Policy, choose_min};
+pub use self::policy_router::PolicyRouter;
 pub use self::receipt::{Cost, CostTerm, Receipt, ReceiptLine};
-pub use self::reload::ReloadConfig;
-pub use self::signals::{FleetRates, FleetSignals, LIMITS, WorkerSignals};
 
-pub(crate) use self::fleet::{mix64, pick_min};
-
-/// Block size the routers hash with unless configured otherwise: vLLM's default.
-pub const DEFAULT_BLOCK_SIZE: usize = 16;
-
-/// A request to route: its prompt's token IDs and what else the policies may use.
-///
-/// ```
-/// use prefix_router::RouteRequest;
-///
-/// let tokens = [1u32, 2, 3];
-/// let req = RouteRequest::new(&tokens)
-///     .with_session("conversation-42")
-///     .with_salt(b"llama-3-70b/lora:finance")
-///     .with_expected_output(256);
-/// assert_eq!(req.session(), Some("conversation-42"));
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct RouteRequest<'a> {
-    tokens: &'a [TokenId],
-    session: Option<&'a str>,
-    salt: &'a [u8],
-    keys: &'a [crate::BlockKey],
-    expected_output: Option<u32>,
-    time: Option<std::time::Duration>,
-    ttft_target: Option<std::time::Duration>,
-    tpot_target: Option<std::time::Duration>,
-    priority: Priority,
-    /// [`key`](Self::key) without a session, computed once.
-    token_key: u64,
-    /// The session's key, computed once.
-    session_key: Option<u64>,
-}
-
-impl<'a> RouteRequest<'a> {
-    /// A request for a prompt of `tokens`.
-    #[must_use]
-    pub fn new(tokens: &'a [TokenId]) -> Self {
-        Self {
-            tokens,
-            session: None,
-            salt: &[],
-            keys: &[],
-            expected_output: None,
-            time: None,
-            ttft_target: None,
-            tpot_target: None,
-            priority: Priority::Standard,
-            token_key: token_key(tokens, &[]),
-            session_key: None,
-        }
-    }
-
-    /// The time the request is routed at, on the host's clock (the one its
-    /// [`EngineLoad::measured_at`] reports use): engine reports older than
-    /// [`LoadConfig::max_report_age`] against it are stale. Without it, the newest report's
-    /// time is the router's clock.
-    #[must_use]
-    pub fn with_time(self, at: std::time::Duration) -> Self {
-        Self {
-            time: Some(at),
-            ..self
-        }
-    }
-
-    /// A time-to-first-token target: the request asks for admission. It is routed only to
-    /// a worker the load model predicts meets the target (held to
-    /// [`AdmissionConfig::sheddable_share`] of it when [`Priority::Sheddable`]), or refused
-    /// with [`Error::Shed`] when none does, unless it is [`Priority::Critical`]. Routers
-    /// without a load model ([`PolicyRouter`]s all have one) ignore it.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use prefix_router::{BalancedRouter, EngineLoad, Error, Priority, RouteRequest, Router, WorkerId};
-    ///
-    /// let router = BalancedRouter::new(2)?;
-    /// // Both workers report 200 requests waiting: far more than two seconds of prefill.
-    /// for w in 0..2 {
-    ///     let load = EngineLoad::new(200, 8, Duration::ZERO).with_prefill_tokens(400_000);
-    ///     router.report_load(WorkerId::new(w), load)?;
-    /// }
-    /// let tokens = vec![7u32; 2_048];
-    /// let request = RouteRequest::new(&tokens)
-    ///     .with_ttft_target(Duration::from_secs(2))
-    ///     .with_priority(Priority::Sheddable);
-    /// match router.route(&request) {
-    ///     Err(Error::Shed(shed)) => assert!(shed.retry_after.is_some()),
-    ///     other => panic!("expected a shed, got {other:?}"),
-    /// }
-    /// // A critical request is routed all the same.
-    /// let critical = request.with_priority(Priority::Critical);
-    /// assert!(router.route(&critical).is_ok());
-    /// # Ok::<(), Error>(())
-    /// ```
-    #[must_use]
-    pub fn with_ttft_target(self, target: std::time::Duration) -> Self {
-        Self {
-            ttft_target: Some(target),
-            ..self
-        }
-    }
-
-    /// The time-to-first-token target, if given.
-    #[must_use]
-    pub fn ttft_target(&self) -> Option<std::time::Duration> {
-        self.ttft_target
-    }
-
-    /// A time-per-output-token target: the request asks for admission, as with
-    /// [`with_ttft_target`](Self::with_ttft_target) (the two may be given together). A worker
-    /// meets it when the load model predicts its decode steps, with this request in the
-    /// batch and the prefill queued there shared over the request's output, take no longer;
-    /// a refusal it binds says [`Limit::Decode`].
-    #[must_use]
-    pub fn with_tpot_target(self, target: std::time::Duration) -> Self {
-        Self {
-            tpot_target: Some(target),
-            ..self
-        }
-    }
-
-    /// The time-per-output-token target, if given.
-    #[must_use]
-    pub fn tpot_target(&self) -> Option<std::time::Duration> {
-        self.tpot_target
-    }
-
-    /// Whether the request asks for admission: it carries a target.
-    #[inline]
-    #[must_use]
-    pub fn asks_admission(&self) -> bool {
-        self.ttft_target.is_some() || self.tpot_target.is_some()
-    }
-
-    /// The request's priority under admission (default [`Priority::Standard`]).
-    #[must_use]
-    pub fn with_priority(self, priority: Priority) -> Self {
-        Self { priority, ..self }
-    }
-
-    /// The request's priority.
-    #[must_use]
-    pub fn priority(&self) -> Priority {
-        self.priority
-    }
-
-    /// The request's time, if given.
-    #[must_use]
-    pub fn time(&self) -> Option<std::time::Duration> {
-        self.time
-    }
-
-    /// The conversation or session this request belongs to (sticky policies use it).
-    #[must_use]
-    pub fn with_session(self, session: &'a str) -> Self {
-        Self {
-            session: Some(session),
-            session_key: Some(xxhash_rust::xxh3::xxh3_64(session.as_bytes())),
-            ..self
-        }
-    }
-
-    /// A cache namespace: model, LoRA adapter or tenant cache salt. Requests with different
-    /// salts never share cached prefixes. For a LoRA adapter or a cache salt that engines
-    /// report in their events, use [`namespace_salt`](crate::namespace_salt), the convention
-    /// event sync follows.
-    #[must_use]
-    pub fn with_salt(self, salt: &'a [u8]) -> Self {
-        Self {
-            salt,
-            token_key: token_key(self.tokens, salt),
-            ..self
-        }
-    }
-
-    /// Per-block extra keys (multimodal inputs and the like, see
-    /// [`BlockKey`](crate::BlockKey)): two prompts with equal tokens but other keys share no
-    /// block from the first keyed one on.
-    #[must_use]
-    pub fn with_keys(self, keys: &'a [crate::BlockKey]) -> Self {
-        Self { keys, ..self }
-    }
-
-    /// The per-block extra keys (empty when none).
-    #[must_use]
-    pub fn keys(&self) -> &'a [crate::BlockKey] {
-        self.keys
-    }
-
-    /// The expected number of output tokens, where the host knows it (a hint: the decode
-    /// load the request adds, for policies that weigh it).
-    #[must_use]
-    pub fn with_expected_output(self, tokens: u32) -> Self {
-        Self {
-            expected_output: Some(tokens),
-            ..self
-        }
-    }
-
-    /// The prompt's token IDs.
-    #[must_use]
-    pub fn tokens(&self) -> &'a [TokenId] {
-        self.tokens
-    }
-
-    /// The session id, if any.
-    #[must_use]
-    pub fn session(&self) -> Option<&'a str> {
-        self.session
-    }
-
-    /// The salt (empty when none).
-    #[must_use]
-    pub fn salt(&self) -> &'a [u8] {
-        self.salt
-    }
-
-    /// The expected output length, if given.
-    #[must_use]
-    pub fn expected_output(&self) -> Option<u32> {
-        self.expected_output
-    }
-
-    /// A 64-bit key of the request for tie-breaks and hashing policies: the session when
-    /// there is one, else the prompt's length and first 8 tokens with the salt (computed
-    /// when the request is built).
-    #[inline]
-    pub(crate) fn key(&self) -> u64 {
-        self.session_key.unwrap_or(self.token_key)
-    }
-}
-
-/// The key of a request of `tokens` salted with `salt`, without a session: its length and
-/// first 8 tokens, with the salt.
-fn token_key(tokens: &[TokenId], salt: &[u8]) -> u64 {
-    let mut key = mix64(tokens.len() as u64 ^ 0x5EED);
-    if !salt.is_empty() {
-        key ^= xxhash_rust::xxh3::xxh3_64(salt);
-    }
-    for &t in tokens.iter().take(8) {
-        key = mix64(key ^ u64::from(t));
-    }
-    key
-}
-
-/// Where a request went, what the router predicted, and the load it charged.
-///
-/// Release the load exactly once with [`Router::complete`] (or hold a [`RouteGuard`], which
-/// releases on drop); completing again is a no-op. Not `Clone`, so one decision is one
-/// charge.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct RouteDecision {
-    worker: WorkerId,
-    epoch: u64,
-    prompt_tokens: usize,
-    matched_blocks: usize,
-    cached_tokens: usize,
-    /// Cached tokens by [`Tier::index`](crate::Tier::index).
-    cached_by_tier: [u32; 4],
-    /// The worker's data-parallel rank in its endpoint.
-    rank: u32,
-    /// Seconds to first token the load model predicted at the worker's configured speed.
-    predicted_ttft_s: f64,
-    /// Output tokens the request was charged with (its expected output).
-    output_tokens: u32,
-    /// `RELEASED` and `PREFILLED` bits: each set once, by one atomic operation.
-    state: AtomicU8,
-}
-
-const RELEASED: u8 = 1;
-const PREFILLED: u8 = 2;
-
-impl RouteDecision {
-    pub(crate) fn new(
-        worker: WorkerId,
-        epoch: u64,
-        prompt_tokens: usize,
-        matched_blocks: usize,
-        cached_tokens: usize,
-        cached_by_tier: [u32; 4],
-    ) -> Self {
-        Self {
-            worker,
-            epoch,
-            prompt_tokens,
-            matched_blocks,
-            cached_tokens,
-            cached_by_tier,
-            rank: 0,
-            predicted_ttft_s: 0.0,
-            output_tokens: 0,
-            state: AtomicU8::new(0),
-        }
-    }
-
-    /// The same decision with the load model's prediction, charging the worker with
-    /// `output_tokens` to generate.
-    pub(crate) fn with_prediction(mut self, ttft_s: f64, output_tokens: u32) -> Self {
-        self.predicted_ttft_s = ttft_s;
-        self.output_tokens = output_tokens;
-        self
-    }
-
-    /// Output tokens the decision charged its worker with.
-    pub(crate) fn output_tokens(&self) -> u32 {
-        self.output_tokens
-    }
-
-    /// Seconds to first token the router's load model predicted, at the worker's configured
-    /// speed: [`Router::first_token_after`] compares the time measured with it.
-    #[must_use]
-    pub fn predicted_ttft_s(&self) -> f64 {
-        self.predicted_ttft_s
-    }
-
-    /// The same decision for a worker at data-parallel rank `rank`.
-    pub(crate) fn with_rank(mut self, rank: u32) -> Self {
-        self.rank = rank;
-        self
-    }
-
-    /// The chosen worker's data-parallel rank within its endpoint (see
-    /// [`RankLayout`](crate::RankLayout); 0 with one rank per endpoint): what a host sends
-    /// as vLLM's `X-data-parallel-rank` header.
-    #[must_use]
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    /// Of [`cached_tokens`](Self::cached_tokens), those the worker is predicted to hold at
-    /// `tier` (each block at the best tier holding it).
-    #[must_use]
-    pub fn cached_tokens_at(&self, tier: crate::Tier) -> usize {
-        self.cached_by_tier[tier.index()] as usize
-    }
-
-    /// The chosen worker.
-    #[must_use]
-    pub fn worker(&self) -> WorkerId {
-        self.worker
-    }
-
-    /// Prompt tokens the router predicts the worker has cached (0 for policies without a
-    /// cache index).
-    #[must_use]
-    pub fn cached_tokens(&self) -> usize {
-        self.cached_tokens
-    }
-
-    /// Leading blocks of the prompt the router believes the worker holds.
-    #[must_use]
-    pub fn matched_blocks(&self) -> usize {
-        self.matched_blocks
-    }
-
-    /// Tokens in the prompt.
-    #[must_use]
-    pub fn prompt_tokens(&self) -> usize {
-        self.prompt_tokens
-    }
-
-    /// Tokens the worker is predicted to prefill: prompt minus cached.
-    #[must_use]
-    pub fn prefill_tokens(&self) -> usize {
-        self.prompt_tokens - self.cached_tokens
-    }
-
-    /// Whether the load of this decision was already released.
-    #[must_use]
-    pub fn is_completed(&self) -> bool {
-        self.state.load(Ordering::Acquire) & RELEASED != 0
-    }
-
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// Marks the decision released (and so prefilled). `None` if it already was released,
-    /// else whether the prefill was still outstanding.
-    pub(crate) fn mark_released(&self) -> Option<bool> {
-        let before = self.state.fetch_or(RELEASED | PREFILLED, Ordering::AcqRel);
-        (before & RELEASED == 0).then_some(before & PREFILLED == 0)
-    }
-
-    /// Marks the prefill done; false if it already was (or the decision was released).
-    pub(crate) fn mark_prefilled(&self) -> bool {
-        self.state.fetch_or(PREFILLED, Ordering::AcqRel) & (PREFILLED | RELEASED) == 0
-    }
-}
+pub(crate) use self::admission::Admission;
 
 /// A routing policy with load tracking: the crate's front door.
 ///
@@ -481,7 +73,7 @@ pub trait Router: Send + Sync {
     /// Like [`first_token`](Self::first_token), with the time from forwarding the request
     /// to its first token as the host measured it: the router learns the worker's effective
     /// speed from it (how much slower or faster than predicted its first tokens come, over
-    /// about the last `1 / learning_rate` of them, see [`LoadConfig::learning_rate`]). The
+    /// about the last `1 / learning_rate` of them, see [`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate)). The
     /// default calls `first_token`.
     fn first_token_after(&self, decision: &RouteDecision, elapsed: std::time::Duration) {
         let _ = elapsed;
@@ -602,7 +194,7 @@ pub trait Router: Send + Sync {
     /// ([`BalancedRouter`](crate::BalancedRouter), [`CacheAwareRouter`](crate::CacheAwareRouter)),
     /// so that a host holding an `Arc<dyn Router>` can feed events and feedback to it.
     /// The default: `None`.
-    fn cache_sync(&self) -> Option<&dyn crate::CacheSync> {
+    fn cache_sync(&self) -> Option<&dyn crate::sync::CacheSync> {
         None
     }
 }
@@ -650,6 +242,3 @@ impl<R: Router + ?Sized> Drop for RouteGuard<'_, R> {
         self.router.complete(&self.decision);
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::{Tier, WorkerId};
+use crate::tree::{Tier, WorkerId};
 
 /// One term of a policy's cost for a candidate (lower costs win).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -20,7 +20,10 @@ use super::report::SimReport;
 use super::scheduler::{Outcome, Scheduler, Seq, Step};
 use super::simulation::Simulation;
 use super::tally::{Tally, Workers};
-use crate::{CacheSync, Error, RouteDecision, WorkerId};
+use crate::error::Error;
+use crate::request::RouteDecision;
+use crate::sync::CacheSync;
+use crate::tree::WorkerId;
 
 mod pd;
 
@@ -404,8 +407,9 @@ impl<'s> Run<'s> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::{CacheIndex, IndexConfig};
+    use crate::policies::RoundRobinRouter;
     use crate::sim::{ClusterConfig, Request};
-    use crate::{CacheIndex, IndexConfig, RoundRobinRouter};
     use proptest::prelude::*;
 
     /// Prompts of 1 to 6 blocks of 4 tokens from an alphabet of 3 blocks (so that they
@@ -451,7 +455,7 @@ mod tests {
             chunk in 1usize..4,
         ) {
             let batch = crate::sim::BatchConfig::default()
-                .with_step(crate::StepModel::default().with_max_num_batched_tokens(budget))
+                .with_step(crate::fleet::StepModel::default().with_max_num_batched_tokens(budget))
                 .with_host_capacity_tokens(host_chunks * chunk * 4)
                 .with_host_chunk_blocks(chunk);
             let config = ClusterConfig::default()
@@ -462,7 +466,7 @@ mod tests {
                 .with_batch(batch);
             let sim = Simulation::new(requests, config).unwrap();
             let router = RoundRobinRouter::new(workers).unwrap();
-            let routers: [&dyn crate::Router; 1] = [&router];
+            let routers: [&dyn crate::router::Router; 1] = [&router];
             let mirror = CacheIndex::new(
                 IndexConfig::default().with_block_size(4).with_host_chunk_blocks(chunk),
             )

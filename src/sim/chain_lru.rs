@@ -31,8 +31,8 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::BlockHash;
 use crate::fold::FoldMap;
+use crate::hash::BlockHash;
 
 /// A path: chunk `j` (from 1) is named by `hashes[j × chunk − 1]`.
 #[derive(Clone, Copy, Debug)]

@@ -1,7 +1,11 @@
 //! The modelled fleet's configuration.
 
 use crate::config::{float, int};
-use crate::{Error, PrefixHasher, Priority, RadixTree, Role};
+use crate::error::Error;
+use crate::hash::PrefixHasher;
+use crate::pd::Role;
+use crate::request::Priority;
+use crate::tree::RadixTree;
 
 /// How the router's mirror is corrected during a simulation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -173,7 +177,7 @@ impl Fault {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a malformed entry.
-    pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, crate::Error> {
+    pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, crate::error::Error> {
         spec.split(',')
             .map(|entry| {
                 let bad =
@@ -195,7 +199,7 @@ impl Fault {
     }
 
     /// Checks the fault against a fleet of `workers` workers.
-    pub(super) fn validate(&self, workers: usize) -> Result<(), crate::Error> {
+    pub(super) fn validate(&self, workers: usize) -> Result<(), crate::error::Error> {
         if self.worker as usize >= workers {
             return Err(crate::config::invalid(
                 "faults",
@@ -257,7 +261,7 @@ pub enum Engine {
 #[non_exhaustive]
 pub struct BatchConfig {
     /// The scheduler's budgets and the step-time model.
-    pub step: crate::StepModel,
+    pub step: crate::fleet::StepModel,
     /// KV each worker's host tier (CPU offloading) holds, in tokens; 0: no host tier.
     /// Default 0.
     pub host_capacity_tokens: usize,
@@ -268,19 +272,19 @@ pub struct BatchConfig {
     /// What loading from the host tier costs: a step that loads `n` tokens back takes
     /// [`ReloadConfig::seconds`](crate::ReloadConfig::seconds)`(Tier::Host, n)` longer.
     /// Default: the router's default figures.
-    pub reload: crate::ReloadConfig,
+    pub reload: crate::fleet::ReloadConfig,
 }
 
 impl BatchConfig {
     crate::config::setters! {
         /// Sets [`step`](Self::step).
-        with_step: step: crate::StepModel;
+        with_step: step: crate::fleet::StepModel;
         /// Sets [`host_capacity_tokens`](Self::host_capacity_tokens).
         with_host_capacity_tokens: host_capacity_tokens: usize;
         /// Sets [`host_chunk_blocks`](Self::host_chunk_blocks).
         with_host_chunk_blocks: host_chunk_blocks: usize;
         /// Sets [`reload`](Self::reload).
-        with_reload: reload: crate::ReloadConfig;
+        with_reload: reload: crate::fleet::ReloadConfig;
     }
 
     /// Checks every field.
@@ -304,10 +308,10 @@ impl BatchConfig {
 impl Default for BatchConfig {
     fn default() -> Self {
         Self {
-            step: crate::StepModel::default(),
+            step: crate::fleet::StepModel::default(),
             host_capacity_tokens: 0,
             host_chunk_blocks: 1,
-            reload: crate::ReloadConfig::default(),
+            reload: crate::fleet::ReloadConfig::default(),
         }
     }
 }

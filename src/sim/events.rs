@@ -22,7 +22,9 @@ use std::rc::Rc;
 use super::clock::Clock;
 use super::config::ClusterConfig;
 use super::rng::Rng;
-use crate::{CacheEvent, CacheSync, Error, WorkerId};
+use crate::error::Error;
+use crate::sync::{CacheEvent, CacheSync};
+use crate::tree::WorkerId;
 
 /// Timed event: the oldest batch in flight reaches the sinks.
 pub(super) const DELIVER: u8 = 1;
@@ -192,8 +194,8 @@ fn apply(sink: Option<&dyn CacheSync>, batch: &Batch) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::{CacheIndex, IndexConfig};
     use crate::sim::clock::Tick;
-    use crate::{CacheIndex, IndexConfig};
     use proptest::prelude::*;
 
     const W: WorkerId = WorkerId::new(0);

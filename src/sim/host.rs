@@ -23,7 +23,7 @@
 //! or remote tiers.
 
 use super::chain_lru::{ChainLru, Path};
-use crate::BlockHash;
+use crate::hash::BlockHash;
 
 /// A change of the host tier, named by the chunk's last block. A refresh records the chunks
 /// it copies root first (as vLLM's offloading connector names a store's blocks), then the

@@ -64,6 +64,7 @@ mod references;
 mod replicas;
 mod report;
 mod rng;
+mod run;
 mod scheduler;
 mod simple;
 mod simulation;

@@ -19,8 +19,8 @@
 //! when it has no references; the hash index names every block with a hash, and only those.
 
 use crate::fold::FoldMap;
+use crate::hash::{BlockHash, TokenId};
 use crate::list::{self, List, Slot};
-use crate::{BlockHash, TokenId};
 use hashbrown::hash_map::Entry;
 
 /// A block of the pool: a typed index.

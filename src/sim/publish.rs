@@ -15,7 +15,8 @@
 
 use super::host::HostChange;
 use super::pool::{PoolChange, PoolLog};
-use crate::{CacheEvent, Tier};
+use crate::sync::CacheEvent;
+use crate::tree::Tier;
 
 /// The events of one batch: `pool`'s changes, then `host`'s.
 pub(super) fn events(pool: &PoolLog, host: &[HostChange]) -> Vec<CacheEvent> {
@@ -86,8 +87,8 @@ struct Run {
 
 impl Run {
     /// The run's last block.
-    fn last(&self) -> crate::BlockHash {
-        crate::BlockHash::new(self.blocks[self.blocks.len() - 1])
+    fn last(&self) -> crate::hash::BlockHash {
+        crate::hash::BlockHash::new(self.blocks[self.blocks.len() - 1])
     }
 
     fn event(self, log: &PoolLog) -> CacheEvent {
@@ -98,7 +99,7 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::BlockHash;
+    use crate::hash::BlockHash;
 
     fn h(i: u64) -> BlockHash {
         BlockHash::new(i)
@@ -111,7 +112,7 @@ mod tests {
             match change {
                 PoolChange::Cached { hash, parent, .. } => {
                     let start = log.tokens.len();
-                    let t = hash.get() as crate::TokenId * 10;
+                    let t = hash.get() as crate::hash::TokenId * 10;
                     log.tokens.extend([t, t + 1]);
                     log.changes.push(PoolChange::Cached {
                         hash: *hash,

@@ -1,7 +1,9 @@
 //! The two references that bound any router's hit ratio on a workload.
 
 use super::workload::{Prompt, Request};
-use crate::{Error, PrefixHasher, RadixTree, TokenId, TreeConfig, WorkerId};
+use crate::error::Error;
+use crate::hash::{PrefixHasher, TokenId};
+use crate::tree::{RadixTree, TreeConfig, WorkerId};
 
 const W0: WorkerId = WorkerId::new(0);
 

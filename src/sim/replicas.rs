@@ -8,7 +8,10 @@
 
 use super::config::{ClusterConfig, Front};
 use super::rng::Rng;
-use crate::{EngineLoad, Error, Router, WorkerId};
+use crate::error::Error;
+use crate::fleet::EngineLoad;
+use crate::router::Router;
+use crate::tree::WorkerId;
 
 /// The index of a replica in the slice given to
 /// [`Simulation::run_replicas`](super::Simulation::run_replicas).

@@ -210,7 +210,7 @@ pub struct RequestRecord {
     /// Dropped: it can never fit its worker's KV cache.
     pub rejected: bool,
     /// Its priority under admission.
-    pub priority: crate::Priority,
+    pub priority: crate::request::Priority,
     /// Refused by admission: never run.
     pub shed: bool,
     /// The worker that prefilled it, when that is not [`worker`](Self::worker), which

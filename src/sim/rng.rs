@@ -11,7 +11,7 @@ impl Rng {
 
     pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        crate::router::mix64(self.0)
+        crate::fold::mix64(self.0)
     }
 
     /// Uniform in `0..n` (0 for n = 0).

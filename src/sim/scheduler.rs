@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use super::config::BatchConfig;
 use super::host::{HostChange, HostTier};
 use super::pool::{BlockId, BlockPool, PoolLog};
-use crate::{BlockHash, PrefixHasher, TokenId};
+use crate::hash::{BlockHash, PrefixHasher, TokenId};
 
 /// A sequence's index in the run (its request's index in the trace).
 pub(super) type SeqId = usize;
@@ -111,7 +111,7 @@ impl Seq {
 
 /// The made-up token sequence `id` generates at position `pos`.
 fn generated_token(id: SeqId, pos: usize) -> TokenId {
-    let mixed = crate::router::mix64(((id as u64) << 32) ^ pos as u64 ^ 0x6E65_7854_6F6B_656E);
+    let mixed = crate::fold::mix64(((id as u64) << 32) ^ pos as u64 ^ 0x6E65_7854_6F6B_656E);
     (mixed % 151_936) as TokenId
 }
 
@@ -153,7 +153,7 @@ impl Step {
         config
             .step
             .seconds(prefill, decodes, self.context as f64, prefill_tokens_per_s)
-            + config.reload.seconds(crate::Tier::Host, self.loaded)
+            + config.reload.seconds(crate::tree::Tier::Host, self.loaded)
     }
 }
 
@@ -207,7 +207,7 @@ impl Scheduler {
     /// running, the pool's blocks not free (vLLM's KV-cache usage: cached free blocks count
     /// as free), and the prompt tokens still to prefill (a waiting sequence's past the
     /// prefix the pool holds for it now).
-    pub(super) fn load(&self, seqs: &[Option<Seq>], now: f64) -> crate::EngineLoad {
+    pub(super) fn load(&self, seqs: &[Option<Seq>], now: f64) -> crate::fleet::EngineLoad {
         let capacity = self.pool.capacity().max(1);
         let used = capacity.saturating_sub(self.pool.free_blocks());
         let pending = |id: &SeqId| {
@@ -225,7 +225,7 @@ impl Scheduler {
             seq.prompt.len().saturating_sub(computed) as u64
         };
         let prefill: u64 = self.waiting.iter().chain(&self.running).map(pending).sum();
-        crate::EngineLoad::new(
+        crate::fleet::EngineLoad::new(
             self.waiting.len() as u64,
             self.running.len() as u64,
             std::time::Duration::from_secs_f64(now.max(0.0)),

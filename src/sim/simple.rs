@@ -12,7 +12,8 @@ use super::replicas::Replicas;
 use super::report::SimReport;
 use super::simulation::{Routed, Simulation};
 use super::tally::{Tally, Workers};
-use crate::{Error, RadixTree, WorkerId};
+use crate::error::Error;
+use crate::tree::{RadixTree, WorkerId};
 
 const W0: WorkerId = WorkerId::new(0);
 

@@ -92,7 +92,7 @@ impl Tally {
         i: usize,
         at: f64,
         prompt_tokens: usize,
-        priority: crate::Priority,
+        priority: crate::request::Priority,
     ) {
         let r = &mut self.records[i];
         (r.arrival_s, r.prompt_tokens, r.priority, r.shed) = (at, prompt_tokens, priority, true);
@@ -195,7 +195,7 @@ impl Tally {
             goodput: ratio(good as f64, requests as f64),
             goodput_rps: ratio(good as f64, makespan),
             shed: self.records.iter().filter(|r| r.shed).count(),
-            shed_by_priority: crate::Priority::ALL.map(|p| {
+            shed_by_priority: crate::request::Priority::ALL.map(|p| {
                 self.records
                     .iter()
                     .filter(|r| r.shed && r.priority == p)

@@ -4,7 +4,7 @@ use std::io::BufRead;
 use std::path::Path;
 
 use super::workload::{Prompt, Request};
-use crate::Error;
+use crate::error::Error;
 
 /// Tokens per hash id in the Mooncake traces.
 pub const MOONCAKE_BLOCK_TOKENS: usize = 512;

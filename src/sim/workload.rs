@@ -1,7 +1,7 @@
 //! Requests and seeded synthetic workloads.
 
 use super::rng::{Rng, Zipf};
-use crate::TokenId;
+use crate::hash::TokenId;
 
 /// Vocabulary size token IDs are drawn from (Qwen2's, beyond 2^17).
 const VOCAB: u64 = 151_936;

@@ -31,10 +31,10 @@
 
 use hashbrown::HashTable;
 
-use crate::BlockHash;
 use crate::bits::{bit, set_bit};
 use crate::chunks::Chunks;
 use crate::fold::{FoldMap, fold64 as hash};
+use crate::hash::BlockHash;
 
 use super::SyncOutcome;
 

@@ -1,7 +1,8 @@
 //! [`CacheEvent`]: one change to a worker's KV cache, in the router's terms.
 
 use super::GroupKind;
-use crate::{BlockKey, TokenId, tree::Tier};
+use crate::hash::{BlockKey, TokenId};
+use crate::tree::Tier;
 
 /// One change to a worker's KV cache, as an engine reports it.
 ///

@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 
-use crate::BlockHash;
 use crate::fold::FoldMap;
+use crate::hash::BlockHash;
 
 /// The last records dropped, oldest first, at most a bound.
 #[derive(Debug, Default)]

@@ -18,9 +18,10 @@
 use super::GroupKind;
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
-use super::state::Stored;
+use super::store::Stored;
 use crate::fold::FoldMap;
-use crate::{BlockHash, PrefixHasher, WorkerId};
+use crate::hash::{BlockHash, PrefixHasher};
+use crate::tree::WorkerId;
 
 /// One worker's state in one group.
 #[derive(Debug, Default)]

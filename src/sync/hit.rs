@@ -13,8 +13,9 @@
 //!   announced by a lower tier: the last block names the chunk.
 
 use super::state::SyncState;
+use crate::hash::BlockHash;
 use crate::tree::Held;
-use crate::{BlockHash, WorkerId};
+use crate::tree::WorkerId;
 
 impl SyncState {
     /// What `worker` would reuse of the prompt `blocks`, given what the tree says it holds

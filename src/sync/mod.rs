@@ -23,15 +23,21 @@ mod gone;
 mod groups;
 mod hit;
 mod state;
+mod store;
 mod tips;
 #[cfg(feature = "vllm")]
 pub mod vllm;
 mod worker;
 
 pub use self::event::CacheEvent;
-pub(crate) use self::state::{SyncConfig, SyncState};
+pub(crate) use self::state::SyncState;
+pub(crate) use self::store::SyncConfig;
 
-use crate::{Error, TokenId, WorkerId};
+use crate::error::Error;
+
+use crate::hash::TokenId;
+
+use crate::tree::WorkerId;
 
 /// How a KV-cache group decides which blocks a prefix hit needs (vLLM's `kv_cache_spec_kind`):
 /// see [`CacheEvent::with_group_kind`]. Group 0, the main one, is always full attention.

@@ -18,11 +18,12 @@
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
 use super::gone::Gone;
-use super::state::{Scratch, Stored};
+use super::store::{Scratch, Stored};
 use super::tips::{Tip, Tips};
 use crate::fold::FoldMap;
+use crate::hash::{BlockHash, PrefixHasher};
 use crate::tree::{Position, Tier};
-use crate::{BlockHash, PrefixHasher, RadixTree, WorkerId};
+use crate::tree::{RadixTree, WorkerId};
 
 /// The main group's state of one worker.
 #[derive(Debug, Default)]

@@ -17,7 +17,7 @@
 //! links and stamps to the recency layer; the arena only stores them.
 
 use super::members::Members;
-use crate::BlockHash;
+use crate::hash::BlockHash;
 use crate::list::Slot;
 
 /// A node of the tree: an index into the arena. [`NodeId::ROOT`] is never freed;

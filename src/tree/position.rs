@@ -17,8 +17,8 @@
 //! dropped in bulk once they may be as many as the live ones.
 
 use super::arena::{Arena, NodeId};
-use crate::BlockHash;
 use crate::fold::FoldMap;
+use crate::hash::BlockHash;
 use crate::list::Slot;
 
 /// A checked, weak handle on one block of a [`RadixTree`](super::RadixTree): see the module

@@ -6,7 +6,8 @@ use super::recency::{Cursor, Recency};
 use super::search::{Held, Search};
 use super::shape::{Edit, Shape};
 use super::{PrefixMatch, Tier, TierSet, WorkerId};
-use crate::{BlockHash, Error};
+use crate::error::Error;
+use crate::hash::BlockHash;
 
 /// Memory bounds of a [`RadixTree`], applied to all workers together.
 ///

@@ -5,7 +5,7 @@ use smallvec::SmallVec;
 
 use super::arena::{Arena, NodeId, bits};
 use super::shape::Shape;
-use crate::BlockHash;
+use crate::hash::BlockHash;
 
 /// How many leading blocks of a query a worker holds, and how many of them at each tier
 /// (by [`Tier::index`](super::Tier::index)): each block counts at the best tier holding it.

@@ -20,8 +20,8 @@ use super::arena::{Arena, NodeId, bits};
 use super::position::LastBlocks;
 use super::recency::{Left, Recency};
 use super::tier::Tier;
-use crate::BlockHash;
 use crate::fold::FoldMap;
+use crate::hash::BlockHash;
 use crate::list::Slot;
 
 /// Key of the child map: a parent and the first block of the child's edge.

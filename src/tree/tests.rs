@@ -1,6 +1,6 @@
 use super::arena::NodeId;
 use super::*;
-use crate::BlockHash;
+use crate::hash::BlockHash;
 
 /// Where a position points: its node and depth.
 fn at(p: Option<Position>) -> Option<(NodeId, usize)> {
@@ -327,7 +327,7 @@ mod random_ops {
     }
 
     /// Applies `op` to `tree` unless it is an insert (each test inserts its own way).
-    pub(super) fn apply_other(tree: &mut RadixTree, hasher: &crate::PrefixHasher, op: &Op) {
+    pub(super) fn apply_other(tree: &mut RadixTree, hasher: &crate::hash::PrefixHasher, op: &Op) {
         match op {
             Op::Insert(..) => {}
             Op::Truncate(w, p, keep) => tree.truncate(WorkerId::new(*w), &hasher.hash(p), *keep),
@@ -343,7 +343,7 @@ mod random_ops {
 mod positions {
     use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
-    use crate::PrefixHasher;
+    use crate::hash::PrefixHasher;
     use proptest::prelude::*;
 
     proptest! {
@@ -398,7 +398,7 @@ mod positions {
 mod last_block_index {
     use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
-    use crate::PrefixHasher;
+    use crate::hash::PrefixHasher;
     use proptest::prelude::*;
 
     proptest! {
@@ -461,7 +461,7 @@ mod last_block_index {
 mod insert_below {
     use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
-    use crate::PrefixHasher;
+    use crate::hash::PrefixHasher;
     use proptest::prelude::*;
 
     proptest! {
@@ -538,7 +538,7 @@ mod insert_below {
 mod insert_to {
     use super::random_ops::{Op, apply_other, chained, ops};
     use super::*;
-    use crate::PrefixHasher;
+    use crate::hash::PrefixHasher;
     use proptest::prelude::*;
 
     proptest! {

@@ -60,7 +60,10 @@ use super::super::report::SimReport;
 use super::super::scheduler::{Outcome, Seq, SeqId};
 use super::super::simulation::Simulation;
 use super::{HANDOFF, Run};
-use crate::{Decide, Error, PairDecision, PdRouter, Router, WorkerId};
+use crate::error::Error;
+use crate::pd::{Decide, PairDecision, PdRouter};
+use crate::router::Router;
+use crate::tree::WorkerId;
 
 /// Replays `sim` through `router`, whose inner router is `replicas`' only replica.
 pub(in crate::sim) fn run(
@@ -155,7 +158,9 @@ impl<'s> Run<'s> {
             self.tally.decision_ns += started.elapsed().as_nanos();
         }
         let decode = decision.decode().worker();
-        let prefill = decision.prefill().map(crate::RouteDecision::worker);
+        let prefill = decision
+            .prefill()
+            .map(crate::request::RouteDecision::worker);
         let workers = self.workers.len();
         if let Some(w) = [Some(decode), prefill]
             .into_iter()
@@ -331,8 +336,9 @@ impl<'s> Run<'s> {
 mod tests {
     use super::super::tests::requests;
     use super::*;
+    use crate::index::{CacheIndex, IndexConfig};
+    use crate::pd::{AlwaysSplit, ByCost, PdConfig, Role};
     use crate::sim::{BatchConfig, ClusterConfig, WorkerSpec};
-    use crate::{AlwaysSplit, ByCost, CacheIndex, IndexConfig, PdConfig, Role};
     use proptest::prelude::*;
 
     proptest! {
@@ -358,7 +364,7 @@ mod tests {
                 .map(|&r| WorkerSpec::new(1.0, blocks * 4).with_role(r))
                 .collect();
             let batch = BatchConfig::default()
-                .with_step(crate::StepModel::default().with_max_num_batched_tokens(budget));
+                .with_step(crate::fleet::StepModel::default().with_max_num_batched_tokens(budget));
             let config = ClusterConfig::default()
                 .with_block_size(4)
                 .with_engine(crate::sim::Engine::Batched)

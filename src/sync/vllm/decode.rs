@@ -3,7 +3,8 @@
 use rmpv::Value;
 
 use super::{EngineEvent, EventBatch, KeyPart};
-use crate::{Error, TokenId};
+use crate::error::Error;
+use crate::hash::TokenId;
 
 /// Nesting allowed in a payload (a batch is 4 levels deep).
 const MAX_DEPTH: usize = 16;

@@ -34,7 +34,10 @@ mod decode;
 pub use self::decode::decode_batch;
 
 use super::{CacheEvent, CacheSync, GroupKind, SyncOutcome};
-use crate::{BlockKey, Error, RankLayout, Tier, namespace_salt};
+use crate::error::Error;
+use crate::hash::{BlockKey, namespace_salt};
+use crate::ranks::RankLayout;
+use crate::tree::Tier;
 
 /// One decoded payload: the events of one batch.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,218 @@
+//! [`Candidate`]: a worker as the fleet model offers it to a policy, with its load snapshot,
+//! the mirror's prediction of what it holds of the prompt, and the predictions over both.
+
+use smallvec::SmallVec;
+
+use super::config::LoadConfig;
+use super::estimate::Estimate;
+use crate::tree::Held;
+use crate::tree::{Tier, WorkerId};
+
+/// Candidates of one route call; on the stack for fleets of up to 64 workers.
+pub(crate) type Candidates = SmallVec<[Candidate; 64]>;
+
+/// A worker the router offers a [`Policy`](crate::Policy), with the load figures and the cache prediction
+/// it may score on.
+///
+/// Loads are a snapshot taken just before the policy runs: other threads may route to the
+/// same workers meanwhile, so they are estimates, as a worker's own report is. Where the
+/// engine reports its load ([`Router::report_load`](crate::Router::report_load)), the figures are its last report
+/// reconciled with this router's own counts since (see [`EngineLoad`](crate::EngineLoad)); a report past its
+/// age counts as [`LoadConfig::staleness`] says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub(crate) worker: WorkerId,
+    pub(crate) epoch: u64,
+    pub(crate) in_flight: u64,
+    pub(crate) routed: u64,
+    pub(crate) assigned_prefill: u64,
+    pub(crate) estimate: Estimate,
+    pub(crate) matched_blocks: u32,
+    pub(crate) cached_tokens: u32,
+    /// Cached tokens by [`Tier::index`].
+    pub(crate) cached_by_tier: [u32; 4],
+}
+
+impl Candidate {
+    /// Counts the whole prompt of `tokens` cached: a decode worker receiving it from a
+    /// prefill worker prefills none of it.
+    pub(crate) fn assume_cached(&mut self, tokens: usize) {
+        self.cached_tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+    }
+
+    /// Records what the mirror says the worker holds of the prompt, in blocks.
+    #[inline]
+    pub(crate) fn hold(&mut self, held: Held) {
+        self.matched_blocks = held.blocks;
+        self.cached_by_tier = held.by_tier;
+    }
+
+    /// Turns the blocks [`hold`](Self::hold) recorded into tokens: `block_size` a block, at
+    /// most the prompt's `tokens`.
+    pub(crate) fn set_cached(&mut self, block_size: usize, tokens: usize) {
+        let cached = (self.matched_blocks as usize * block_size).min(tokens);
+        self.cached_tokens = u32::try_from(cached).unwrap_or(u32::MAX);
+        let size = u32::try_from(block_size).unwrap_or(u32::MAX);
+        self.cached_by_tier = self.cached_by_tier.map(|b| b.saturating_mul(size));
+    }
+
+    /// The worker.
+    #[inline]
+    #[must_use]
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// Requests routed to it by this router and not completed.
+    #[inline]
+    #[must_use]
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight
+    }
+
+    /// Requests on the worker, waiting or running: this router's in-flight count, or the
+    /// engine's reported count with this router's since when that is larger (it includes
+    /// other routers' traffic).
+    #[inline]
+    #[must_use]
+    pub fn requests(&self) -> u64 {
+        self.estimate.requests
+    }
+
+    /// Of [`requests`](Self::requests), those decoding (past their first token).
+    #[inline]
+    #[must_use]
+    pub fn decoding(&self) -> u64 {
+        self.estimate.decoding
+    }
+
+    /// Of [`requests`](Self::requests), those waiting for or in their prefill.
+    #[inline]
+    #[must_use]
+    pub fn waiting(&self) -> u64 {
+        self.estimate.requests - self.estimate.decoding
+    }
+
+    /// Uncached prompt tokens to prefill on the worker before a new request's: this
+    /// router's requests whose first token has not come (see [`Router::first_token`](crate::Router::first_token)), or
+    /// the engine's reported pending prefill with this router's routes since, when larger;
+    /// with [`LoadConfig::prefill_from_report`](crate::LoadConfig::prefill_from_report), a
+    /// fresh report's figure alone (it counts the progress of prefills under way).
+    #[inline]
+    #[must_use]
+    pub fn prefill_tokens(&self) -> u64 {
+        self.estimate.prefill_tokens
+    }
+
+    /// Tokens of context the worker's requests hold: this router's in-flight prompts, or
+    /// the reported KV usage times the worker's capacity when known and larger.
+    #[inline]
+    #[must_use]
+    pub fn context_tokens(&self) -> u64 {
+        self.estimate.context_tokens
+    }
+
+    /// The fraction of KV in use the engine last reported (0 without a fresh report).
+    #[inline]
+    #[must_use]
+    pub fn kv_usage(&self) -> f64 {
+        f64::from(self.estimate.kv_usage)
+    }
+
+    /// The worker's speed relative to the configured one
+    /// ([`LoadConfig::prefill_tokens_per_s`]): its [`WorkerProfile`](crate::WorkerProfile)'s, corrected by the
+    /// timings the host reported ([`Router::first_token_after`](crate::Router::first_token_after)).
+    #[inline]
+    #[must_use]
+    pub fn speed(&self) -> f64 {
+        f64::from(self.estimate.speed)
+    }
+
+    /// Whether the engine's report is past its age and counts as saturation
+    /// ([`Staleness::Saturated`](crate::Staleness::Saturated)).
+    #[inline]
+    #[must_use]
+    pub fn saturated(&self) -> bool {
+        self.estimate.saturated
+    }
+
+    /// The load model's predicted time to first token, in seconds, for a request of
+    /// `prompt` tokens, `miss` of them uncached here, each weighing `miss_weight`,
+    /// generating `output` tokens (see [`BalancedRouter`](crate::BalancedRouter)).
+    #[must_use]
+    pub fn predicted_ttft_s(
+        &self,
+        config: &LoadConfig,
+        prompt: usize,
+        miss: usize,
+        output: u32,
+        miss_weight: f64,
+    ) -> f64 {
+        self.predicted_times(config, prompt, miss, output, miss_weight)
+            .0
+    }
+
+    /// [`predicted_ttft_s`](Self::predicted_ttft_s) and
+    /// [`predicted_decode_s`](Self::predicted_decode_s), computed together.
+    #[must_use]
+    pub fn predicted_times(
+        &self,
+        config: &LoadConfig,
+        prompt: usize,
+        miss: usize,
+        output: u32,
+        miss_weight: f64,
+    ) -> (f64, f64) {
+        let request = (prompt as u64, miss as u64, output);
+        self.estimate
+            .times(config, request, miss_weight, self.speed())
+    }
+
+    /// The load model's time, in seconds, for a request of `prompt` tokens to decode
+    /// `output` tokens in this worker's batch, beyond the fixed part of its steps (see
+    /// [`BalancedRouter`](crate::BalancedRouter)).
+    #[must_use]
+    pub fn predicted_decode_s(&self, config: &LoadConfig, prompt: usize, output: u32) -> f64 {
+        self.estimate
+            .decode_s(config, prompt as u64, output, self.speed())
+    }
+
+    /// Requests routed to it since it was added.
+    #[inline]
+    #[must_use]
+    pub fn routed(&self) -> u64 {
+        self.routed
+    }
+
+    /// Uncached prompt tokens of every request routed to it since it was added: the prefill
+    /// work it was handed in all.
+    #[inline]
+    #[must_use]
+    pub fn assigned_prefill_tokens(&self) -> u64 {
+        self.assigned_prefill
+    }
+
+    /// Leading blocks of the prompt the mirror believes the worker holds (0 unless the
+    /// policy [reads the cache](crate::Policy::reads_cache)).
+    #[inline]
+    #[must_use]
+    pub fn matched_blocks(&self) -> usize {
+        self.matched_blocks as usize
+    }
+
+    /// Prompt tokens the worker is predicted to have cached: its matched blocks, at most the
+    /// prompt (0 unless the policy [reads the cache](crate::Policy::reads_cache)).
+    #[inline]
+    #[must_use]
+    pub fn cached_tokens(&self) -> usize {
+        self.cached_tokens as usize
+    }
+
+    /// Of [`cached_tokens`](Self::cached_tokens), those the worker holds at `tier` (each
+    /// block counted at the best tier holding it).
+    #[inline]
+    #[must_use]
+    pub fn cached_tokens_at(&self, tier: Tier) -> usize {
+        self.cached_by_tier[tier.index()] as usize
+    }
+}

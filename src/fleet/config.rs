@@ -1,0 +1,156 @@
+//! How a router reads its fleet: [`LoadConfig`] (report ages, the nominal prefill rate and
+//! step model, learning, replicas, admission's settings) and what a host tells of one worker
+//! ([`WorkerProfile`]).
+
+use std::time::Duration;
+
+use super::report::Staleness;
+use super::step::StepModel;
+use crate::config::float;
+use crate::error::Error;
+
+/// What the host tells the router of one worker ([`Router::set_profile`](crate::Router::set_profile)):
+/// optional, since the router learns a worker's effective speed from the timings the host
+/// reports ([`Router::first_token_after`](crate::Router::first_token_after)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WorkerProfile {
+    /// The worker's speed relative to [`LoadConfig::prefill_tokens_per_s`] and the step
+    /// model (2.0: twice as fast, each step taking half as long). Positive; default 1.0.
+    pub speed: f64,
+    /// Tokens of KV the worker holds, when known (0: unknown): with the KV usage engines
+    /// report, how many tokens its running requests hold and how many a new one can get.
+    pub kv_capacity_tokens: u64,
+}
+
+impl Default for WorkerProfile {
+    fn default() -> Self {
+        Self {
+            speed: 1.0,
+            kv_capacity_tokens: 0,
+        }
+    }
+}
+
+impl WorkerProfile {
+    crate::config::setters! {
+        /// Sets [`speed`](Self::speed).
+        with_speed: speed: f64;
+        /// Sets [`kv_capacity_tokens`](Self::kv_capacity_tokens).
+        with_kv_capacity_tokens: kv_capacity_tokens: u64;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when `speed` is not a positive finite number.
+    pub fn validate(&self) -> Result<(), Error> {
+        float(
+            "speed",
+            self.speed,
+            f64::MIN_POSITIVE..=1e6,
+            "a positive relative speed",
+        )
+    }
+}
+
+/// How a router reads load: reports' ages, the fleet's nominal speed and step model, and
+/// learning each worker's effective speed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LoadConfig {
+    /// A report older than this, against the request's time (or the newest report's, when
+    /// requests carry none), is stale. Default 5 s (five scrapes of vLLM's default
+    /// Prometheus interval).
+    pub max_report_age: Duration,
+    /// What a stale report counts as. Default [`Staleness::Ignore`].
+    pub staleness: Staleness,
+    /// Prefill throughput of a worker of speed 1.0, tokens per second. Positive. Default
+    /// 33,000 (about 60 ms for 2,000 tokens of a 70B model on 8 H100s).
+    pub prefill_tokens_per_s: f64,
+    /// The step model predictions use.
+    pub step: StepModel,
+    /// Output tokens a request is assumed to generate when it gives no
+    /// [`expected_output`](crate::RouteRequest::with_expected_output). Default 256.
+    pub default_output_tokens: u32,
+    /// Weight of a new timing in a worker's learned speed, `0.0..=1.0` (0: never learn).
+    /// Default 0.1: the learned speed follows about the last 10 first tokens.
+    pub learning_rate: f64,
+    /// Router replicas routing for the same fleet, this one included (at least 1; default
+    /// 1). Between two reports, each replica sees only its own requests; the others send
+    /// about as many, so what this router routed, prefilled and completed since a report
+    /// counts this many times over. Without it replicas herd: every one of them sends the
+    /// next second's requests to the worker the last report showed least loaded.
+    pub replicas: u32,
+    /// Whether a fresh report's pending prefill replaces this router's own count of its
+    /// requests' prefill, which counts each prompt whole until its first token and so
+    /// cannot see a prefill's progress. Default `false`: the larger of the two, the
+    /// conservative figure admission holds requests to. [`PdConfig`](crate::PdConfig)
+    /// turns it on: its plans compare workers part-way through long prefills.
+    pub prefill_from_report: bool,
+    /// How admission treats priorities.
+    pub admission: crate::request::AdmissionConfig,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        Self {
+            max_report_age: Duration::from_secs(5),
+            staleness: Staleness::Ignore,
+            prefill_tokens_per_s: 33_000.0,
+            step: StepModel::default(),
+            default_output_tokens: 256,
+            learning_rate: 0.1,
+            replicas: 1,
+            prefill_from_report: false,
+            admission: crate::request::AdmissionConfig::default(),
+        }
+    }
+}
+
+impl LoadConfig {
+    crate::config::setters! {
+        /// Sets [`max_report_age`](Self::max_report_age).
+        with_max_report_age: max_report_age: Duration;
+        /// Sets [`staleness`](Self::staleness).
+        with_staleness: staleness: Staleness;
+        /// Sets [`prefill_tokens_per_s`](Self::prefill_tokens_per_s).
+        with_prefill_tokens_per_s: prefill_tokens_per_s: f64;
+        /// Sets [`step`](Self::step).
+        with_step: step: StepModel;
+        /// Sets [`default_output_tokens`](Self::default_output_tokens).
+        with_default_output_tokens: default_output_tokens: u32;
+        /// Sets [`learning_rate`](Self::learning_rate).
+        with_learning_rate: learning_rate: f64;
+        /// Sets [`replicas`](Self::replicas).
+        with_replicas: replicas: u32;
+        /// Sets [`prefill_from_report`](Self::prefill_from_report).
+        with_prefill_from_report: prefill_from_report: bool;
+        /// Sets [`admission`](Self::admission).
+        with_admission: admission: crate::request::AdmissionConfig;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range.
+    pub fn validate(&self) -> Result<(), Error> {
+        float(
+            "prefill_tokens_per_s",
+            self.prefill_tokens_per_s,
+            f64::MIN_POSITIVE..=f64::MAX,
+            "a positive number of tokens per second",
+        )?;
+        float(
+            "learning_rate",
+            self.learning_rate,
+            0.0..=1.0,
+            "between 0.0 and 1.0",
+        )?;
+        crate::config::int("replicas", self.replicas, 1.., "at least 1")?;
+        self.admission.validate()?;
+        self.step.validate()
+    }
+}

@@ -1,0 +1,49 @@
+//! The fleet model: what the router believes about each worker's time, below the policies
+//! and admission, which read it and which it never reads.
+//!
+//! - What engines report ([`EngineLoad`], `report.rs`) and how old a report may be
+//!   ([`Staleness`]); what a host tells of a worker ([`WorkerProfile`]) and how the fleet
+//!   reads load ([`LoadConfig`], `config.rs`).
+//! - Each worker's state (`state.rs`): the last report, the router's own counts since it and
+//!   in flight, reconciled into an `Estimate` (`estimate.rs`); the timings it learned
+//!   (`learn.rs`).
+//! - The step model ([`StepModel`], `step.rs`) and the predictions over an estimate
+//!   (`predict.rs`): time to first token part by part, decode time, time per output token;
+//!   the reload time of a hit below the device tier ([`ReloadConfig`], `reload.rs`).
+//! - The registry of workers and their load keys (`registry.rs`), the router's clock
+//!   (`clock.rs`), the least-loaded pass and the tie-break every policy shares (`least.rs`),
+//!   the [`Fleet`](tracker::Fleet) that composes them (`tracker.rs`) and what a route
+//!   charges and a completion releases (`charge.rs`).
+//! - What a policy is offered of a worker ([`Candidate`], `candidate.rs`) and what a host
+//!   or an autoscaler reads ([`WorkerLoad`], [`FleetSignals`], `signals.rs`).
+//!
+//! Rule: nothing here imports the router, a policy, admission or the pair router. What a
+//! prediction is bound by and a refusal's shape come from [`crate::request`], below.
+
+mod candidate;
+mod charge;
+mod clock;
+mod config;
+mod estimate;
+mod learn;
+mod least;
+mod predict;
+mod registry;
+mod reload;
+mod report;
+mod signals;
+mod state;
+mod step;
+mod tracker;
+
+pub use self::candidate::Candidate;
+pub use self::config::{LoadConfig, WorkerProfile};
+pub use self::reload::ReloadConfig;
+pub use self::report::{EngineLoad, Staleness};
+pub use self::signals::{FleetRates, FleetSignals, WorkerLoad, WorkerSignals};
+pub use self::step::StepModel;
+
+pub(crate) use self::candidate::Candidates;
+pub(crate) use self::least::{NO_CLASS, pick_min};
+pub(crate) use self::predict::{TtftParts, meets_target};
+pub(crate) use self::tracker::Fleet;

@@ -1,0 +1,323 @@
+//! The load model's predictions: a request's time to first token and decode time on a
+//! worker, from its [`Estimate`] and the engine's step model ([`StepModel`]), as vLLM's
+//! scheduler runs a step: a token budget shared by prefill chunks and one token per decode,
+//! a cap on running requests, and KV that admission must find free.
+
+use super::config::LoadConfig;
+use super::estimate::Estimate;
+#[cfg(doc)]
+use super::step::StepModel;
+use crate::request::Limit;
+
+impl Estimate {
+    /// Tokens of context the worker's decodes attend to: their share of what its requests
+    /// hold.
+    fn decode_context(&self) -> f64 {
+        if self.requests == 0 {
+            return 0.0;
+        }
+        self.context_tokens as f64 * self.decoding as f64 / self.requests as f64
+    }
+
+    /// A request's time to first token and decode time on this worker running at `speed`
+    /// (`request` is its prompt tokens, `miss` of them uncached, and its output tokens).
+    /// Time to first token: its queue and its own tokens at the prefill rate, plus the
+    /// fixed and decode part of every step they take (a step's budget is shared with the
+    /// worker's decodes, one token each), plus its wait for admission
+    /// ([`admission_wait_s`](Self::admission_wait_s), the running requests generating
+    /// `output` tokens). Each uncached token weighs `miss_weight`, or one more than the
+    /// requests waiting there when they are more (each waits for it too). A saturated
+    /// worker takes an hour more. Decode time: see [`decode_s`](Self::decode_s).
+    pub(crate) fn times(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        miss_weight: f64,
+        speed: f64,
+    ) -> (f64, f64) {
+        // What `ttft_parts(..).total_s()` sums, with the request's own tokens weighted,
+        // computed without the parts: this runs for every candidate of every route.
+        let (prompt, miss, output) = request;
+        let step = &config.step;
+        let rate = config.prefill_tokens_per_s * speed;
+        let steps = self.prefill_steps(config, miss);
+        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
+        let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let overhead = step.seconds(0.0, decodes, context, rate);
+        let mut ttft = weighted / rate + steps as f64 * overhead / speed;
+        if self.saturated {
+            ttft += 3_600.0;
+        }
+        if self.must_wait(config, miss, output) {
+            ttft += self.admission_wait_s(config, miss, output, speed).0;
+        }
+        let per_step = (decodes + 1.0) * step.step_s_per_decode
+            + (context + prompt as f64) * step.step_s_per_context_token;
+        (ttft, f64::from(output) * per_step / speed)
+    }
+
+    /// A request's predicted time per output token on this worker running at `speed`
+    /// (`request` is its prompt tokens, uncached tokens and output tokens): a decode step
+    /// with it in the batch, plus the prefill queued here now spread over its output, as the
+    /// measure of the prefill chunks its steps will share.
+    pub(crate) fn tpot_s(
+        &self,
+        config: &LoadConfig,
+        (prompt, _, output): (u64, u64, u32),
+        speed: f64,
+    ) -> f64 {
+        let rate = config.prefill_tokens_per_s * speed;
+        let decodes = self.decoding as f64 + 1.0;
+        let context = self.decode_context() + prompt as f64;
+        let step = config.step.seconds(0.0, decodes, context, rate) / speed;
+        step + self.prefill_tokens as f64 / rate / f64::from(output.max(1))
+    }
+
+    /// The parts of the time to first token, each uncached token weighing 1:
+    /// [`times`](Self::times) sums them in one go.
+    #[inline]
+    pub(crate) fn ttft_parts(
+        &self,
+        config: &LoadConfig,
+        (_, miss, output): (u64, u64, u32),
+        speed: f64,
+    ) -> TtftParts {
+        let step = &config.step;
+        let rate = config.prefill_tokens_per_s * speed;
+        let steps = self.prefill_steps(config, miss);
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let overhead = step.seconds(0.0, decodes, context, rate);
+        let wait = if self.must_wait(config, miss, output) {
+            self.admission_wait_s(config, miss, output, speed)
+        } else {
+            (0.0, false)
+        };
+        TtftParts {
+            queue_tokens: self.prefill_tokens as f64,
+            own_tokens: miss as f64,
+            rate,
+            steps_s: steps as f64 * overhead / speed,
+            wait_s: wait.0,
+            wait_for_kv: wait.1,
+            saturated: self.saturated,
+        }
+    }
+
+    /// Steps the queued prefill and `miss` more tokens take: each step's token budget less
+    /// one token per decode.
+    #[inline(always)]
+    fn prefill_steps(&self, config: &LoadConfig, miss: u64) -> u64 {
+        let budget = (config.step.max_num_batched_tokens as u64)
+            .saturating_sub(self.decoding)
+            .max(1);
+        (self.prefill_tokens + miss).div_ceil(budget).max(1)
+    }
+
+    /// Whether a request with `miss` uncached tokens generating `output` finds the
+    /// worker's running slots or its KV full.
+    #[inline]
+    fn must_wait(&self, config: &LoadConfig, miss: u64, output: u32) -> bool {
+        let seats = self.requests + 1 > config.step.max_num_seqs as u64;
+        let capacity = self.kv_capacity_tokens;
+        let demand = self.kv_tokens + miss + u64::from(output);
+        seats || (capacity > 0 && self.kv_tokens > 0 && demand > capacity)
+    }
+
+    /// Seconds a request with `miss` uncached tokens generating `output` waits for
+    /// admission on this worker, the requests running there generating as many: none while
+    /// the worker has a free running slot ([`StepModel::max_num_seqs`]) and its KV holds
+    /// what its requests add and this one's; past either, until the running requests finish
+    /// and free the excess. Each runs `output` steps of a busy worker (a prefill chunk, as
+    /// far as prefill is queued, with the decodes), half of them left on average.
+    /// Also whether KV, not a running slot, is what it waits for.
+    #[cold]
+    fn admission_wait_s(
+        &self,
+        config: &LoadConfig,
+        miss: u64,
+        output: u32,
+        speed: f64,
+    ) -> (f64, bool) {
+        let step = &config.step;
+        let running = self.decoding.max(1) as f64;
+        let seats = (self.requests + 1).saturating_sub(step.max_num_seqs as u64);
+        let capacity = self.kv_capacity_tokens;
+        let demand = self.kv_tokens + miss + u64::from(output);
+        let memory = if capacity == 0 || self.kv_tokens == 0 {
+            0.0
+        } else {
+            demand.saturating_sub(capacity) as f64 / self.kv_tokens as f64
+        };
+        let excess = (seats as f64 / running).max(memory);
+        let rate = config.prefill_tokens_per_s * speed;
+        let decodes = self.decoding as f64;
+        let chunk = (step.max_num_batched_tokens as f64 - decodes).max(0.0);
+        let chunk = chunk.min(self.prefill_tokens as f64);
+        let busy = step.seconds(chunk, decodes, self.decode_context(), rate) / speed;
+        let for_kv = memory > seats as f64 / running;
+        (excess * f64::from(output.max(1)) * busy / 2.0, for_kv)
+    }
+
+    /// Seconds a request of `prompt` tokens takes on this worker at `speed` to decode its
+    /// `output` tokens, beyond the fixed part of their steps: every step carries the
+    /// worker's decodes and their context with its own.
+    pub(crate) fn decode_s(
+        &self,
+        config: &LoadConfig,
+        prompt: u64,
+        output: u32,
+        speed: f64,
+    ) -> f64 {
+        self.times(config, (prompt, 0, output), 1.0, speed).1
+    }
+
+    /// The worker's load in seconds, for ordering workers that hold alike: its time to a
+    /// first token with nothing of a request's own (queued prefill and one step among its
+    /// decodes at its speed; saturation; the wait for a slot or KV once either is full).
+    /// Workers holding alike order by it as by a request's time to first token, up to the
+    /// request's own tokens against their waiting requests and speeds; the decode term is
+    /// left to the policy's scoring of the shortlist.
+    #[inline]
+    pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
+        let speed = f64::from(self.speed);
+        let rate = config.prefill_tokens_per_s * speed;
+        let overhead = config
+            .step
+            .seconds(0.0, self.decoding as f64, self.decode_context(), rate);
+        let mut load = (self.prefill_tokens as f64 / rate) + overhead / speed;
+        if self.saturated {
+            load += 3_600.0;
+        }
+        let output = config.default_output_tokens;
+        if self.must_wait(config, 0, output) {
+            load += self.admission_wait_s(config, 0, output, speed).0;
+        }
+        load
+    }
+}
+
+/// A request's predicted time to first token on one worker, by part (seconds).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TtftParts {
+    /// The prefill queued ahead of it, tokens.
+    pub(crate) queue_tokens: f64,
+    /// Its own uncached tokens.
+    pub(crate) own_tokens: f64,
+    /// The worker's prefill rate, tokens per second.
+    pub(crate) rate: f64,
+    /// The fixed and decode part of the steps its prefill takes.
+    pub(crate) steps_s: f64,
+    /// The wait for a running slot or KV.
+    pub(crate) wait_s: f64,
+    /// Whether that wait is for KV.
+    pub(crate) wait_for_kv: bool,
+    /// A stale report counting as saturation.
+    pub(crate) saturated: bool,
+}
+
+impl TtftParts {
+    /// The predicted time: a saturated worker takes an hour more.
+    #[inline]
+    pub(crate) fn total_s(&self) -> f64 {
+        let mut time = (self.queue_tokens + self.own_tokens) / self.rate + self.steps_s;
+        if self.saturated {
+            time += 3_600.0;
+        }
+        time + self.wait_s
+    }
+
+    /// Whether the prediction meets a target of `target_s`: the whole time does, or, for a
+    /// request whose own prefill alone misses the target (no worker could meet it), the
+    /// rest of the time (the wait ahead of it and the steps) is within `oversized_share` of
+    /// the target: such a request is served where it delays little, and refused where
+    /// the fleet is busy.
+    #[inline]
+    pub(crate) fn meets(&self, target_s: f64, oversized_share: f64) -> bool {
+        meets_target(self.total_s(), self.own_s(), target_s, oversized_share)
+    }
+
+    /// The prefill queued ahead, seconds.
+    fn queue_s(&self) -> f64 {
+        self.queue_tokens / self.rate
+    }
+
+    /// The request's own prefill, seconds.
+    pub(crate) fn own_s(&self) -> f64 {
+        self.own_tokens / self.rate
+    }
+
+    /// What bounds the prediction against a target of `target_s`: a stale report counting
+    /// as saturation; the request's own prefill when it alone misses the target; else the
+    /// largest of the queue, the decodes (their share of the steps, or the wait for a slot)
+    /// and the wait for KV.
+    pub(crate) fn limit(&self, target_s: f64) -> Limit {
+        if self.saturated {
+            return Limit::Stale;
+        }
+        if self.own_s() > target_s {
+            return Limit::Prompt;
+        }
+        let (slot_s, kv_s) = if self.wait_for_kv {
+            (0.0, self.wait_s)
+        } else {
+            (self.wait_s, 0.0)
+        };
+        let decode_s = self.steps_s + slot_s;
+        let queue_s = self.queue_s();
+        if kv_s >= queue_s && kv_s >= decode_s {
+            Limit::Kv
+        } else if decode_s > queue_s {
+            Limit::Decode
+        } else {
+            Limit::Queue
+        }
+    }
+}
+
+/// Whether a predicted time to first token of `total_s`, of which `own_s` is the request's
+/// own prefill, meets a target of `target_s` ([`TtftParts::meets`]).
+#[inline]
+pub(crate) fn meets_target(total_s: f64, own_s: f64, target_s: f64, oversized_share: f64) -> bool {
+    total_s <= target_s || (own_s > target_s && total_s - own_s <= oversized_share * target_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// `times` sums what `ttft_parts` splits: with no request waiting (each uncached
+        /// token then weighs 1) the two agree.
+        #[test]
+        fn times_sum_the_parts(
+            decoding in 0u64..400,
+            prefill in 0u64..2_000_000,
+            context in 0u64..4_000_000,
+            kv in 0u64..2_000_000,
+            capacity in prop_oneof![Just(0u64), 100_000u64..4_000_000],
+            saturated in any::<bool>(),
+            speed in 0.25f64..4.0,
+            (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 1u32..4_000),
+        ) {
+            let e = Estimate {
+                requests: decoding,
+                decoding,
+                prefill_tokens: prefill,
+                context_tokens: context,
+                kv_tokens: kv,
+                kv_usage: 0.0,
+                kv_capacity_tokens: capacity,
+                speed: speed as f32,
+                saturated,
+            };
+            let config = LoadConfig::default();
+            let request = (prompt, miss.min(prompt), output);
+            let whole = e.times(&config, request, 1.0, speed).0;
+            let parts = e.ttft_parts(&config, request, speed).total_s();
+            prop_assert!((whole - parts).abs() <= 1e-9 * whole.max(1.0), "{whole} against {parts}");
+        }
+    }
+}

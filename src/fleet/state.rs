@@ -1,0 +1,282 @@
+//! One worker's load as this router estimates it ([`LoadState`]): the engine's last report,
+//! this router's own counts since that report, the worker's profile and its learned speed.
+//!
+//! Reconciliation: a report replaces what the router counted before it, as vLLM's
+//! data-parallel balancer does with its engines' snapshots; what this router routes,
+//! prefills and completes after it is added on top. Where the router's own count of its
+//! in-flight requests is larger (a report measured before the router's last requests
+//! reached the engine), that count wins. Prefill tokens may be the exception while the
+//! report is fresh ([`LoadConfig::prefill_from_report`]): the engine's pending prefill
+//! counts the progress of prefills under way, which the router's own count (whole prompts
+//! until their first token) cannot, so the report and the router's routes since it stand
+//! alone. The counters are atomics updated without a common lock,
+//! so an estimate may mix a report with counts from just before it: it is an estimate, as
+//! the report itself is.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use super::clock::nanos;
+use super::config::{LoadConfig, WorkerProfile};
+use super::estimate::Estimate;
+use super::learn::Timings;
+use super::report::{EngineLoad, Staleness};
+
+/// `prefill` of an engine report that gave none.
+const NO_PREFILL: u64 = u64::MAX;
+
+/// One worker's load state: lock-free, updated by routes, timings and reports.
+#[derive(Debug)]
+pub(crate) struct LoadState {
+    /// Requests routed here and not completed.
+    pub(crate) in_flight: AtomicU64,
+    /// Of those, requests whose first token has not come.
+    awaiting_first: AtomicU64,
+    /// Uncached prompt tokens of in-flight requests whose first token has not come.
+    pub(crate) prefill_tokens: AtomicU64,
+    /// Prompt and output tokens of in-flight requests: the context they attend to.
+    context_tokens: AtomicU64,
+    /// Uncached prompt and output tokens of in-flight requests: the KV they add.
+    kv_tokens: AtomicU64,
+    report: Report,
+    since: Since,
+    profile_speed_bits: AtomicU64,
+    /// The speed estimates use: the profile's over the learned slowness (f64 bits), kept
+    /// current by [`LoadState::update_speed`].
+    speed_bits: AtomicU64,
+    kv_capacity_tokens: AtomicU64,
+    /// What the worker's first tokens taught: how much slower than predicted it is.
+    pub(crate) timings: Timings,
+}
+
+/// The engine's last report.
+#[derive(Debug, Default)]
+struct Report {
+    present: AtomicBool,
+    waiting: AtomicU64,
+    running: AtomicU64,
+    kv_usage_bits: AtomicU64,
+    kv_blocks_total: AtomicU64,
+    prefill: AtomicU64,
+    measured_ns: AtomicU64,
+}
+
+/// This router's counts since the last report.
+#[derive(Debug, Default)]
+struct Since {
+    routed: AtomicU64,
+    first_tokens: AtomicU64,
+    completed: AtomicU64,
+    prefill: AtomicU64,
+    prefilled: AtomicU64,
+}
+
+impl Default for LoadState {
+    fn default() -> Self {
+        Self {
+            in_flight: AtomicU64::new(0),
+            awaiting_first: AtomicU64::new(0),
+            prefill_tokens: AtomicU64::new(0),
+            context_tokens: AtomicU64::new(0),
+            kv_tokens: AtomicU64::new(0),
+            report: Report::default(),
+            since: Since::default(),
+            profile_speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            kv_capacity_tokens: AtomicU64::new(0),
+            timings: Timings::default(),
+        }
+    }
+}
+
+impl LoadState {
+    /// A request of `prompt` tokens, `prefill` of them uncached, expected to generate
+    /// `output`, was routed here.
+    pub(crate) fn routed(&self, prompt: u64, prefill: u64, output: u32) {
+        let output = u64::from(output);
+        self.in_flight.fetch_add(1, Relaxed);
+        self.awaiting_first.fetch_add(1, Relaxed);
+        self.prefill_tokens.fetch_add(prefill, Relaxed);
+        self.context_tokens.fetch_add(prompt + output, Relaxed);
+        self.kv_tokens.fetch_add(prefill + output, Relaxed);
+        self.since.routed.fetch_add(1, Relaxed);
+        self.since.prefill.fetch_add(prefill, Relaxed);
+    }
+
+    /// A request's first token came: its `prefill` tokens are done.
+    pub(crate) fn first_token(&self, prefill: u64) {
+        sub(&self.awaiting_first, 1);
+        sub(&self.prefill_tokens, prefill);
+        self.since.first_tokens.fetch_add(1, Relaxed);
+        self.since.prefilled.fetch_add(prefill, Relaxed);
+    }
+
+    /// A request routed with `prompt`, `prefill` and `output` left (its first token
+    /// counted already).
+    pub(crate) fn completed(&self, prompt: u64, prefill: u64, output: u32) {
+        let output = u64::from(output);
+        sub(&self.in_flight, 1);
+        sub(&self.context_tokens, prompt + output);
+        sub(&self.kv_tokens, prefill + output);
+        self.since.completed.fetch_add(1, Relaxed);
+    }
+
+    /// The engine reported `load` (validated).
+    pub(crate) fn report(&self, load: &EngineLoad) {
+        let r = &self.report;
+        r.waiting.store(load.waiting, Relaxed);
+        r.running.store(load.running, Relaxed);
+        r.kv_usage_bits.store(load.kv_usage.to_bits(), Relaxed);
+        r.kv_blocks_total.store(load.kv_blocks_total, Relaxed);
+        r.prefill
+            .store(load.prefill_tokens.unwrap_or(NO_PREFILL), Relaxed);
+        r.measured_ns.store(nanos(load.measured_at), Relaxed);
+        r.present.store(true, Relaxed);
+        for counter in [
+            &self.since.routed,
+            &self.since.first_tokens,
+            &self.since.completed,
+            &self.since.prefill,
+            &self.since.prefilled,
+        ] {
+            counter.store(0, Relaxed);
+        }
+    }
+
+    /// When the last report was measured (nanoseconds), if there is one.
+    pub(crate) fn report_ns(&self) -> Option<u64> {
+        let r = &self.report;
+        r.present.load(Relaxed).then(|| r.measured_ns.load(Relaxed))
+    }
+
+    /// The last report, if any.
+    pub(crate) fn last_report(&self) -> Option<EngineLoad> {
+        let r = &self.report;
+        if !r.present.load(Relaxed) {
+            return None;
+        }
+        let prefill = r.prefill.load(Relaxed);
+        Some(EngineLoad {
+            waiting: r.waiting.load(Relaxed),
+            running: r.running.load(Relaxed),
+            kv_usage: f64::from_bits(r.kv_usage_bits.load(Relaxed)),
+            kv_blocks_total: r.kv_blocks_total.load(Relaxed),
+            prefill_tokens: (prefill != NO_PREFILL).then_some(prefill),
+            measured_at: Duration::from_nanos(r.measured_ns.load(Relaxed)),
+        })
+    }
+
+    /// The host told the worker's profile (validated).
+    pub(crate) fn set_profile(&self, profile: &WorkerProfile) {
+        self.profile_speed_bits
+            .store(profile.speed.to_bits(), Relaxed);
+        self.kv_capacity_tokens
+            .store(profile.kv_capacity_tokens, Relaxed);
+    }
+
+    /// Sets the speed estimates use from the profile and the learned slowness against the
+    /// fleet's `reference` (see [`Timings::slowness`]).
+    pub(crate) fn update_speed(&self, reference: f64) {
+        let speed = self.profile_speed() / self.timings.slowness(reference);
+        self.speed_bits.store(speed.to_bits(), Relaxed);
+    }
+
+    /// The configured relative speed.
+    pub(crate) fn profile_speed(&self) -> f64 {
+        f64::from_bits(self.profile_speed_bits.load(Relaxed))
+    }
+
+    /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
+    /// `mean_prefill` is the uncached tokens of an average request routed here, for a
+    /// report that counts waiting requests but not their tokens; `block_size` turns the
+    /// reported KV blocks into tokens.
+    pub(crate) fn estimate(
+        &self,
+        config: &LoadConfig,
+        now_ns: u64,
+        (mean_prefill, block_size): (u64, u64),
+    ) -> Estimate {
+        let in_flight = self.in_flight.load(Relaxed);
+        let awaiting = self.awaiting_first.load(Relaxed).min(in_flight);
+        let local_prefill = self.prefill_tokens.load(Relaxed);
+        let mut e = Estimate {
+            requests: in_flight,
+            decoding: in_flight - awaiting,
+            prefill_tokens: local_prefill,
+            context_tokens: self.context_tokens.load(Relaxed),
+            kv_tokens: self.kv_tokens.load(Relaxed),
+            kv_usage: 0.0,
+            kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
+            speed: f64::from_bits(self.speed_bits.load(Relaxed)) as f32,
+            saturated: false,
+        };
+        let r = &self.report;
+        if !r.present.load(Relaxed) {
+            return e;
+        }
+        let age = now_ns.saturating_sub(r.measured_ns.load(Relaxed));
+        if age > nanos(config.max_report_age) {
+            match config.staleness {
+                Staleness::Ignore => return e,
+                Staleness::Saturated => e.saturated = true,
+                Staleness::Hold => {}
+            }
+        }
+        let report_prefill = config.prefill_from_report && age <= nanos(config.max_report_age);
+        self.reconcile(
+            &mut e,
+            (mean_prefill, block_size),
+            (u64::from(config.replicas), report_prefill),
+        );
+        e
+    }
+
+    /// Adds the report and this router's counts since it, `replicas` times over, to `e`
+    /// (the router's own counts); with `report_prefill` (a fresh report, read as
+    /// [`LoadConfig::prefill_from_report`] asks), its pending prefill replaces the router's.
+    fn reconcile(
+        &self,
+        e: &mut Estimate,
+        (mean_prefill, block_size): (u64, u64),
+        (replicas, report_prefill): (u64, bool),
+    ) {
+        let (r, s) = (&self.report, &self.since);
+        let since = |c: &AtomicU64| c.load(Relaxed).saturating_mul(replicas);
+        let routed = since(&s.routed);
+        let first = since(&s.first_tokens);
+        let done = since(&s.completed);
+        let waiting = (r.waiting.load(Relaxed) + routed).saturating_sub(first);
+        let running = (r.running.load(Relaxed) + first).saturating_sub(done);
+        e.requests = e.requests.max(waiting + running);
+        e.decoding = e.decoding.max(running.min(e.requests));
+        e.prefill_tokens = match r.prefill.load(Relaxed) {
+            NO_PREFILL => e.prefill_tokens.max(waiting.saturating_mul(mean_prefill)),
+            p => {
+                let reported = (p + since(&s.prefill)).saturating_sub(since(&s.prefilled));
+                if report_prefill {
+                    reported
+                } else {
+                    e.prefill_tokens.max(reported)
+                }
+            }
+        };
+        let usage = f64::from_bits(r.kv_usage_bits.load(Relaxed));
+        e.kv_usage = usage as f32;
+        if e.kv_capacity_tokens == 0 {
+            e.kv_capacity_tokens = r.kv_blocks_total.load(Relaxed).saturating_mul(block_size);
+        }
+        if e.kv_capacity_tokens > 0 {
+            let held = (usage * e.kv_capacity_tokens as f64) as u64;
+            let demand = held + (e.requests - e.decoding).saturating_mul(mean_prefill);
+            e.kv_tokens = e.kv_tokens.max(demand);
+            e.context_tokens = e.context_tokens.max(held);
+        }
+    }
+}
+
+/// Takes back from one of this router's own counters what a route added to it. Each
+/// route's charges are taken back once (its decision's state bits see to it), so a counter
+/// never goes below zero.
+fn sub(counter: &AtomicU64, by: u64) {
+    counter.fetch_sub(by, Relaxed);
+}

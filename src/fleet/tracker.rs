@@ -1,0 +1,263 @@
+//! [`Fleet`]: the registry of workers and what the router believes of each one's load, shared
+//! by every policy. It composes the parts below it: the [`Registry`], the [`Clock`], each
+//! worker's [`LoadState`](super::state::LoadState), the learned [`Reference`] and the
+//! refusal counts; a route's charges are in `charge.rs`.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use super::candidate::{Candidate, Candidates};
+use super::clock::{Clock, nanos};
+use super::config::{LoadConfig, WorkerProfile};
+use super::estimate::Estimate;
+use super::learn::Reference;
+use super::registry::{Registered, Registry, check_id};
+use super::report::{EngineLoad, Staleness};
+use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
+use crate::error::Error;
+use crate::request::Shed;
+use crate::tree::WorkerId;
+
+/// Registry of workers plus per-worker load counters, shared by every policy.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    pub(super) registry: Registry,
+    pub(super) config: LoadConfig,
+    /// Tokens per KV block of the workers' engines: reported blocks in tokens.
+    pub(super) block_size: u64,
+    pub(super) clock: Clock,
+    /// The fleet's reference for learned speeds.
+    pub(super) reference: Reference,
+    /// Requests refused by admission.
+    shed: ShedCounts,
+}
+
+impl Fleet {
+    /// A fleet of workers `0..num_workers`, all available.
+    pub(crate) fn new(
+        num_workers: u32,
+        config: LoadConfig,
+        block_size: usize,
+    ) -> Result<Self, Error> {
+        check_id(num_workers.saturating_sub(1))?;
+        config.validate()?;
+        let fleet = Self {
+            registry: Registry::default(),
+            config,
+            block_size: block_size as u64,
+            clock: Clock::default(),
+            reference: Reference::default(),
+            shed: ShedCounts::default(),
+        };
+        for w in 0..num_workers {
+            fleet.add(WorkerId::new(w))?;
+        }
+        Ok(fleet)
+    }
+
+    pub(crate) fn add(&self, worker: WorkerId) -> Result<(), Error> {
+        self.registry.add(worker)
+    }
+
+    pub(crate) fn remove(&self, worker: WorkerId) -> Result<(), Error> {
+        self.registry.remove(worker)
+    }
+
+    /// `Ok` when `worker` is registered.
+    pub(crate) fn check(&self, worker: WorkerId) -> Result<(), Error> {
+        self.registry.with_slot(worker, |_| ())
+    }
+
+    pub(crate) fn set_available(&self, worker: WorkerId, available: bool) -> Result<(), Error> {
+        self.registry
+            .with_slot(worker, |r| r.slot.available.store(available, Relaxed))
+    }
+
+    /// Registered workers (available or not), in id order.
+    pub(crate) fn workers(&self) -> Vec<WorkerId> {
+        self.registry.workers()
+    }
+
+    /// How the fleet reads load.
+    #[inline]
+    pub(crate) fn config(&self) -> &LoadConfig {
+        &self.config
+    }
+
+    /// Counts a refusal.
+    #[cold]
+    pub(crate) fn shed(&self, shed: &Shed) {
+        self.shed.count(shed);
+    }
+
+    /// Moves the router's clock to `at`, if later.
+    #[inline]
+    pub(crate) fn observe_time(&self, at: Duration) {
+        if let Some(now) = self.clock.observe(at) {
+            self.expire(now);
+        }
+    }
+
+    /// Some report went stale by `now`: refreshes every worker's load key (the staleness
+    /// policy changes its load) and finds when the next fresh report goes stale.
+    #[cold]
+    fn expire(&self, now: u64) {
+        let max_age = nanos(self.config.max_report_age);
+        let mut next = u64::MAX;
+        let slots = self.registry.read();
+        for (_, r) in slots.iter() {
+            if let Some(at) = r.slot.load.report_ns() {
+                let stale_at = at.saturating_add(max_age);
+                if stale_at >= now {
+                    next = next.min(stale_at);
+                }
+            }
+            self.refresh(r);
+        }
+        self.clock.next_expiry(next);
+    }
+
+    pub(crate) fn report_load(&self, worker: WorkerId, load: EngineLoad) -> Result<(), Error> {
+        load.validate()?;
+        self.observe_time(load.measured_at);
+        self.registry.with_slot(worker, |r| {
+            r.slot.load.report(&load);
+            self.refresh(r);
+        })?;
+        if self.config.staleness != Staleness::Hold {
+            let stale_at =
+                nanos(load.measured_at).saturating_add(nanos(self.config.max_report_age));
+            self.clock.expires_at(stale_at);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_profile(
+        &self,
+        worker: WorkerId,
+        profile: WorkerProfile,
+    ) -> Result<(), Error> {
+        profile.validate()?;
+        self.registry.with_slot(worker, |r| {
+            r.slot.load.set_profile(&profile);
+            r.slot.load.update_speed(self.reference.get());
+            self.refresh(r);
+        })
+    }
+
+    /// Worker `r`'s load as estimated now.
+    #[inline]
+    pub(super) fn estimate(&self, r: Registered<'_>) -> Estimate {
+        let routed = r.key.routed.load(Relaxed).max(1);
+        let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
+        let context = (mean_prefill, self.block_size);
+        r.slot
+            .load
+            .estimate(&self.config, self.clock.now_ns(), context)
+    }
+
+    /// Recomputes worker `r`'s load key after its load changed.
+    #[inline]
+    pub(super) fn refresh(&self, r: Registered<'_>) {
+        r.key.set_load_s(self.estimate(r).load_s(&self.config));
+    }
+
+    /// A snapshot of `worker`'s load; `None` when it is not registered.
+    pub(crate) fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
+        self.registry
+            .with_slot(worker, |r| {
+                WorkerLoad::of(r, &self.estimate(r), self.block_size)
+            })
+            .ok()
+    }
+
+    /// The fleet's signals: every worker's, and the refusal counts, at the router's clock.
+    pub(crate) fn signals(&self) -> FleetSignals {
+        let workers = self
+            .workers()
+            .into_iter()
+            .filter_map(|w| Some(WorkerSignals::of(w, &self.load(w)?)))
+            .collect();
+        FleetSignals::new(self.clock.now(), workers, self.shed.get())
+    }
+
+    /// Counts a cached-token report for `worker`: the mirror predicted `predicted` tokens,
+    /// the worker reported `reported` (both in whole blocks of the mirror).
+    pub(crate) fn reported(&self, worker: WorkerId, predicted: usize, reported: usize) {
+        let _ = self
+            .registry
+            .with_slot(worker, |Registered { slot: s, .. }| {
+                s.reports.fetch_add(1, Relaxed);
+                s.reported_cached.fetch_add(reported as u64, Relaxed);
+                s.predicted_for_reports.fetch_add(predicted as u64, Relaxed);
+                if predicted != reported {
+                    s.mispredicted.fetch_add(1, Relaxed);
+                }
+            });
+    }
+
+    /// Fills `out` with the available workers, in id order.
+    pub(crate) fn candidates(&self, out: &mut Candidates) {
+        out.clear();
+        let slots = self.registry.read();
+        out.reserve(slots.len());
+        for (i, r) in slots.iter() {
+            if r.slot.available.load(Relaxed) {
+                out.push(self.snapshot(i, r));
+            }
+        }
+    }
+
+    /// Fills `out`, in id order, with the least loaded available worker of each class (see
+    /// [`Slots::least_of_each`](super::registry::Slots)).
+    pub(crate) fn least_of_each(
+        &self,
+        class_of: &[u16],
+        classes: usize,
+        salt: u64,
+        out: &mut Candidates,
+    ) {
+        out.clear();
+        let slots = self.registry.read();
+        slots.least_of_each(class_of, classes, salt, |i, r| {
+            out.push(self.snapshot(i, r));
+        });
+    }
+
+    /// A candidate snapshot of slot `i`.
+    #[inline]
+    fn snapshot(&self, i: usize, r: Registered<'_>) -> Candidate {
+        let (_, assigned_prefill, routed) = r.key.get();
+        Candidate {
+            worker: WorkerId::new(i as u32),
+            epoch: r.slot.epoch,
+            in_flight: r.slot.load.in_flight.load(Relaxed),
+            routed,
+            assigned_prefill,
+            estimate: self.estimate(r),
+            matched_blocks: 0,
+            cached_tokens: 0,
+            cached_by_tier: [0; 4],
+        }
+    }
+
+    /// Sets the fleet's reference to the lower quartile of the workers' learned log ratios
+    /// ([`Reference`]) and, when it moved, every worker's speed by it.
+    #[cold]
+    pub(super) fn recalibrate(&self) {
+        let slots = self.registry.read();
+        let mut ratios: SmallVec<[f64; 64]> = slots
+            .iter()
+            .filter_map(|(_, r)| r.slot.load.timings.log_ratio())
+            .collect();
+        let Some(reference) = self.reference.recalibrate(&mut ratios) else {
+            return;
+        };
+        for (_, r) in slots.iter() {
+            r.slot.load.update_speed(reference);
+            self.refresh(r);
+        }
+    }
+}

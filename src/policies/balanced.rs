@@ -1,0 +1,334 @@
+//! Cache score against load score, or predicted time to first token.
+
+use crate::config::float;
+use crate::error::Error;
+use crate::fleet::{Candidate, LoadConfig, ReloadConfig};
+use crate::index::IndexConfig;
+use crate::request::RouteRequest;
+use crate::router::{CandidateSet, Cost, Policy, PolicyRouter, choose_min};
+
+/// How [`BalancedRouter`] scores workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Scoring {
+    /// `alpha · cache_score + (1 − alpha) · load_score`, highest wins.
+    Weighted,
+    /// Predicted time: the request's time to first token on the worker (its queue and
+    /// `miss_weight ×` its uncached tokens at the worker's speed, the steps they take among
+    /// the worker's decodes, the wait for a running slot or KV), then its decode in the
+    /// worker's batch; lowest wins; equal costs go to the worker handed the least prefill
+    /// work so far. The default, and the crate's recommended policy (see the README's
+    /// simulator results).
+    #[default]
+    PredictedTtft,
+}
+
+/// Configuration of [`BalancedRouter`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct BalancedConfig {
+    /// Weight of the cache score against the load score, `0.0..=1.0`. Default 0.5: cache
+    /// and load count equally; see [`BalancedRouter`] for the trade-off it sets.
+    pub alpha: f64,
+    /// Scoring mode. Default [`Scoring::PredictedTtft`].
+    pub scoring: Scoring,
+    /// How load is read and predicted (the fleet's prefill rate, the step model, report
+    /// ages, learned speeds), for [`Scoring::PredictedTtft`].
+    pub load: LoadConfig,
+    /// For [`Scoring::PredictedTtft`]: how much a token the worker must recompute weighs
+    /// against a token already queued there, at least 1.0 (and at least one more than the
+    /// requests waiting on the worker). Above 1 the router accepts some
+    /// queueing for locality, since every recomputed token also costs the fleet capacity
+    /// and evicts someone else's cache. Default 10 (the README's simulator results compare
+    /// it with other weights: `examples/simulate.rs --miss-weight`).
+    pub miss_weight: f64,
+    /// What a hit below the device tier costs, for [`Scoring::PredictedTtft`]: its reload
+    /// time adds to the predicted time to first token. Default [`ReloadConfig::default`].
+    pub reload: ReloadConfig,
+    /// Hashing and mirror bounds.
+    pub index: IndexConfig,
+}
+
+impl Default for BalancedConfig {
+    fn default() -> Self {
+        Self {
+            alpha: 0.5,
+            scoring: Scoring::PredictedTtft,
+            load: LoadConfig::default(),
+            miss_weight: 10.0,
+            reload: ReloadConfig::default(),
+            index: IndexConfig::default(),
+        }
+    }
+}
+
+impl BalancedConfig {
+    crate::config::setters! {
+        /// Sets [`alpha`](Self::alpha).
+        with_alpha: alpha: f64;
+        /// Sets [`scoring`](Self::scoring).
+        with_scoring: scoring: Scoring;
+        /// Sets [`load`](Self::load).
+        with_load: load: LoadConfig;
+        /// Sets [`miss_weight`](Self::miss_weight).
+        with_miss_weight: miss_weight: f64;
+        /// Sets [`reload`](Self::reload).
+        with_reload: reload: ReloadConfig;
+        /// Sets [`index`](Self::index).
+        with_index: index: IndexConfig;
+    }
+
+    /// Sets the load model's [`prefill_tokens_per_s`](LoadConfig::prefill_tokens_per_s).
+    #[must_use]
+    pub fn with_prefill_tokens_per_s(mut self, rate: f64) -> Self {
+        self.load.prefill_tokens_per_s = rate;
+        self
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range (the index's and
+    /// the load model's included); [`Error::InvalidBlockSize`] for a bad block size.
+    pub fn validate(&self) -> Result<(), Error> {
+        float("alpha", self.alpha, 0.0..=1.0, "between 0.0 and 1.0")?;
+        float("miss_weight", self.miss_weight, 1.0..=1e6, "at least 1.0")?;
+        self.load.validate()?;
+        self.reload.validate()?;
+        self.index.validate()
+    }
+}
+
+/// Weighs how much of the prompt each worker holds against how loaded it is: the crate's
+/// recommended policy.
+///
+/// **Default: predicted time** ([`Scoring::PredictedTtft`]). For every available worker
+/// the router predicts, with the engine's step model ([`StepModel`](crate::StepModel), the
+/// one the simulator's engine runs) at the worker's speed ([`Candidate::speed`]):
+///
+/// - **time to first token**: the prefill queued there ([`Candidate::prefill_tokens`]) and
+///   `miss_weight ×` this prompt's uncached tokens at the prefill rate (a recomputed token
+///   also costs the fleet capacity and evicts other prefixes; it weighs at least one more
+///   than the requests waiting there, since each of them waits for it), plus the fixed and
+///   per-decode part of every step that takes (the worker's decodes share each step's token
+///   budget and stretch its time), plus, once the worker's running slots
+///   ([`StepModel::max_num_seqs`](crate::StepModel::max_num_seqs)) or its KV are full, the
+///   wait for its running requests to finish and free them;
+/// - **decode time**: the request's expected output tokens
+///   ([`RouteRequest::with_expected_output`], else
+///   [`LoadConfig::default_output_tokens`](crate::LoadConfig::default_output_tokens)), each
+///   in a step carrying the worker's decodes and their context;
+/// - plus the reload time of a hit below the device tier.
+///
+/// The cheapest wins; equal costs (a new prefix on an idle fleet) go to the worker handed
+/// the least prefill work so far. Load is what the engines report ([`EngineLoad`](crate::EngineLoad),
+/// [`Router::report_load`](crate::Router::report_load)) reconciled with this router's own
+/// counts; call [`Router::first_token_after`](crate::Router::first_token_after) (or
+/// [`first_token`](crate::Router::first_token)) when a first token arrives, or prefill
+/// counts as queued until [`complete`](crate::Router::complete). On an idle fleet the cost is
+/// the recomputation, so the worker holding the longest prefix wins; as queues, batches and
+/// KV fill, they dominate and the load spreads.
+///
+/// **Weighted** ([`Scoring::Weighted`]). For every available worker, with `p` the prompt's
+/// tokens:
+///
+/// - `cache_score = cached_tokens / p`, the fraction of the prompt it holds (`0..=1`);
+/// - `load_score = 1 − requests / max_requests`, its load relative to the busiest worker
+///   (`0..=1`). When all loads are equal every worker gets the same load score (1 on an idle
+///   fleet), so the cache score alone decides; the naive min-max normalisation
+///   `(max − l) / (max − min)` would divide by zero there;
+/// - `score = alpha · cache_score + (1 − alpha) · load_score`; the highest wins, ties go to
+///   the worker routed the fewest requests so far, then to a per-request rotation.
+///
+/// With the default `alpha = 0.5` a worker that holds the whole prompt keeps winning over an
+/// idle worker until it carries the most load and the cache advantage is smaller than the
+/// load gap.
+///
+/// In both modes the routed prefix is inserted into the mirror for the chosen worker
+/// (optimistically: it will be cached there once the request runs).
+///
+/// ```
+/// use prefix_router::{BalancedRouter, RouteRequest, Router};
+///
+/// let router = BalancedRouter::new(4)?;
+/// let system: Vec<u32> = (0..2_000).collect();
+/// let mut workers = Vec::new();
+/// for i in 0..20u32 {
+///     let prompt: Vec<u32> = system.iter().copied().chain([100_000 + i]).collect();
+///     let d = router.route(&RouteRequest::new(&prompt))?;
+///     workers.push(d.worker());
+///     router.complete(&d);
+/// }
+/// assert!(workers.iter().all(|&w| w == workers[0]));
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+pub type BalancedRouter = PolicyRouter<Balanced>;
+
+/// The policy of [`BalancedRouter`].
+#[derive(Clone, Copy, Debug)]
+pub struct Balanced {
+    config: BalancedConfig,
+}
+
+impl Balanced {
+    /// The policy with `config` (its `index` is the router's business).
+    ///
+    /// # Errors
+    ///
+    /// As [`BalancedConfig::validate`].
+    pub fn new(config: BalancedConfig) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &BalancedConfig {
+        &self.config
+    }
+
+    /// [`Scoring::Weighted`]: the highest `alpha · cache + (1 − alpha) · load`.
+    fn weighted(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        let max_requests = candidates.iter().map(Candidate::requests).max();
+        let max_requests = max_requests.unwrap_or(0);
+        let alpha = self.config.alpha;
+        let tokens = request.tokens().len();
+        choose_min(request, candidates, |c| {
+            let load = if max_requests == 0 {
+                1.0
+            } else {
+                1.0 - c.requests() as f64 / max_requests as f64
+            };
+            let cache = if tokens == 0 {
+                0.0
+            } else {
+                c.cached_tokens() as f64 / tokens as f64
+            };
+            -(alpha * cache + (1.0 - alpha) * load)
+        })
+    }
+
+    /// [`Scoring::PredictedTtft`]: the least predicted time.
+    fn predicted_ttft(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        choose_min(request, candidates, |c| {
+            // Equal costs (an idle fleet, a new prefix): balance the prefill work handed
+            // out so far.
+            (self.seconds(request, c), c.assigned_prefill_tokens())
+        })
+    }
+
+    /// [`Scoring::PredictedTtft`]'s cost in seconds: the load model's time to first token
+    /// ([`Candidate::predicted_ttft_s`]) and decode time ([`Candidate::predicted_decode_s`]),
+    /// plus the reload of lower-tier hits.
+    #[inline]
+    fn seconds(&self, request: &RouteRequest<'_>, c: &Candidate) -> f64 {
+        let (ttft, decode) = self.terms(request, c);
+        ttft + decode + self.reload_s(c)
+    }
+
+    /// The load model's time to first token and decode time of `c` for `request`.
+    #[inline]
+    fn terms(&self, request: &RouteRequest<'_>, c: &Candidate) -> (f64, f64) {
+        let load = &self.config.load;
+        let tokens = request.tokens().len();
+        let miss = tokens.saturating_sub(c.cached_tokens());
+        let output = request
+            .expected_output()
+            .unwrap_or(load.default_output_tokens);
+        c.predicted_times(load, tokens, miss, output, self.config.miss_weight)
+    }
+
+    /// Seconds to reload the candidate's hits below the device tier.
+    #[inline]
+    fn reload_s(&self, c: &Candidate) -> f64 {
+        if c.cached_tokens_at(crate::tree::Tier::Device) < c.cached_tokens() {
+            self.config.reload.candidate_seconds(c) / c.speed()
+        } else {
+            0.0
+        }
+    }
+}
+
+impl PolicyRouter<Balanced> {
+    /// A router over workers `0..num_workers` with the default configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WorkerOutOfRange`] when `num_workers` exceeds
+    /// [`RadixTree::MAX_WORKERS`](crate::RadixTree::MAX_WORKERS).
+    pub fn new(num_workers: u32) -> Result<Self, Error> {
+        Self::with_config(num_workers, BalancedConfig::default())
+    }
+
+    /// A router with `config`.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new); as [`BalancedConfig::validate`].
+    pub fn with_config(num_workers: u32, config: BalancedConfig) -> Result<Self, Error> {
+        Self::with_policy_and_load(
+            num_workers,
+            Balanced::new(config)?,
+            config.index,
+            config.load,
+        )
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &BalancedConfig {
+        self.policy().config()
+    }
+}
+
+impl Policy for Balanced {
+    fn name(&self) -> &'static str {
+        match self.config.scoring {
+            Scoring::Weighted => "balanced_weighted",
+            Scoring::PredictedTtft => "balanced",
+        }
+    }
+
+    fn reads_cache(&self) -> bool {
+        true
+    }
+
+    /// With predicted TTFT workers holding alike cost their queue plus the same recompute
+    /// and reload, so of those only the least loaded could win.
+    fn candidates(&self) -> CandidateSet {
+        match self.config.scoring {
+            Scoring::PredictedTtft => CandidateSet::LeastLoadedPerMatch,
+            Scoring::Weighted => CandidateSet::All,
+        }
+    }
+
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        match self.config.scoring {
+            Scoring::Weighted => self.weighted(request, candidates),
+            Scoring::PredictedTtft => self.predicted_ttft(request, candidates),
+        }
+    }
+
+    fn cost(&self, request: &RouteRequest<'_>, c: &Candidate) -> Option<Cost> {
+        let tokens = request.tokens().len();
+        Some(match self.config.scoring {
+            Scoring::PredictedTtft => {
+                let (ttft, decode) = self.terms(request, c);
+                Cost::of(&[
+                    ("ttft_s", ttft),
+                    ("decode_s", decode),
+                    ("reload_s", self.reload_s(c)),
+                ])
+            }
+            Scoring::Weighted => {
+                let cache = if tokens == 0 {
+                    0.0
+                } else {
+                    c.cached_tokens() as f64 / tokens as f64
+                };
+                Cost::of(&[("minus_cache_score", -self.config.alpha * cache)])
+            }
+        })
+    }
+}

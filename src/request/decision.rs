@@ -1,0 +1,152 @@
+//! [`RouteDecision`]: where a request went, what was predicted of it, and the load it
+//! charged, released once.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::tree::WorkerId;
+
+/// Where a request went, what the router predicted, and the load it charged.
+///
+/// Release the load exactly once with [`Router::complete`](crate::Router::complete) (or hold a [`RouteGuard`](crate::RouteGuard), which
+/// releases on drop); completing again is a no-op. Not `Clone`, so one decision is one
+/// charge.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RouteDecision {
+    worker: WorkerId,
+    epoch: u64,
+    prompt_tokens: usize,
+    matched_blocks: usize,
+    cached_tokens: usize,
+    /// Cached tokens by [`Tier::index`](crate::Tier::index).
+    cached_by_tier: [u32; 4],
+    /// The worker's data-parallel rank in its endpoint.
+    rank: u32,
+    /// Seconds to first token the load model predicted at the worker's configured speed.
+    predicted_ttft_s: f64,
+    /// Output tokens the request was charged with (its expected output).
+    output_tokens: u32,
+    /// `RELEASED` and `PREFILLED` bits: each set once, by one atomic operation.
+    state: AtomicU8,
+}
+
+const RELEASED: u8 = 1;
+const PREFILLED: u8 = 2;
+
+impl RouteDecision {
+    pub(crate) fn new(
+        worker: WorkerId,
+        epoch: u64,
+        prompt_tokens: usize,
+        matched_blocks: usize,
+        cached_tokens: usize,
+        cached_by_tier: [u32; 4],
+    ) -> Self {
+        Self {
+            worker,
+            epoch,
+            prompt_tokens,
+            matched_blocks,
+            cached_tokens,
+            cached_by_tier,
+            rank: 0,
+            predicted_ttft_s: 0.0,
+            output_tokens: 0,
+            state: AtomicU8::new(0),
+        }
+    }
+
+    /// The same decision with the load model's prediction, charging the worker with
+    /// `output_tokens` to generate.
+    pub(crate) fn with_prediction(mut self, ttft_s: f64, output_tokens: u32) -> Self {
+        self.predicted_ttft_s = ttft_s;
+        self.output_tokens = output_tokens;
+        self
+    }
+
+    /// Output tokens the decision charged its worker with.
+    pub(crate) fn output_tokens(&self) -> u32 {
+        self.output_tokens
+    }
+
+    /// Seconds to first token the router's load model predicted, at the worker's configured
+    /// speed: [`Router::first_token_after`](crate::Router::first_token_after) compares the time measured with it.
+    #[must_use]
+    pub fn predicted_ttft_s(&self) -> f64 {
+        self.predicted_ttft_s
+    }
+
+    /// The same decision for a worker at data-parallel rank `rank`.
+    pub(crate) fn with_rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
+    }
+
+    /// The chosen worker's data-parallel rank within its endpoint (see
+    /// [`RankLayout`](crate::RankLayout); 0 with one rank per endpoint): what a host sends
+    /// as vLLM's `X-data-parallel-rank` header.
+    #[must_use]
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Of [`cached_tokens`](Self::cached_tokens), those the worker is predicted to hold at
+    /// `tier` (each block at the best tier holding it).
+    #[must_use]
+    pub fn cached_tokens_at(&self, tier: crate::tree::Tier) -> usize {
+        self.cached_by_tier[tier.index()] as usize
+    }
+
+    /// The chosen worker.
+    #[must_use]
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// Prompt tokens the router predicts the worker has cached (0 for policies without a
+    /// cache index).
+    #[must_use]
+    pub fn cached_tokens(&self) -> usize {
+        self.cached_tokens
+    }
+
+    /// Leading blocks of the prompt the router believes the worker holds.
+    #[must_use]
+    pub fn matched_blocks(&self) -> usize {
+        self.matched_blocks
+    }
+
+    /// Tokens in the prompt.
+    #[must_use]
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// Tokens the worker is predicted to prefill: prompt minus cached.
+    #[must_use]
+    pub fn prefill_tokens(&self) -> usize {
+        self.prompt_tokens - self.cached_tokens
+    }
+
+    /// Whether the load of this decision was already released.
+    #[must_use]
+    pub fn is_completed(&self) -> bool {
+        self.state.load(Ordering::Acquire) & RELEASED != 0
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Marks the decision released (and so prefilled). `None` if it already was released,
+    /// else whether the prefill was still outstanding.
+    pub(crate) fn mark_released(&self) -> Option<bool> {
+        let before = self.state.fetch_or(RELEASED | PREFILLED, Ordering::AcqRel);
+        (before & RELEASED == 0).then_some(before & PREFILLED == 0)
+    }
+
+    /// Marks the prefill done; false if it already was (or the decision was released).
+    pub(crate) fn mark_prefilled(&self) -> bool {
+        self.state.fetch_or(PREFILLED, Ordering::AcqRel) & (PREFILLED | RELEASED) == 0
+    }
+}

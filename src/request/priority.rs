@@ -1,0 +1,89 @@
+//! How a request's priority bears on admission: [`AdmissionConfig`] (the share of its target
+//! a sheddable request is held to, the room given to oversized prompts) and a priority's
+//! name.
+
+use std::time::Duration;
+
+use super::refusal::Priority;
+use crate::error::Error;
+
+/// How admission treats priorities.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AdmissionConfig {
+    /// The share of its target a [`Priority::Sheddable`] request is held to, in `(0, 1]`:
+    /// at 0.5 sheddable requests are refused once the best worker's predicted time to
+    /// first token passes half their target, leaving the rest to standard ones. Default 0.5.
+    pub sheddable_share: f64,
+    /// For a request whose own prefill alone is predicted to miss its target (an idle
+    /// worker could not meet it either, [`Limit::Prompt`](crate::Limit::Prompt)): the share of its target the rest
+    /// of its predicted time (the wait ahead of it, the steps it shares) may take. Such a
+    /// request is served where it delays little and refused where the fleet is busy, when it
+    /// would stall others for nothing it could meet. In `[0, 1]`; 0 refuses every such
+    /// request. Default 0.1.
+    pub oversized_wait_share: f64,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        Self {
+            sheddable_share: 0.5,
+            oversized_wait_share: 0.1,
+        }
+    }
+}
+
+impl AdmissionConfig {
+    crate::config::setters! {
+        /// Sets [`sheddable_share`](Self::sheddable_share).
+        with_sheddable_share: sheddable_share: f64;
+        /// Sets [`oversized_wait_share`](Self::oversized_wait_share).
+        with_oversized_wait_share: oversized_wait_share: f64;
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first field out of its range.
+    pub fn validate(&self) -> Result<(), Error> {
+        crate::config::float(
+            "sheddable_share",
+            self.sheddable_share,
+            f64::MIN_POSITIVE..=1.0,
+            "a share above 0 and at most 1",
+        )?;
+        crate::config::float(
+            "oversized_wait_share",
+            self.oversized_wait_share,
+            0.0..=1.0,
+            "a share from 0 to 1",
+        )
+    }
+
+    /// The target a request of `priority` asking for `target` is held to.
+    #[must_use]
+    pub fn target_of(&self, priority: Priority, target: Duration) -> Duration {
+        match priority {
+            Priority::Sheddable => target.mul_f64(self.sheddable_share),
+            Priority::Standard | Priority::Critical => target,
+        }
+    }
+}
+
+/// Names, for hosts that read priorities from headers or flags.
+impl Priority {
+    /// The priority named `name` (as [`name`](Self::name) gives it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for any other name.
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| {
+                crate::config::invalid("priority", name, "critical, standard or sheddable")
+            })
+    }
+}

@@ -1,0 +1,180 @@
+//! A [`PolicyRouter`]'s route path: the candidates its policy is offered (every worker, or
+//! the shortlist), the mirror's match, admission's gate, the policy's checked choice, the
+//! optimistic insert under the mirror's lock, and the charge; and the pieces of it the pair
+//! router shares.
+
+use super::admission::{Admission, Gate, Open};
+use super::policy::{CandidateSet, Policy};
+use super::policy_router::PolicyRouter;
+use super::shortlist::{Classes, fill};
+use crate::error::Error;
+use crate::fleet::{Candidate, Candidates};
+use crate::index::Blocks;
+use crate::request::{RouteDecision, RouteRequest};
+use crate::tree::WorkerId;
+
+impl<P: Policy> PolicyRouter<P> {
+    /// The policy's choice among `candidates`, checked.
+    fn select(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Result<usize, Error> {
+        let chosen = self.policy.select(request, candidates);
+        if chosen < candidates.len() {
+            Ok(chosen)
+        } else {
+            Err(Error::InvalidChoice {
+                policy: self.policy.name(),
+                index: chosen,
+                candidates: candidates.len(),
+            })
+        }
+    }
+
+    /// One choice: the candidates the policy asks for, with the mirror's prediction filled
+    /// in when it reads the cache; those admission keeps when the request carries a target;
+    /// the policy's choice, checked, and the blocks the deepest holder holds.
+    #[inline]
+    fn choose(
+        &self,
+        request: &RouteRequest<'_>,
+        blocks: &Blocks,
+        candidates: &mut Candidates,
+    ) -> Result<(usize, u32), Error> {
+        if !request.asks_admission() {
+            return self.choose_gated(request, blocks, candidates, &Open);
+        }
+        let admission = Admission::of(request, self.fleet.config());
+        let choice = self.choose_gated(request, blocks, candidates, &admission);
+        if let Err(Error::Shed(shed)) = &choice {
+            self.fleet.shed(shed);
+        }
+        choice
+    }
+
+    /// [`choose`](Self::choose) with the candidates passed through `gate`.
+    #[inline]
+    fn choose_gated<G: Gate>(
+        &self,
+        request: &RouteRequest<'_>,
+        blocks: &Blocks,
+        candidates: &mut Candidates,
+        gate: &G,
+    ) -> Result<(usize, u32), Error> {
+        if blocks.is_empty() {
+            self.fleet.candidates(candidates);
+            if candidates.is_empty() {
+                return Err(Error::NoWorkers);
+            }
+            gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
+            return Ok((self.select(request, candidates)?, 0));
+        }
+        let block_size = self.index.hasher().block_size();
+        let tokens = request.tokens().len();
+        // Admission reads every worker: a refusal must hold for all of them.
+        let shortlist =
+            G::SHORTLIST && self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
+        if !shortlist {
+            // Every worker: the snapshot is taken before the mirror's lock.
+            self.fleet.candidates(candidates);
+        }
+        self.index.match_choose_insert(blocks, |holders| {
+            if shortlist {
+                Classes::of(holders).shortlist(&self.fleet, request.key(), candidates);
+            } else {
+                fill(candidates, holders);
+            }
+            if candidates.is_empty() {
+                return Err(Error::NoWorkers);
+            }
+            for c in candidates.iter_mut() {
+                c.set_cached(block_size, tokens);
+            }
+            gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
+            let chosen = self.select(request, candidates)?;
+            // Holders come shallowest first.
+            let deepest = holders.last().map_or(0, |h| h.1.blocks);
+            Ok(((chosen, deepest), candidates[chosen].worker))
+        })
+    }
+}
+
+impl<P: Policy> PolicyRouter<P> {
+    /// Every available worker as a candidate for `request` (its blocks `blocks`, hashed by
+    /// [`hash`](Self::hash); its time moves the router's clock, as a route's does) with what
+    /// the mirror predicts it holds, passed to `choose`,
+    /// which returns its answer and the worker the prompt is recorded for.
+    pub(crate) fn with_candidates<T>(
+        &self,
+        request: &RouteRequest<'_>,
+        blocks: &Blocks,
+        choose: impl FnOnce(&mut Candidates, u32) -> Result<(T, WorkerId), Error>,
+    ) -> Result<T, Error> {
+        if let Some(at) = request.time() {
+            self.fleet.observe_time(at);
+        }
+        let mut candidates = Candidates::new();
+        self.fleet.candidates(&mut candidates);
+        if candidates.is_empty() {
+            return Err(Error::NoWorkers);
+        }
+        let block_size = self.index.hasher().block_size();
+        let tokens = request.tokens().len();
+        self.index.match_choose_insert(blocks, |holders| {
+            fill(&mut candidates, holders);
+            for c in candidates.iter_mut() {
+                c.set_cached(block_size, tokens);
+            }
+            let deepest = holders.last().map_or(0, |h| h.1.blocks);
+            choose(&mut candidates, deepest)
+        })
+    }
+
+    /// The blocks of `request`'s prompt, as the mirror hashes them.
+    pub(crate) fn hash(&self, request: &RouteRequest<'_>) -> Blocks {
+        let mut blocks = Blocks::new();
+        self.index.hash_request(request, &mut blocks);
+        blocks
+    }
+
+    /// Charges `candidate`'s worker with `request` (see [`Fleet::commit`]), with its rank.
+    pub(crate) fn commit(
+        &self,
+        candidate: &Candidate,
+        request: &RouteRequest<'_>,
+        deepest: u32,
+    ) -> Option<RouteDecision> {
+        let decision = self.fleet.commit(candidate, request, deepest)?;
+        Some(decision.with_rank(self.layout.rank(candidate.worker)))
+    }
+
+    /// Counts a refusal made outside the route path (pair routing's admission).
+    pub(crate) fn count_shed(&self, shed: &crate::request::Shed) {
+        self.fleet.shed(shed);
+    }
+
+    /// Records that `worker` now holds `blocks`.
+    pub(crate) fn credit(&self, worker: WorkerId, blocks: &[crate::hash::BlockHash]) {
+        self.index.credit(worker, blocks);
+    }
+
+    /// Routes `request`, leaving in `candidates` what the policy chose from.
+    pub(super) fn route_among(
+        &self,
+        request: &RouteRequest<'_>,
+        candidates: &mut Candidates,
+    ) -> Result<RouteDecision, Error> {
+        if let Some(at) = request.time() {
+            self.fleet.observe_time(at);
+        }
+        let mut blocks = Blocks::new();
+        if self.policy.reads_cache() {
+            self.index.hash_request(request, &mut blocks);
+        }
+        // A chosen worker can be removed before it is charged; choose again (bounded).
+        for _ in 0..4 {
+            let (chosen, deepest) = self.choose(request, &blocks, candidates)?;
+            if let Some(decision) = self.fleet.commit(&candidates[chosen], request, deepest) {
+                return Ok(decision.with_rank(self.layout.rank(candidates[chosen].worker)));
+            }
+        }
+        Err(Error::NoWorkers)
+    }
+}
