@@ -29,6 +29,8 @@ pub(crate) struct Args {
     pub(crate) seed: u64,
     pub(crate) format: String,
     pub(crate) plot: Option<String>,
+    /// The loads to run each policy at (`--load-sweep`), replacing `--speedup`.
+    pub(crate) load_sweep: Option<Vec<f64>>,
     pub(crate) requests_out: Option<String>,
     pub(crate) fleet: Option<String>,
     pub(crate) faults: Option<String>,
@@ -135,6 +137,15 @@ struct ClusterFlags {
     /// Arrival rates multiplied by X.
     #[arg(long, value_name = "X", default_value_t = cluster().speedup)]
     speedup: f64,
+    /// Run every chosen policy at each of these loads (arrival rates multiplied by each X),
+    /// instead of at `--speedup`; with `--plot`, draw TTFT p99 against load.
+    #[arg(
+        long,
+        value_name = "X,X,...",
+        value_delimiter = ',',
+        conflicts_with_all = ["speedup", "matrix"]
+    )]
+    load_sweep: Option<Vec<f64>>,
     /// How workers run requests: vLLM-like batches, or the FIFO model.
     #[arg(long, value_enum, default_value_t = EngineArg::Batched)]
     engine: EngineArg,
@@ -223,8 +234,8 @@ struct OutputFlags {
     /// Write one JSON line per request of every run (workload, policy, record) to FILE.
     #[arg(long, value_name = "FILE")]
     requests_out: Option<String>,
-    /// Draw hit ratio against TTFT p99 per policy, and the weighted score over alpha, as
-    /// SVG.
+    /// Draw the results as SVG: TTFT p99 against load per policy with `--load-sweep`;
+    /// otherwise hit ratio against TTFT p99 per policy, and the weighted score over alpha.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<String>,
 }
@@ -377,6 +388,7 @@ impl From<Cli> for Args {
             seed: run.seed.unwrap_or(42),
             format: format.to_owned(),
             plot: o.plot,
+            load_sweep: c.load_sweep,
             requests_out: o.requests_out,
             fleet: c.fleet,
             faults: c.faults,
@@ -415,6 +427,11 @@ fn check(args: &mut Args) -> Result<(), String> {
             args.policy,
             POLICIES.join(", ")
         ));
+    }
+    if let Some(loads) = &args.load_sweep {
+        if let Some(bad) = loads.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+            return Err(format!("--load-sweep: {bad} is not a positive load"));
+        }
     }
     if args.replicas == 0 {
         return Err("--replicas: at least 1".into());

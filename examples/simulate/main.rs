@@ -17,7 +17,7 @@
 //!   `common/peers/`), `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
 //!   policy in every cell of the results matrix, as Markdown);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
-//!   `--speedup X`, `--engine batched|simple`, `--max-num-batched-tokens N`,
+//!   `--speedup X` (or `--load-sweep X,X,...`: each policy at each load), `--engine batched|simple`, `--max-num-batched-tokens N`,
 //!   `--max-num-seqs N`, `--host-capacity-tokens N` and `--host-chunk-blocks N` (a host
 //!   tier of CPU offloading per worker), `--fleet SPEC` (`4x1.0,4x0.5@2000000` is four
 //!   workers at the configured speed and four at half of it with 2,000,000 tokens of KV
@@ -31,8 +31,9 @@
 //!   `--event-replay on|off`;
 //! - output: `--format table|json|csv`, `--ttft-target S`, `--tpot-target S` (goodput's
 //!   targets), `--requests-out FILE` (one JSON line per request of every run: workload,
-//!   policy and the request's record), `--plot FILE.svg` (each policy as a point of hit
-//!   ratio against TTFT p99, plus a sweep of `BalancedRouter`'s weighted score over alpha).
+//!   policy and the request's record), `--plot FILE.svg` (with `--load-sweep 1,2,4,8`,
+//!   each policy's TTFT p99 against load; otherwise each policy as a point of hit ratio
+//!   against TTFT p99, plus a sweep of `BalancedRouter`'s weighted score over alpha).
 //!
 //! `--help` prints every flag and exits 0. Progress goes to stderr: a bar per running
 //! policy while stderr is a terminal, otherwise a plain line per finished policy. Bad
@@ -76,7 +77,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the chosen policies on the chosen workloads and prints and writes what `args` ask.
+/// Runs the chosen policies on the chosen workloads (at each load of `--load-sweep`) and
+/// prints and writes what `args` ask.
 fn compare(args: &Args) -> Result<(), Failure> {
     let policies: Vec<&str> = match (
         runner::has_roles(args),
@@ -88,21 +90,44 @@ fn compare(args: &Args) -> Result<(), Failure> {
         (true, _, "all") => PD_DECIDERS.to_vec(),
         (true, _, decider) => vec![decider],
     };
+    let loads: Vec<Option<f64>> = match &args.load_sweep {
+        Some(loads) => loads.iter().copied().map(Some).collect(),
+        None => vec![None],
+    };
     let mut rows: Vec<(String, SimReport)> = Vec::new();
+    let mut points: Vec<output::LoadPoint> = Vec::new();
     let mut sweeps: Vec<(String, Vec<(f64, SimReport)>)> = Vec::new();
     let workloads = workloads(args)?;
-    let total = workloads.len() * policies.len();
+    let total = workloads.len() * loads.len() * policies.len();
     for (name, requests) in workloads {
-        let sim = runner::simulation(requests, args).map_err(|e| (e.to_string(), 2))?;
-        let done = rows.len();
-        let label = |k: usize| format!("[{:>2}/{total}] {name}: {}", done + k + 1, policies[k]);
-        let reports = runner::run_all(&sim, &policies, args, &label);
-        for (policy, report) in policies.iter().zip(reports) {
-            let report = report.map_err(|e| (format!("{policy}: {e}"), 2))?;
-            rows.push((name.clone(), report));
-        }
-        if args.plot.is_some() {
-            sweeps.push((name.clone(), sweep(&sim, args, &name)?));
+        for &load in &loads {
+            let mut at = args.clone();
+            let cell = match load {
+                Some(x) => {
+                    at.cluster.speedup = x;
+                    format!("{name} {x}x")
+                }
+                None => name.clone(),
+            };
+            let sim =
+                runner::simulation(requests.clone(), &at).map_err(|e| (e.to_string(), 2))?;
+            let done = rows.len();
+            let label = |k: usize| format!("[{:>2}/{total}] {cell}: {}", done + k + 1, policies[k]);
+            let reports = runner::run_all(&sim, &policies, &at, &label);
+            for (policy, report) in policies.iter().zip(reports) {
+                let report = report.map_err(|e| (format!("{policy}: {e}"), 2))?;
+                if let Some(x) = load {
+                    points.push(output::LoadPoint {
+                        workload: name.clone(),
+                        load: x,
+                        row: rows.len(),
+                    });
+                }
+                rows.push((cell.clone(), report));
+            }
+            if args.plot.is_some() && load.is_none() {
+                sweeps.push((name.clone(), sweep(&sim, args, &name)?));
+            }
         }
     }
     output::print(&rows, &args.format);
@@ -112,7 +137,12 @@ fn compare(args: &Args) -> Result<(), Failure> {
         eprintln!("wrote {path}");
     }
     if let Some(path) = &args.plot {
-        output::plot(path, &rows, &sweeps).map_err(|e| (format!("cannot draw {path}: {e}"), 1))?;
+        let drawn = if points.is_empty() {
+            output::plot(path, &rows, &sweeps)
+        } else {
+            output::plot_loads(path, &rows, &points)
+        };
+        drawn.map_err(|e| (format!("cannot draw {path}: {e}"), 1))?;
         eprintln!("wrote {path}");
     }
     Ok(())

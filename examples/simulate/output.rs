@@ -182,3 +182,80 @@ pub(crate) fn plot(
     root.present()?;
     Ok(())
 }
+
+/// One run of a load sweep: its workload, its load and its row in the results.
+pub(crate) struct LoadPoint {
+    pub(crate) workload: String,
+    pub(crate) load: f64,
+    pub(crate) row: usize,
+}
+
+/// Draws each workload's TTFT p99 against load, a line per policy, on a logarithmic time
+/// axis (policies differ by orders of magnitude once the fleet saturates).
+pub(crate) fn plot_loads(
+    path: &str,
+    rows: &[(String, SimReport)],
+    points: &[LoadPoint],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let mut workloads: Vec<&str> = points.iter().map(|p| p.workload.as_str()).collect();
+    workloads.dedup();
+    let root = SVGBackend::new(path, (760, 460 * workloads.len().max(1) as u32))
+        .into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((workloads.len().max(1), 1));
+    for (area, workload) in areas.iter().zip(&workloads) {
+        let mine: Vec<&LoadPoint> = points.iter().filter(|p| p.workload == *workload).collect();
+        let report = |p: &LoadPoint| &rows[p.row].1;
+        let (lo, hi) = mine.iter().map(|p| report(p).ttft_p99_s).fold(
+            (f64::INFINITY, 0.0f64),
+            |(lo, hi), t| (lo.min(t), hi.max(t)),
+        );
+        let max_load = mine.iter().map(|p| p.load).fold(1.0, f64::max);
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("{workload}: TTFT p99 against load"), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                0.0..max_load * 1.05,
+                ((lo * 0.8).max(1e-3)..hi * 1.25).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc("load (× the recorded arrival rate)")
+            .y_desc("TTFT p99 (s)")
+            .draw()?;
+        let mut policies: Vec<&str> = mine.iter().map(|p| report(p).policy.as_str()).collect();
+        policies.sort_unstable();
+        policies.dedup();
+        for (k, policy) in policies.iter().enumerate() {
+            let color = Palette99::pick(k).to_rgba();
+            let mut line: Vec<(f64, f64)> = mine
+                .iter()
+                .filter(|p| report(p).policy == *policy)
+                .map(|p| (p.load, report(p).ttft_p99_s))
+                .collect();
+            line.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let width = if *policy == "balanced" { 3 } else { 1 };
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(width)))?
+                .label(policy.to_string())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(width))
+                });
+            chart.draw_series(
+                line.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 3, color.filled())),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
