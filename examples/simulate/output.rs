@@ -200,20 +200,26 @@ pub(crate) fn plot_loads(
     use plotters::prelude::*;
     let mut workloads: Vec<&str> = points.iter().map(|p| p.workload.as_str()).collect();
     workloads.dedup();
-    let root = SVGBackend::new(path, (760, 460 * workloads.len().max(1) as u32))
-        .into_drawing_area();
+    let root =
+        SVGBackend::new(path, (760, 460 * workloads.len().max(1) as u32)).into_drawing_area();
     root.fill(&WHITE)?;
     let areas = root.split_evenly((workloads.len().max(1), 1));
     for (area, workload) in areas.iter().zip(&workloads) {
         let mine: Vec<&LoadPoint> = points.iter().filter(|p| p.workload == *workload).collect();
         let report = |p: &LoadPoint| &rows[p.row].1;
-        let (lo, hi) = mine.iter().map(|p| report(p).ttft_p99_s).fold(
-            (f64::INFINITY, 0.0f64),
-            |(lo, hi), t| (lo.min(t), hi.max(t)),
-        );
+        let (lo, hi) = mine
+            .iter()
+            .map(|p| report(p).ttft_p99_s)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), t| {
+                (lo.min(t), hi.max(t))
+            });
         let max_load = mine.iter().map(|p| p.load).fold(1.0, f64::max);
+        let title = workload.strip_suffix(".jsonl").unwrap_or(workload);
         let mut chart = ChartBuilder::on(area)
-            .caption(format!("{workload}: TTFT p99 against load"), ("sans-serif", 18))
+            .caption(
+                format!("{title}: TTFT p99 against load"),
+                ("sans-serif", 18),
+            )
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
@@ -230,7 +236,12 @@ pub(crate) fn plot_loads(
         policies.sort_unstable();
         policies.dedup();
         for (k, policy) in policies.iter().enumerate() {
-            let color = Palette99::pick(k).to_rgba();
+            // The recommended policy in black, the others in the palette's colours.
+            let color = if *policy == "balanced" {
+                BLACK.to_rgba()
+            } else {
+                Palette99::pick(k).to_rgba()
+            };
             let mut line: Vec<(f64, f64)> = mine
                 .iter()
                 .filter(|p| report(p).policy == *policy)
