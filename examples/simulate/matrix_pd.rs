@@ -7,7 +7,7 @@
 //! the deciders that split every request queue for minutes of simulated time each (the
 //! measured figures are in `benches/README.md`).
 //!
-//! The bar (issue #30): the cost decider's TTFT p99 at most, and its goodput at least, the
+//! The bar: the cost decider's TTFT p99 at most, and its goodput at least, the
 //! best baseline's (every other decider); its TPOT p99 at most independent picks'; on the
 //! long-context workload, its TTFT p99 at most 0.8 of the best threshold decider's (`llmd`,
 //! `dynamo`).
