@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use crate::error::Error;
 use crate::hash::{BlockHash, HashAlgorithm, PrefixHasher, TokenId};
 use crate::request::RouteRequest;
-use crate::sync::{CacheEvent, CacheSync, SyncConfig, SyncOutcome, SyncState};
+use crate::sync::{CacheEvent, CacheSync, EngineSettings, SyncConfig, SyncOutcome, SyncState};
 use crate::tree::Held;
 use crate::tree::{RadixTree, TreeConfig, WorkerId};
 
@@ -264,6 +264,14 @@ impl CacheIndex {
         mirror.sync.reusable(worker, blocks, found, max_device)
     }
 
+    /// The settings in effect for `worker`'s engine (see [`EngineSettings`]): those set with
+    /// [`set_engine_settings`](CacheSync::set_engine_settings), what its events showed, and
+    /// the index's defaults for the rest. Every field is filled.
+    #[must_use]
+    pub fn engine_settings(&self, worker: WorkerId) -> EngineSettings {
+        self.lock().sync.settings(worker)
+    }
+
     /// Hashes the request's full blocks into `out` (no lock held).
     pub(crate) fn hash_request(&self, request: &RouteRequest<'_>, out: &mut Blocks) {
         out.clear();
@@ -353,7 +361,7 @@ impl CacheIndex {
     pub(crate) fn reset_worker(&self, worker: WorkerId) {
         let mirror = &mut *self.lock();
         mirror.tree.remove_worker(worker);
-        mirror.sync.forget(worker);
+        mirror.sync.reset(worker);
         if let Some(capacity) = self.capacity {
             mirror.tree.set_capacity(worker, capacity);
         }
@@ -397,5 +405,14 @@ impl CacheSync for CacheIndex {
         cached_tokens: usize,
     ) -> Result<(), Error> {
         self.report(worker, salt, tokens, cached_tokens).map(|_| ())
+    }
+
+    fn set_engine_settings(
+        &self,
+        worker: WorkerId,
+        settings: &EngineSettings,
+    ) -> Result<(), Error> {
+        let mirror = &mut *self.lock();
+        mirror.sync.set_settings(&self.hasher, worker, settings)
     }
 }

@@ -232,6 +232,6 @@ pub use crate::{
         Admit, CandidateSet, Cost, CostTerm, Policy, PolicyRouter, Receipt, ReceiptLine,
         RouteGuard, Router, choose_min,
     },
-    sync::{CacheEvent, CacheSync, GroupKind, Sequence, SyncOutcome},
+    sync::{CacheEvent, CacheSync, EngineSettings, GroupKind, Sequence, SyncOutcome},
     tree::{PrefixMatch, RadixTree, Tier, TreeConfig, WorkerId},
 };

@@ -710,14 +710,14 @@ fn copies_reported_after_the_device_dropped_their_blocks_are_followed() {
         .apply_event(W0, 3, &CacheEvent::placeholder(vec![1], Tier::Host))
         .unwrap();
     assert_eq!(o.unknown_blocks, 0);
-    let o = index
-        .apply_event(
-            W0,
-            3,
-            &CacheEvent::stored(Some(1), vec![2, 3], prompt[16..].to_vec()).with_tier(Tier::Host),
-        )
-        .unwrap();
-    assert_eq!(o.unknown_parent_blocks, 0);
+    // One store per chunk, as vLLM publishes them.
+    for (parent, block, tokens) in [(1, 2, &prompt[16..32]), (2, 3, &prompt[32..])] {
+        let store = CacheEvent::stored(Some(parent), vec![block], tokens.to_vec());
+        let o = index
+            .apply_event(W0, 3, &store.with_tier(Tier::Host))
+            .unwrap();
+        assert_eq!(o.unknown_parent_blocks, 0);
+    }
     assert_eq!(
         index.cached_tokens_by_tier(W0, &RouteRequest::new(&prompt)),
         [0, 48, 0, 0]

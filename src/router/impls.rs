@@ -8,7 +8,7 @@ use crate::fleet::{Candidates, EngineLoad, FleetSignals, WorkerLoad, WorkerProfi
 use crate::hash::TokenId;
 use crate::request::{RouteDecision, RouteRequest};
 use crate::router::{Receipt, ReceiptLine};
-use crate::sync::{CacheEvent, CacheSync, SyncOutcome};
+use crate::sync::{CacheEvent, CacheSync, EngineSettings, SyncOutcome};
 use crate::tree::{Tier, WorkerId};
 
 impl<P: Policy> Router for PolicyRouter<P> {
@@ -143,5 +143,14 @@ impl<P: Policy> CacheSync for PolicyRouter<P> {
         let (predicted, reported) = self.index.report(worker, salt, tokens, cached_tokens)?;
         self.fleet.reported(worker, predicted, reported);
         Ok(())
+    }
+
+    fn set_engine_settings(
+        &self,
+        worker: WorkerId,
+        settings: &EngineSettings,
+    ) -> Result<(), Error> {
+        self.fleet.check(worker)?;
+        self.index.set_engine_settings(worker, settings)
     }
 }

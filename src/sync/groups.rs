@@ -26,6 +26,12 @@ use crate::tree::WorkerId;
 /// One worker's state in one group.
 #[derive(Debug, Default)]
 struct GroupWorker {
+    /// Whether the worker's engine has this group (its events or its settings say so): only
+    /// then does the group cut its hits. Workers of one router may run different models.
+    member: bool,
+    /// Blocks before a hit's end the group needs on this worker: all of them
+    /// (`usize::MAX`), a sliding window's, or one (Mamba's state).
+    window: usize,
     blocks: EngineBlocks,
     /// Router blocks held, by hash, with how many copies the engine reported stored and
     /// not removed since (0 for a block only routed there).
@@ -33,16 +39,13 @@ struct GroupWorker {
 }
 
 /// One group beyond the main one.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Group {
-    /// Blocks before a hit's end the group needs: all of them (`usize::MAX`), a sliding
-    /// window's, or one (Mamba's state).
-    window: usize,
     workers: Vec<GroupWorker>,
 }
 
 /// The blocks before a hit's end a group of `kind` needs, at `block_size` tokens a block.
-fn window(kind: GroupKind, block_size: usize) -> usize {
+pub(super) fn window(kind: GroupKind, block_size: usize) -> usize {
     match kind {
         // vLLM's `cdiv(sliding_window - 1, block_size)`: the hit's last token is the
         // window's newest, so the window reaches `w - 1` tokens behind it.
@@ -71,12 +74,21 @@ impl Group {
         &mut self.workers[w]
     }
 
-    /// How many of the first `hit` blocks of `blocks` this group lets `worker` hit.
+    /// `worker`'s engine has this group, needing `window` blocks before a hit's end.
+    fn member(&mut self, worker: WorkerId, window: usize) -> &mut GroupWorker {
+        let state = self.worker(worker);
+        state.member = true;
+        state.window = window;
+        state
+    }
+
+    /// How many of the first `hit` blocks of `blocks` this group lets `worker` hit: all of
+    /// them when the worker's engine has no such group.
     fn allows(&self, worker: WorkerId, blocks: &[BlockHash], hit: usize) -> usize {
-        let Some(state) = self.workers.get(worker.index()) else {
-            return 0;
+        let Some(state) = self.workers.get(worker.index()).filter(|s| s.member) else {
+            return hit;
         };
-        let window = self.window;
+        let window = state.window;
         // The longest end at or before `hit` whose last `window` blocks (all blocks, for an
         // end closer to the root) are held.
         let mut end = hit;
@@ -103,20 +115,19 @@ impl Groups {
         !self.groups.is_empty()
     }
 
-    /// Group `group` (at least 1), created as a group of `window` blocks if new.
-    fn group(&mut self, group: u32, window: usize) -> &mut Group {
+    /// Group `group` (at least 1), created if new.
+    fn group(&mut self, group: u32) -> &mut Group {
         let g = group as usize - 1;
-        while self.groups.len() <= g {
-            self.groups.push(Group {
-                window: usize::MAX,
-                workers: Vec::new(),
-            });
+        if self.groups.len() <= g {
+            self.groups.resize_with(g + 1, Group::default);
         }
-        let group = &mut self.groups[g];
-        if group.workers.is_empty() {
-            group.window = window;
-        }
-        group
+        &mut self.groups[g]
+    }
+
+    /// `worker`'s engine has group `group` (at least 1), needing `window` blocks before a
+    /// hit's end: its settings say so, before any event of the group.
+    pub(super) fn join(&mut self, worker: WorkerId, group: u32, window: usize) {
+        self.group(group).member(worker, window);
     }
 
     /// How many of the first `hit` blocks of `blocks` every group lets `worker` hit: vLLM's
@@ -157,10 +168,13 @@ impl Groups {
         })
     }
 
-    /// The prompt `blocks` was routed to `worker`: every group will hold it once it runs.
+    /// The prompt `blocks` was routed to `worker`: every group its engine has will hold it
+    /// once it runs.
     pub(crate) fn routed(&mut self, worker: WorkerId, blocks: &[BlockHash]) {
         for g in &mut self.groups {
-            let state = g.worker(worker);
+            let Some(state) = g.workers.get_mut(worker.index()).filter(|s| s.member) else {
+                continue;
+            };
             for &b in blocks {
                 state.present.entry(b).or_insert(0);
             }
@@ -179,15 +193,14 @@ impl Groups {
     pub(super) fn store(
         &mut self,
         hasher: &PrefixHasher,
-        worker: WorkerId,
+        (worker, window): (WorkerId, usize),
         group: u32,
         event: &Stored<'_>,
         main: Option<&EngineBlocks>,
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
-        let window = window(event.kind, hasher.block_size());
-        self.group(group, window).worker(worker);
+        self.group(group).member(worker, window);
         path.clear();
         let mut named = core::mem::take(&mut self.named);
         named.clear();
@@ -217,7 +230,7 @@ impl Groups {
         // The group's engine blocks are looked up by hash only, never walked by their
         // links, so a run with gaps is recorded as one.
         let mut again = core::mem::take(&mut self.again);
-        let state = self.group(group, window).worker(worker);
+        let state = self.group(group).worker(worker);
         state
             .blocks
             .insert_run(event.parent, &named, path, outcome, &mut again);
@@ -263,12 +276,22 @@ impl Groups {
         }
     }
 
-    /// Forgets everything `worker` holds in every group.
-    pub(crate) fn forget(&mut self, worker: WorkerId) {
+    /// Forgets everything `worker` holds in every group (its device cache was dropped); its
+    /// engine keeps its groups.
+    pub(crate) fn clear(&mut self, worker: WorkerId) {
         for g in &mut self.groups {
             if let Some(state) = g.workers.get_mut(worker.index()) {
                 state.blocks.clear();
                 state.present.clear();
+            }
+        }
+    }
+
+    /// Forgets everything `worker` holds in every group, and which groups its engine has.
+    pub(crate) fn forget(&mut self, worker: WorkerId) {
+        for g in &mut self.groups {
+            if let Some(state) = g.workers.get_mut(worker.index()) {
+                *state = GroupWorker::default();
             }
         }
     }

@@ -36,7 +36,7 @@ impl SyncState {
         let Some(ws) = self.worker_sync(worker).filter(|ws| ws.has_lower()) else {
             return reuse;
         };
-        let chunk = self.config().chunk_blocks;
+        let chunk = self.chunk_blocks(worker);
         let chunks = blocks.len() / chunk;
         let mut end = device / chunk;
         while end < chunks && ws.lower_holds(blocks[(end + 1) * chunk - 1]) {

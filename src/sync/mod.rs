@@ -22,6 +22,7 @@ mod event;
 mod gone;
 mod groups;
 mod hit;
+mod settings;
 mod state;
 mod store;
 mod tips;
@@ -30,6 +31,7 @@ pub mod vllm;
 mod worker;
 
 pub use self::event::CacheEvent;
+pub use self::settings::EngineSettings;
 pub(crate) use self::state::SyncState;
 pub(crate) use self::store::SyncConfig;
 
@@ -124,6 +126,11 @@ pub struct SyncOutcome {
     pub unknown_removed_blocks: usize,
     /// Placeholder stores naming blocks the worker never reported (ignored).
     pub unknown_blocks: usize,
+    /// Events that contradicted the worker's settings ([`EngineSettings`]: a group's kind
+    /// or window, a lower tier's chunk size): the event's word was followed, for this
+    /// worker only. Nonzero means the host configured the worker otherwise than its engine
+    /// runs.
+    pub settings_conflicts: usize,
     /// Blocks of events the mirror does not track: a KV-cache group beyond
     /// [`IndexConfig::max_groups`](crate::IndexConfig::max_groups), a lower tier of a group
     /// other than the main one, engine blocks finer than the router's past the last whole
@@ -141,6 +148,7 @@ impl SyncOutcome {
         self.unknown_removed_blocks += other.unknown_removed_blocks;
         self.unknown_blocks += other.unknown_blocks;
         self.skipped_blocks += other.skipped_blocks;
+        self.settings_conflicts += other.settings_conflicts;
     }
 
     /// The seq to replay from when batches were skipped.
@@ -231,5 +239,31 @@ pub trait CacheSync {
         } else {
             Ok(())
         }
+    }
+
+    /// Sets what the mirror needs to know of `worker`'s engine that its events may not say
+    /// (see [`EngineSettings`]): its lower tier's chunk size, whether it reports prefix hits
+    /// again, its KV-cache groups' kinds. Settings apply to this worker alone; the index's
+    /// defaults ([`IndexConfig`](crate::IndexConfig)) stay for the others. Settings survive
+    /// an engine restart (a sequence number going back); removing the worker forgets them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for settings that do not
+    /// [validate](EngineSettings::validate); [`Error::UnknownWorker`] (routers) or
+    /// [`Error::WorkerOutOfRange`] for a bad worker. The default (for implementations
+    /// outside the crate) refuses with [`Error::InvalidConfig`]: it keeps no per-worker
+    /// settings.
+    fn set_engine_settings(
+        &self,
+        worker: WorkerId,
+        settings: &EngineSettings,
+    ) -> Result<(), Error> {
+        let _ = (worker, settings);
+        Err(crate::config::invalid(
+            "engine_settings",
+            "per-worker settings",
+            "a mirror that keeps them (CacheIndex, or a router reading the cache)",
+        ))
     }
 }

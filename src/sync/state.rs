@@ -1,7 +1,8 @@
 //! The sync state of one mirror: sequence tracking, and each event routed to the worker and
 //! group it changes.
 
-use super::groups::Groups;
+use super::groups::{Groups, window};
+use super::settings::{EngineSettings, Settings};
 use super::store::{Scratch, Stored, SyncConfig};
 use super::worker::WorkerSync;
 use super::{CacheEvent, Sequence, SyncOutcome};
@@ -18,6 +19,8 @@ pub(crate) struct SyncState {
     seqs: Vec<Option<u64>>,
     /// The main group, per worker.
     workers: Vec<WorkerSync>,
+    /// Each worker's settings: the host's and what its events showed.
+    settings: Vec<Settings>,
     groups: Groups,
     scratch: Scratch,
     /// Whether a store below the device tier was ever applied.
@@ -67,13 +70,67 @@ impl SyncState {
         if self.workers.len() <= w {
             self.workers.resize_with(w + 1, WorkerSync::default);
             self.seqs.resize(w + 1, None);
+            self.settings.resize_with(w + 1, Settings::default);
         }
         &mut self.workers[w]
     }
 
-    /// How the state treats events.
-    pub(super) fn config(&self) -> &SyncConfig {
-        &self.config
+    /// `worker`'s settings, default ones when it has none.
+    fn settings_of(&self, worker: WorkerId) -> Option<&Settings> {
+        self.settings.get(worker.index())
+    }
+
+    /// Blocks per lower-tier chunk of `worker`.
+    pub(super) fn chunk_blocks(&self, worker: WorkerId) -> usize {
+        self.settings_of(worker)
+            .map_or(self.config.chunk_blocks, |s| {
+                s.chunk_blocks(self.config.chunk_blocks)
+            })
+    }
+
+    /// Whether `worker` reports prefix hits again.
+    fn full_reports(&self, worker: WorkerId) -> bool {
+        self.settings_of(worker)
+            .map_or(self.config.full_reports, |s| {
+                s.full_reports(self.config.full_reports)
+            })
+    }
+
+    /// Sets `worker`'s engine settings (see [`EngineSettings`]).
+    pub(crate) fn set_settings(
+        &mut self,
+        hasher: &PrefixHasher,
+        worker: WorkerId,
+        settings: &EngineSettings,
+    ) -> Result<(), Error> {
+        check_worker(worker)?;
+        settings.validate()?;
+        self.worker(worker);
+        self.settings[worker.index()].set(settings);
+        self.join_groups(hasher, worker);
+        Ok(())
+    }
+
+    /// `worker`'s engine settings in effect: the host's, what its events showed, the
+    /// index's defaults.
+    pub(crate) fn settings(&self, worker: WorkerId) -> EngineSettings {
+        let (chunk, full) = (self.config.chunk_blocks, self.config.full_reports);
+        self.settings_of(worker)
+            .map_or_else(Settings::default, Clone::clone)
+            .effective(chunk, full)
+    }
+
+    /// Makes `worker` a member of every group its settings name, with their windows.
+    fn join_groups(&mut self, hasher: &PrefixHasher, worker: WorkerId) {
+        let Some(settings) = self.settings.get(worker.index()) else {
+            return;
+        };
+        for (group, kind) in settings.effective(1, false).groups {
+            if group < self.config.max_groups {
+                let window = window(kind, hasher.block_size());
+                self.groups.join(worker, group, window);
+            }
+        }
     }
 
     /// The main group's state of `worker`, if it has one.
@@ -98,11 +155,24 @@ impl SyncState {
         &mut self.groups
     }
 
-    /// Forgets the worker's engine maps (its mirror is being replaced or removed).
-    pub(crate) fn forget(&mut self, worker: WorkerId) {
+    /// Forgets the worker's engine maps and what its events showed of its settings (its
+    /// mirror is being replaced, or its engine restarted); the host's settings stay.
+    pub(crate) fn forget(&mut self, hasher: &PrefixHasher, worker: WorkerId) {
         if let Some(ws) = self.workers.get_mut(worker.index()) {
             ws.clear();
             self.seqs[worker.index()] = None;
+            self.settings[worker.index()].forget_shown();
+        }
+        self.groups.forget(worker);
+        self.join_groups(hasher, worker);
+    }
+
+    /// Forgets everything of `worker`, its settings too (it was removed or added anew).
+    pub(crate) fn reset(&mut self, worker: WorkerId) {
+        if let Some(ws) = self.workers.get_mut(worker.index()) {
+            ws.clear();
+            self.seqs[worker.index()] = None;
+            self.settings[worker.index()] = Settings::default();
         }
         self.groups.forget(worker);
     }
@@ -154,7 +224,7 @@ impl SyncState {
             ..SyncOutcome::default()
         };
         if let Sequence::Restart { .. } = outcome.sequence {
-            self.forget(worker);
+            self.forget(hasher, worker);
             tree.remove_worker(worker);
         }
         self.seqs[w] = Some(seq);
@@ -172,7 +242,7 @@ impl SyncState {
             CacheEvent::Cleared => {
                 tree.clear_tier(worker, Tier::Device);
                 self.workers[w].cleared_device();
-                self.groups.forget(worker);
+                self.groups.clear(worker);
             }
         }
         Ok(outcome)
@@ -227,7 +297,6 @@ impl SyncState {
             tier: *tier,
             salt,
             keys,
-            kind: *kind,
             copies: true,
         };
         if self.reported_again(hasher, tree, worker, *group, &stored) {
@@ -240,14 +309,27 @@ impl SyncState {
                 return;
             }
         }
+        let settings = &mut self.settings[worker.index()];
         if *group == 0 {
+            if *tier != Tier::Device {
+                settings.show_chunk(blocks.len(), outcome);
+            }
             let ws = &mut self.workers[worker.index()];
             ws.store(hasher, tree, worker, &stored, &mut self.scratch, outcome);
         } else {
+            settings.show_group(*group, *kind, outcome);
+            let window = window(settings.group_kind(*group), hasher.block_size());
             let main = self.workers.get(worker.index()).map(|ws| &ws.blocks);
             let path = &mut self.scratch.path;
-            self.groups
-                .store(hasher, worker, *group, &stored, main, path, outcome);
+            self.groups.store(
+                hasher,
+                (worker, window),
+                *group,
+                &stored,
+                main,
+                path,
+                outcome,
+            );
         }
         self.scratch.coarse = coarse;
     }
@@ -275,8 +357,8 @@ impl SyncState {
             outcome.skipped_blocks += blocks.len();
             return;
         }
+        let chunk = self.chunk_blocks(worker);
         let ws = &mut self.workers[worker.index()];
-        let chunk = self.config.chunk_blocks;
         ws.store_placeholder(
             tree,
             worker,
@@ -305,7 +387,7 @@ impl SyncState {
         group: u32,
         event: &Stored<'_>,
     ) -> bool {
-        let candidate = self.config.full_reports
+        let candidate = self.full_reports(worker)
             && event.parent.is_none()
             && event.tier == Tier::Device
             && event.blocks.first().is_some_and(|&first| {
@@ -375,11 +457,14 @@ impl SyncState {
     ) -> Result<(), Error> {
         check_worker(worker)?;
         self.worker(worker).clear();
-        self.groups.forget(worker);
+        self.seqs[worker.index()] = None;
+        self.groups.clear(worker);
         tree.remove_worker(worker);
         for prefix in prefixes {
             hasher.hash_into(prefix, &mut self.scratch.path);
             tree.insert(worker, &self.scratch.path);
+            // Every group the worker's engine has holds the prefixes too.
+            self.groups.routed(worker, &self.scratch.path);
         }
         Ok(())
     }

@@ -3,7 +3,6 @@
 //! ([`SyncConfig`]): shared by the main group's sync, the other groups' and the state that
 //! routes events to them.
 
-use super::GroupKind;
 use crate::hash::{BlockHash, BlockKey, TokenId};
 use crate::tree::Tier;
 
@@ -29,7 +28,6 @@ pub(super) struct Stored<'e> {
     pub(super) tier: Tier,
     pub(super) salt: &'e [u8],
     pub(super) keys: &'e [BlockKey],
-    pub(super) kind: GroupKind,
     /// Whether blocks already held are stored again as second copies (`false` for a
     /// prefix hit reported again: see `SyncState::reported_again`).
     pub(super) copies: bool,
