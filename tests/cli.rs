@@ -271,6 +271,18 @@ fn simulate_rejects_what_it_cannot_run() {
         Some(ErrorKind::InvalidValue)
     );
     assert_eq!(kind(&["--fleet", "4x"]), Some(ErrorKind::ValueValidation));
+    assert_eq!(
+        kind(&["--engine-profile", "llama-9000"]),
+        Some(ErrorKind::ValueValidation)
+    );
+    assert_eq!(
+        kind(&["--engine-profile", "no/such/profile.json"]),
+        Some(ErrorKind::ValueValidation)
+    );
+    assert_eq!(
+        kind(&["--step-jitter=-1"]),
+        Some(ErrorKind::ValueValidation)
+    );
     for flags in [&["--help"][..], &["-h"]] {
         let e = simulate_args(flags).unwrap_err();
         assert_eq!((e.kind(), e.exit_code()), (ErrorKind::DisplayHelp, 0));
@@ -513,6 +525,9 @@ fn simulate_help_exits_0_and_lists_every_flag() {
         "--router-capacity-tokens <N|unknown>",
         "--admission <ADMISSION>",
         "--priorities <SPEC>",
+        "--engine-profile <NAME|FILE.json>",
+        "--step-jitter <SIGMA>",
+        "--load-sweep <X,X,...>",
     ] {
         assert!(out.contains(flag), "{flag} not in:\n{out}");
     }
@@ -541,6 +556,40 @@ fn simulate_unknown_workload_exits_2_naming_the_valid_ones() {
     for (name, _) in Workload::builtin() {
         assert!(err.contains(name), "workload {name} not in: {err}");
     }
+}
+
+/// An engine profile by name or from a file; a bad file is a one-line error, exit 2.
+#[test]
+fn simulate_engine_profiles_from_names_and_files() {
+    let a = simulate_args(&["--engine-profile", "llama3-8b-a100", "--step-jitter", "0.2"]).unwrap();
+    let profile = a.cluster.batch.profile.expect("a profile");
+    assert_eq!(profile.base_s, 9.7e-3);
+    assert_eq!(a.cluster.batch.step_jitter, 0.2);
+    assert_eq!(a.engine_profile, "llama3-8b-a100");
+    let d = simulate_args(&[]).unwrap();
+    assert_eq!(
+        d.cluster.batch.profile, None,
+        "default: the router's own step model"
+    );
+    let dir = std::env::temp_dir().join(format!("engine-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("lab.json");
+    std::fs::write(
+        &good,
+        r#"{"name": "lab", "source": "a bench", "base_s": 0.01}"#,
+    )
+    .unwrap();
+    let a = simulate_args(&["--engine-profile", good.to_str().unwrap()]).unwrap();
+    assert_eq!(a.cluster.batch.profile.unwrap().base_s, 0.01);
+    assert_eq!(a.engine_profile, "lab");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"name": "x", "source": "y", "speed": 2}"#).unwrap();
+    let (code, out, err) = run("simulate", &["--engine-profile", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("speed"), "names the unknown key: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

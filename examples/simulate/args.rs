@@ -7,7 +7,8 @@ use clap::{CommandFactory, Parser, ValueEnum};
 
 use super::policy::{PD_DECIDERS, POLICIES};
 use prefix_router::sim::{
-    ClusterConfig, Engine, Front, PriorityMix, SyncMode, WorkerSpec, Workload,
+    ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix, SyncMode,
+    WorkerSpec, Workload,
 };
 
 /// Everything the flags set.
@@ -43,6 +44,8 @@ pub(crate) struct Args {
     /// default they are not and learn it from the timings the simulation reports.
     pub(crate) router_speeds_known: bool,
     pub(crate) matrix: bool,
+    /// The engines' profile's name (`--engine-profile`).
+    pub(crate) engine_profile: String,
 }
 
 /// The flags as clap reads them, in their `--help` groups; [`parse_from`] makes them
@@ -137,6 +140,15 @@ struct ClusterFlags {
     /// Arrival rates multiplied by X.
     #[arg(long, value_name = "X", default_value_t = cluster().speedup)]
     speedup: f64,
+    /// The engines' step time: a built-in profile (default, llama3-8b-a100,
+    /// llama2-70b-h100-tp4, dynamo-mocker) or a JSON file (`name`, `source` and the six
+    /// numbers of `prefix_router::sim::StepProfile`). The routers are not told it.
+    #[arg(long, value_name = "NAME|FILE.json", default_value = "default")]
+    engine_profile: String,
+    /// Each step's time times a seeded lognormal factor of mean 1 with this log-scale
+    /// deviation (0: none).
+    #[arg(long, value_name = "SIGMA", default_value_t = 0.0)]
+    step_jitter: f64,
     /// Run every chosen policy at each of these loads (arrival rates multiplied by each X),
     /// instead of at `--speedup`; with `--plot`, draw TTFT p99 against load.
     #[arg(
@@ -348,6 +360,7 @@ impl From<Cli> for Args {
         cluster.batch.step.max_num_seqs = c.max_num_seqs;
         cluster.batch.host_capacity_tokens = c.host_capacity_tokens;
         cluster.batch.host_chunk_blocks = c.host_chunk_blocks;
+        cluster.batch.step_jitter = c.step_jitter;
         cluster.kv_bytes_per_token = c.kv_bytes_per_token;
         cluster.kv_transfer_bytes_per_s = c.kv_transfer_bytes_per_s;
         cluster.front = match r.front {
@@ -396,6 +409,7 @@ impl From<Cli> for Args {
             router_capacity_tokens: r.router_capacity_tokens,
             router_speeds_known: matches!(r.router_speeds, Known::Known),
             matrix: run.matrix,
+            engine_profile: c.engine_profile,
         }
     }
 }
@@ -433,6 +447,15 @@ fn check(args: &mut Args) -> Result<(), String> {
             return Err(format!("--load-sweep: {bad} is not a positive load"));
         }
     }
+    let profile = engine_profile(&args.engine_profile)?;
+    args.cluster.batch.profile = (profile.name != "default").then_some(profile.step);
+    args.engine_profile = profile.name;
+    if !(args.cluster.batch.step_jitter.is_finite() && args.cluster.batch.step_jitter >= 0.0) {
+        return Err(format!(
+            "--step-jitter: {} is not a deviation of 0 or more",
+            args.cluster.batch.step_jitter
+        ));
+    }
     if args.replicas == 0 {
         return Err("--replicas: at least 1".into());
     }
@@ -442,4 +465,20 @@ fn check(args: &mut Args) -> Result<(), String> {
         args.cluster.workers = u32::try_from(fleet.len()).unwrap_or(u32::MAX);
     }
     Ok(())
+}
+
+/// The engine profile `--engine-profile` names: a built-in one, else a JSON file.
+fn engine_profile(value: &str) -> Result<EngineProfile, String> {
+    if let Some(profile) = EngineProfile::builtin(value) {
+        return Ok(profile);
+    }
+    if !value.ends_with(".json") {
+        return Err(format!(
+            "--engine-profile: {value:?} is neither a built-in profile ({}) nor a .json file",
+            ENGINE_PROFILES.join(", ")
+        ));
+    }
+    let text = std::fs::read_to_string(value)
+        .map_err(|e| format!("--engine-profile: cannot read {value}: {e}"))?;
+    EngineProfile::from_json(&text).map_err(|e| format!("--engine-profile: {value}: {e}"))
 }

@@ -17,6 +17,7 @@ use super::config::SyncMode;
 use super::events::{DELIVER, EventBus, REPLAY};
 use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
+use super::rng::Rng;
 use super::scheduler::{Outcome, Scheduler, Seq, Step};
 use super::simulation::Simulation;
 use super::tally::{Tally, Workers};
@@ -65,6 +66,8 @@ struct Worker {
     batches: u64,
     prefill_tokens: u64,
     busy_s: f64,
+    /// Draws each step's jitter ([`BatchConfig::step_jitter`](super::BatchConfig)).
+    jitter: Rng,
 }
 
 /// A routed request until it finishes.
@@ -145,6 +148,9 @@ impl<'s> Run<'s> {
             batches: 0,
             prefill_tokens: 0,
             busy_s: 0.0,
+            jitter: Rng::new(crate::fold::mix64(
+                cfg.seed ^ 0x6a69_7474_6572 ^ ((w as u64) << 32),
+            )),
         }
     }
 
@@ -242,7 +248,8 @@ impl<'s> Run<'s> {
         let cfg = self.sim.config();
         let workers = self.workers.len();
         let worker = &mut self.workers[w];
-        let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s) / worker.speed;
+        let jitter = worker.jitter.lognormal_factor(cfg.batch.step_jitter);
+        let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s) / worker.speed * jitter;
         worker.prefill_tokens += step.prefill as u64;
         worker.busy_s += duration;
         worker.step = Some((step, now + duration));

@@ -273,6 +273,15 @@ pub struct BatchConfig {
     /// [`ReloadConfig::seconds`](crate::ReloadConfig::seconds)`(Tier::Host, n)` longer.
     /// Default: the router's default figures.
     pub reload: crate::fleet::ReloadConfig,
+    /// The step time of the engines, from an engine profile ([`EngineProfile`](super::EngineProfile)),
+    /// each worker's step divided by its speed; `None` (the default): [`step`](Self::step)'s
+    /// times at [`ClusterConfig::prefill_tokens_per_s`], the model the routers predict with
+    /// by default.
+    pub profile: Option<super::StepProfile>,
+    /// The spread of each step's time: a step takes its profile's time times a lognormal
+    /// factor of mean 1 and this log-scale deviation, drawn per worker from the run's seed.
+    /// 0 or more; default 0 (no spread).
+    pub step_jitter: f64,
 }
 
 impl BatchConfig {
@@ -285,6 +294,10 @@ impl BatchConfig {
         with_host_chunk_blocks: host_chunk_blocks: usize;
         /// Sets [`reload`](Self::reload).
         with_reload: reload: crate::fleet::ReloadConfig;
+        /// Sets [`profile`](Self::profile).
+        with_profile: profile: Option<super::StepProfile>;
+        /// Sets [`step_jitter`](Self::step_jitter).
+        with_step_jitter: step_jitter: f64;
     }
 
     /// Checks every field.
@@ -301,6 +314,15 @@ impl BatchConfig {
             "at least 1",
         )?;
         self.reload.validate()?;
+        if let Some(profile) = &self.profile {
+            profile.validate()?;
+        }
+        float(
+            "step_jitter",
+            self.step_jitter,
+            0.0..=10.0,
+            "a log-scale deviation from 0 to 10",
+        )?;
         self.step.validate()
     }
 }
@@ -312,6 +334,8 @@ impl Default for BatchConfig {
             host_capacity_tokens: 0,
             host_chunk_blocks: 1,
             reload: crate::fleet::ReloadConfig::default(),
+            profile: None,
+            step_jitter: 0.0,
         }
     }
 }
@@ -576,6 +600,15 @@ impl ClusterConfig {
                 "sync",
                 "events",
                 "event sync needs the batched engine, whose workers keep a block pool",
+            ));
+        }
+        if self.engine == Engine::Simple
+            && (self.batch.profile.is_some() || self.batch.step_jitter > 0.0)
+        {
+            return Err(crate::config::invalid(
+                "engine_profile",
+                "a profile or step jitter",
+                "the batched engine, whose workers run steps",
             ));
         }
         let chunk_tokens = self.batch.host_chunk_blocks.saturating_mul(self.block_size);

@@ -59,6 +59,7 @@ mod config;
 mod events;
 mod host;
 mod pool;
+mod profile;
 mod publish;
 mod references;
 mod replicas;
@@ -75,6 +76,7 @@ mod workload;
 pub use self::config::{
     BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, SyncMode, WorkerSpec,
 };
+pub use self::profile::{ENGINE_PROFILES, EngineProfile, StepProfile};
 pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};

@@ -24,6 +24,21 @@ impl Rng {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Standard normal (Box–Muller, one of the pair).
+    pub(crate) fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.unit(); // (0, 1]: its logarithm is finite
+        let v = self.unit();
+        (-2.0 * u.ln()).sqrt() * (core::f64::consts::TAU * v).cos()
+    }
+
+    /// A lognormal factor of mean 1 whose logarithm deviates by `sigma` (1 for `sigma` 0).
+    pub(crate) fn lognormal_factor(&mut self, sigma: f64) -> f64 {
+        if sigma <= 0.0 {
+            return 1.0;
+        }
+        (sigma * self.normal() - sigma * sigma / 2.0).exp()
+    }
+
     /// Exponential with the given rate (mean `1 / rate`); 0 for a non-positive rate.
     pub(crate) fn exponential(&mut self, rate: f64) -> f64 {
         if rate <= 0.0 || !rate.is_finite() {

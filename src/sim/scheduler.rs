@@ -138,6 +138,9 @@ pub(super) struct Step {
     pub(super) work: Vec<(SeqId, usize)>,
     /// Prompt tokens computed.
     pub(super) prefill: usize,
+    /// Pairs the prefill chunks attend to: `Σ L·(E + L/2)` over chunks of `L` tokens after
+    /// `E` of their request's tokens in KV.
+    pub(super) attended: f64,
     /// Decoding sequences.
     pub(super) decodes: usize,
     /// Tokens of context the decodes attend to.
@@ -147,13 +150,19 @@ pub(super) struct Step {
 }
 
 impl Step {
-    /// The step's duration under `config`, at `prefill_tokens_per_s`.
+    /// The step's duration under `config` (its profile, else its step model at
+    /// `prefill_tokens_per_s`), before the worker's speed and jitter.
     pub(super) fn duration(&self, config: &BatchConfig, prefill_tokens_per_s: f64) -> f64 {
         let (prefill, decodes) = (self.prefill as f64, self.decodes as f64);
-        config
-            .step
-            .seconds(prefill, decodes, self.context as f64, prefill_tokens_per_s)
-            + config.reload.seconds(crate::tree::Tier::Host, self.loaded)
+        let compute = match &config.profile {
+            Some(profile) => profile.step_s(prefill, self.attended, decodes, self.context as f64),
+            None => {
+                config
+                    .step
+                    .seconds(prefill, decodes, self.context as f64, prefill_tokens_per_s)
+            }
+        };
+        compute + config.reload.seconds(crate::tree::Tier::Host, self.loaded)
     }
 }
 
@@ -433,6 +442,7 @@ impl Scheduler {
             step.context += seq.computed + tokens;
         } else {
             step.prefill += tokens;
+            step.attended += tokens as f64 * (seq.computed as f64 + tokens as f64 / 2.0);
         }
     }
 
