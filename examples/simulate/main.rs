@@ -109,8 +109,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
                 }
                 None => name.clone(),
             };
-            let sim =
-                runner::simulation(requests.clone(), &at).map_err(|e| (e.to_string(), 2))?;
+            let sim = runner::simulation(requests.clone(), &at).map_err(|e| (e.to_string(), 2))?;
             let done = rows.len();
             let label = |k: usize| format!("[{:>2}/{total}] {cell}: {}", done + k + 1, policies[k]);
             let reports = runner::run_all(&sim, &policies, &at, &label);

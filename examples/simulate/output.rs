@@ -200,20 +200,25 @@ pub(crate) fn plot_loads(
     use plotters::prelude::*;
     let mut workloads: Vec<&str> = points.iter().map(|p| p.workload.as_str()).collect();
     workloads.dedup();
-    let root = SVGBackend::new(path, (760, 460 * workloads.len().max(1) as u32))
-        .into_drawing_area();
+    let root =
+        SVGBackend::new(path, (760, 460 * workloads.len().max(1) as u32)).into_drawing_area();
     root.fill(&WHITE)?;
     let areas = root.split_evenly((workloads.len().max(1), 1));
     for (area, workload) in areas.iter().zip(&workloads) {
         let mine: Vec<&LoadPoint> = points.iter().filter(|p| p.workload == *workload).collect();
         let report = |p: &LoadPoint| &rows[p.row].1;
-        let (lo, hi) = mine.iter().map(|p| report(p).ttft_p99_s).fold(
-            (f64::INFINITY, 0.0f64),
-            |(lo, hi), t| (lo.min(t), hi.max(t)),
-        );
+        let (lo, hi) = mine
+            .iter()
+            .map(|p| report(p).ttft_p99_s)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), t| {
+                (lo.min(t), hi.max(t))
+            });
         let max_load = mine.iter().map(|p| p.load).fold(1.0, f64::max);
         let mut chart = ChartBuilder::on(area)
-            .caption(format!("{workload}: TTFT p99 against load"), ("sans-serif", 18))
+            .caption(
+                format!("{workload}: TTFT p99 against load"),
+                ("sans-serif", 18),
+            )
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
