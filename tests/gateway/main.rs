@@ -16,5 +16,6 @@ mod openai;
 mod overload;
 mod pd;
 mod pd_telemetry;
+mod pd_vllm;
 mod prompts;
 mod telemetry;

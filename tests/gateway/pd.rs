@@ -73,28 +73,9 @@ impl Fleet {
             mocks(Role::Prefill, shape.prefill),
             mocks(Role::Decode, shape.decode),
         );
-        let side = |ups: &[Upstream], ranks| {
-            let urls = ups.iter().map(|u| u.url.clone()).collect();
-            pd::Side::new(urls, RankLayout::new(ranks).unwrap())
-        };
-        let (p, d) = (
-            side(&prefill, shape.prefill.1),
-            side(&decode, shape.decode.1),
-        );
-        let planner = PdPlanner::new(p.targets(), d.targets(), 16, Box::new(decider)).unwrap();
-        let options = app::Options {
-            prompts,
-            request_timeout: Duration::from_secs(10),
-            ..app::Options::default()
-        };
-        let gw = pd::PdGateway::new(Arc::new(planner), p, d, options);
-        tokio::spawn(pd::probe_forever(
-            Arc::clone(&gw),
-            Duration::from_millis(100),
-        ));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(app::no_delay(listener), pd::app(gw)).await });
+        let urls = |ups: &[Upstream]| ups.iter().map(|u| u.url.clone()).collect();
+        let ranks = (shape.prefill.1, shape.decode.1);
+        let url = gateway(urls(&prefill), urls(&decode), ranks, prompts, decider).await;
         Self {
             prefill,
             decode,
@@ -164,6 +145,35 @@ impl Fleet {
         }
         panic!("requests were left in flight on the P/D gateway");
     }
+}
+
+/// A P/D gateway over the `prefill` and `decode` endpoints (base URLs, `ranks` data-parallel
+/// ranks on each side) reading prompts with `prompts`, planning with the crate's pair router
+/// deciding with `decider`, probing the endpoints every 100 ms: its URL.
+pub(super) async fn gateway(
+    prefill: Vec<String>,
+    decode: Vec<String>,
+    ranks: (u32, u32),
+    prompts: Option<Arc<prompt::Prompts>>,
+    decider: impl Decide + 'static,
+) -> String {
+    let side = |urls, ranks| pd::Side::new(urls, RankLayout::new(ranks).unwrap());
+    let (p, d) = (side(prefill, ranks.0), side(decode, ranks.1));
+    let planner = PdPlanner::new(p.targets(), d.targets(), 16, Box::new(decider)).unwrap();
+    let options = app::Options {
+        prompts,
+        request_timeout: Duration::from_secs(10),
+        ..app::Options::default()
+    };
+    let gw = pd::PdGateway::new(Arc::new(planner), p, d, options);
+    tokio::spawn(pd::probe_forever(
+        Arc::clone(&gw),
+        Duration::from_millis(100),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(app::no_delay(listener), pd::app(gw)).await });
+    url
 }
 
 pub(super) fn header(headers: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
