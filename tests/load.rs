@@ -268,7 +268,9 @@ proptest! {
 }
 
 /// Worker 1 is configured twice as fast as it is: the times it takes to its first tokens
-/// (twice the prediction, give or take a fifth) correct it to its real speed.
+/// (twice the prediction at the configured speed, give or take a fifth) teach the router
+/// its real speed within a few requests (within a quarter, the noise being a fifth), and it
+/// stays learned.
 #[test]
 fn a_worker_configured_twice_as_fast_as_it_is_is_found_within_ten_requests() {
     let r = BalancedRouter::new(2).unwrap();
@@ -276,38 +278,37 @@ fn a_worker_configured_twice_as_fast_as_it_is_is_found_within_ten_requests() {
         .unwrap();
     assert_eq!(r.load(WorkerId::new(1)).unwrap().speed, 2.0);
     let noise = [1.2, 0.8, 1.1, 0.9, 1.0];
+    // The truth: what the router predicts at speed 1, the real speed of both workers.
+    let truth = BalancedRouter::new(2).unwrap();
     let mut found = None;
     for i in 0..40 {
         let prompt: Vec<u32> = (0..2_000).map(|t| t + i * 10_000).collect();
         let d = r.route(&RouteRequest::new(&prompt)).unwrap();
+        let t = truth.route(&RouteRequest::new(&prompt)).unwrap();
         let n = noise[i as usize % noise.len()];
-        let slow = if d.worker() == WorkerId::new(1) {
-            2.0
-        } else {
-            1.0
-        };
-        r.first_token_after(&d, s(d.predicted_ttft_s() * slow * n));
+        r.first_token_after(&d, s(t.predicted_ttft_s() * n));
+        truth.complete(&t);
         r.complete(&d);
         let speed = r.load(WorkerId::new(1)).unwrap().speed;
-        if found.is_none() && speed == 1.0 {
+        let near = (speed - 1.0).abs() < 0.25;
+        if found.is_none() && near {
             found = Some(i);
         }
         if let Some(at) = found {
-            assert_eq!(speed, 1.0, "found at request {at}, lost at {i}");
+            assert!(near, "found at request {at}, lost at {i}: {speed}");
         }
     }
     assert!(found.is_some_and(|i| i < 10), "{found:?}");
-    assert_eq!(r.load(WorkerId::new(0)).unwrap().speed, 1.0);
-    // The model's error is reported per worker: worker 0's first tokens came as
-    // predicted (within the noise), worker 1's about twice as late as predicted at its
-    // configured speed.
-    let error = |w| {
-        let load = r.load(WorkerId::new(w)).unwrap();
-        assert!(load.ttft_timings >= 5, "{load:?}");
-        load.ttft_measured_over_predicted.unwrap()
-    };
-    assert!((0.8..1.25).contains(&error(0)), "{}", error(0));
-    assert!((1.6..2.5).contains(&error(1)), "{}", error(1));
+    // Worker 0 served nothing (worker 1 was believed faster throughout): it keeps its
+    // configured speed, since one worker's timings are not the fleet's.
+    let zero = r.load(WorkerId::new(0)).unwrap();
+    assert_eq!((zero.ttft_timings, zero.speed), (0, 1.0));
+    // The model's error is reported per worker: after learning, worker 1's first tokens
+    // come about as predicted.
+    let one = r.load(WorkerId::new(1)).unwrap();
+    assert!(one.ttft_timings >= 5, "{one:?}");
+    let error = one.ttft_measured_over_predicted.unwrap();
+    assert!((0.8..1.35).contains(&error), "{error}");
 }
 
 /// Before five timings a worker's error is not reported.

@@ -300,8 +300,10 @@ fn a_host_tier_turns_device_evictions_into_host_hits() {
 }
 
 /// Two of four workers run at half speed and the router is told nothing: from the times to
-/// first token the simulation reports, it finds them at half the configured speed, and
-/// the fast ones at the configured speed.
+/// first token and per output token the simulation reports, it learns both half-speed
+/// workers slower than both full-speed ones, by about the truth's factor (what it learns
+/// are absolute times, so queueing the model does not see slows every worker's a little),
+/// and predicts the times to first token within about a third at the median.
 #[test]
 fn calibration_finds_workers_slower_than_configured() {
     let fleet = vec![
@@ -312,9 +314,13 @@ fn calibration_finds_workers_slower_than_configured() {
     ];
     let sim = Simulation::with_fleet(conversations(), batched(4), fleet).unwrap();
     let router = BalancedRouter::new(4).unwrap();
-    sim.run(&router).unwrap();
+    let report = sim.run(&router).unwrap();
     let speeds: Vec<f64> = (0..4)
         .map(|w| router.load(WorkerId::new(w)).unwrap().speed)
         .collect();
-    assert_eq!(speeds, [1.0, 0.5, 1.0, 0.5], "{speeds:?}");
+    let (fast, slow) = (speeds[0].min(speeds[2]), speeds[1].max(speeds[3]));
+    assert!(fast > slow, "{speeds:?}");
+    let factor = (speeds[0] + speeds[2]) / (speeds[1] + speeds[3]);
+    assert!((1.3..3.0).contains(&factor), "{factor}: {speeds:?}");
+    assert!(report.ttft_error_p50 < 0.35, "{}", report.ttft_error_p50);
 }

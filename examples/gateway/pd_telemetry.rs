@@ -322,7 +322,7 @@ mod tests {
             "gateway_request_duration_seconds_count{plan=\"local\"} 0",
             "gateway_worker_available{role=\"prefill\",worker=\"0\"} 1",
             "gateway_worker_in_flight{role=\"decode\",worker=\"1\"} 0",
-            "gateway_router_worker_wait_seconds{role=\"decode\",worker=\"1\"} 0.0",
+            "gateway_router_worker_wait_seconds{role=\"decode\",worker=\"1\"} 0.008",
         ] {
             assert!(fresh.lines().any(|l| l == line), "{line} in\n{fresh}");
         }

@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 
 use super::policy::{PD_DECIDERS, POLICIES};
 use prefix_router::sim::{
-    ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix, SyncMode,
+    Arrivals, ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix, SyncMode,
     WorkerSpec, Workload,
 };
 
@@ -140,6 +140,10 @@ struct ClusterFlags {
     /// Arrival rates multiplied by X.
     #[arg(long, value_name = "X", default_value_t = cluster().speedup)]
     speedup: f64,
+    /// When requests arrive: as recorded, or each recorded instant's requests spread
+    /// uniformly over the gap to the next (seeded).
+    #[arg(long, value_enum, default_value_t = ArrivalsArg::Recorded)]
+    arrivals: ArrivalsArg,
     /// The engines' step time: a built-in profile (default, llama3-8b-a100,
     /// llama2-70b-h100-tp4, dynamo-mocker) or a JSON file (`name`, `source` and the six
     /// numbers of `prefix_router::sim::StepProfile`). The routers are not told it.
@@ -255,6 +259,13 @@ struct OutputFlags {
 // The values of the flags that take a name. A doc comment on a variant would become its
 // help in `--help`, which would then list each value on a line of its own.
 
+/// `--arrivals`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ArrivalsArg {
+    Recorded,
+    Spread,
+}
+
 /// `--engine`.
 #[derive(Clone, Copy, ValueEnum)]
 enum EngineArg {
@@ -361,6 +372,10 @@ impl From<Cli> for Args {
         cluster.batch.host_capacity_tokens = c.host_capacity_tokens;
         cluster.batch.host_chunk_blocks = c.host_chunk_blocks;
         cluster.batch.step_jitter = c.step_jitter;
+        cluster.arrivals = match c.arrivals {
+            ArrivalsArg::Recorded => Arrivals::Recorded,
+            ArrivalsArg::Spread => Arrivals::Spread,
+        };
         cluster.kv_bytes_per_token = c.kv_bytes_per_token;
         cluster.kv_transfer_bytes_per_s = c.kv_transfer_bytes_per_s;
         cluster.front = match r.front {

@@ -164,8 +164,7 @@ impl Candidate {
         miss_weight: f64,
     ) -> (f64, f64) {
         let request = (prompt as u64, miss as u64, output);
-        self.estimate
-            .times(config, request, miss_weight, self.speed())
+        self.estimate.times(config, request, miss_weight)
     }
 
     /// The load model's time, in seconds, for a request of `prompt` tokens to decode
@@ -173,8 +172,7 @@ impl Candidate {
     /// [`BalancedRouter`](crate::BalancedRouter)).
     #[must_use]
     pub fn predicted_decode_s(&self, config: &LoadConfig, prompt: usize, output: u32) -> f64 {
-        self.estimate
-            .decode_s(config, prompt as u64, output, self.speed())
+        self.estimate.decode_s(config, prompt as u64, output)
     }
 
     /// Requests routed to it since it was added.

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::candidate::Candidate;
 use super::registry::Registered;
+use super::timing::Terms;
 use super::tracker::Fleet;
 use crate::request::{RouteDecision, RouteRequest};
 
@@ -31,17 +32,19 @@ impl Fleet {
         let prompt_tokens = request.tokens().len();
         let cached_tokens = cached_tokens.min(prompt_tokens);
         let prefill = (prompt_tokens - cached_tokens) as u64;
-        // What the load model predicts at the worker's configured speed (its load key, at
-        // its estimated speed, and this request's prefill): the timing the host reports
-        // later is compared with it.
-        let speed = f64::from(candidate.estimate.speed);
-        let profile = slot.load.profile_speed();
-        let before = key.load_s();
-        let rate = self.config.prefill_tokens_per_s * profile;
-        let predicted = before * speed / profile + prefill as f64 / rate;
         let output = request
             .expected_output()
             .unwrap_or(self.config.default_output_tokens);
+        // What the load model predicts, by the terms each prediction counts: the timings
+        // the host reports later teach the worker's terms from them.
+        let e = &candidate.estimate;
+        let shape = (prompt_tokens as u64, prefill, output);
+        let (ttft_terms, tpot_terms) = (e.ttft_terms(&self.config, shape), e.tpot_terms(shape));
+        let saturated = if e.saturated { 3_600.0 } else { 0.0 };
+        let predicted = (
+            e.timing.of(&ttft_terms) + saturated,
+            e.timing.of(&tpot_terms),
+        );
         slot.load.routed(prompt_tokens as u64, prefill, output);
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
@@ -66,31 +69,52 @@ impl Fleet {
                 cached_tokens,
                 by_tier,
             )
-            .with_prediction(predicted, output),
+            .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output),
         )
     }
 
     /// Takes the decision's prefill tokens off its worker's outstanding prefill, once;
-    /// with the time the first token took, learns the worker's speed from it.
+    /// with the time the first token took, the worker's terms learn from it.
     pub(crate) fn prefilled(&self, decision: &RouteDecision, elapsed: Option<std::time::Duration>) {
         if !decision.mark_prefilled() {
             return;
         }
         self.registry.with_current(decision, |r| {
-            r.slot.load.first_token(decision.prefill_tokens() as u64);
-            if let Some(elapsed) = elapsed {
-                let rate = self.config.learning_rate;
-                r.slot
-                    .load
-                    .timings
-                    .learn(elapsed.as_secs_f64(), decision.predicted_ttft_s(), rate);
-                r.slot.load.update_speed(self.reference.get());
+            let (prompt, prefill) = (decision.prompt_tokens(), decision.prefill_tokens());
+            r.slot.load.first_token(prompt as u64, prefill as u64);
+            match elapsed {
+                // A saturated worker's prediction carries an hour for the stale report:
+                // nothing to learn from it.
+                Some(elapsed) if self.learns() && decision.predicted_ttft_s() < 3_600.0 => {
+                    let terms = Terms(decision.ttft_terms());
+                    self.learn(r, (&terms, elapsed.as_secs_f64()), true);
+                }
+                _ => self.refresh(r),
             }
-            self.refresh(r);
         });
-        if elapsed.is_some() && self.reference.timed() {
-            self.recalibrate();
+    }
+
+    /// A request's `tokens` output tokens after its first took `elapsed`: the worker's
+    /// terms learn its time per output token, once per decision.
+    pub(crate) fn decoded(
+        &self,
+        decision: &RouteDecision,
+        tokens: u32,
+        elapsed: std::time::Duration,
+    ) {
+        if tokens == 0 || !self.learns() || !decision.mark_decoded() {
+            return;
         }
+        self.registry.with_current(decision, |r| {
+            let terms = Terms(decision.tpot_terms());
+            let per_token = elapsed.as_secs_f64() / f64::from(tokens);
+            self.learn(r, (&terms, per_token), false);
+        });
+    }
+
+    /// Whether the router learns from timings ([`LoadConfig::learning_rate`] above 0).
+    fn learns(&self) -> bool {
+        self.config.learning_rate > 0.0
     }
 
     /// Releases what `commit` charged, once; a no-op when the decision was already released
@@ -106,7 +130,9 @@ impl Fleet {
         };
         self.registry.with_current(decision, |r| {
             if prefill_outstanding {
-                r.slot.load.first_token(prefill);
+                r.slot
+                    .load
+                    .first_token(decision.prompt_tokens() as u64, prefill);
             }
             let prompt = decision.prompt_tokens() as u64;
             let uncached = decision.prefill_tokens() as u64;

@@ -1,6 +1,8 @@
 //! [`Estimate`]: one worker's load figures as a policy and the predictions see them, taken
 //! from its [`LoadState`](super::state::LoadState) at one instant.
 
+use super::timing::Timing;
+
 /// A worker's load figures as a policy sees them (see [`Candidate`](crate::Candidate)).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub(crate) struct Estimate {
@@ -10,6 +12,8 @@ pub(crate) struct Estimate {
     pub(crate) decoding: u64,
     /// Uncached prompt tokens to prefill before a new request's.
     pub(crate) prefill_tokens: u64,
+    /// The pairs of tokens their prefill attends to.
+    pub(crate) prefill_pairs: u64,
     /// Tokens of context the worker's requests attend to (their prompts and outputs).
     pub(crate) context_tokens: u64,
     /// Tokens of KV the worker's requests hold or will hold once admitted beyond what they
@@ -19,7 +23,10 @@ pub(crate) struct Estimate {
     pub(crate) kv_usage: f32,
     /// Tokens of KV the worker holds (0: unknown).
     pub(crate) kv_capacity_tokens: u64,
-    /// Speed relative to the configured rate: the profile's, corrected by what was learned.
+    /// The worker's step terms: the configured ones at its profile's speed, corrected by
+    /// what its timings taught.
+    pub(crate) timing: Timing,
+    /// The prefill speed of `timing` relative to the configured rate.
     pub(crate) speed: f32,
     /// The report is past its age and counts as saturation ([`Staleness::Saturated`]).
     pub(crate) saturated: bool,

@@ -1,120 +1,333 @@
-//! What the router learns of each worker's time from the timings its host reports: a
-//! worker's measured over predicted time to first token ([`Timings`]), and the fleet's
-//! reference ([`Reference`]) that tells a worker's own slowness from what every worker's
-//! timings share.
+//! What the router learns of each worker's absolute times from the timings its host
+//! reports: the [`Timing`] terms (per prefill token, a step's fixed time, per decode and
+//! per context token in a step, per pair a prefill attends to), per worker with a
+//! fleet-wide prior.
+//!
+//! A prediction is a dot product of [`Terms`] with a worker's [`Timing`]. A measured time
+//! (a time to first token, or output tokens over time) is an observation `y ≈ Σ r_i z_i`,
+//! `z_i` being the time term `i` contributes at its reference (the configured term at the
+//! speed the host told; for attention, which the configured step model lacks, a prefill
+//! token's cost over [`ATTENTION_REFERENCE`] tokens) and `r_i` how many times that is the
+//! truth (1 as configured; 0 for attention). The ratios are
+//! `r = fleet + deviation`: the fleet's ratios, learned from every worker's timings (a fleet
+//! uniformly slower than configured), and the worker's deviation from them, learned from
+//! its own with a prior of none (one worker slower, or slower at decoding only). Both are
+//! recursive least squares over the four ratios, on relative errors (each observation's
+//! noise taken as a share of the time predicted, since a time to first token is as noisy as
+//! it is long), residuals far beyond their recent size weighing less (a request that waited
+//! behind a burst the router could not see teaches little) and a small drift per observation
+//! (the fleet changes), the variance of each ratio held at or below its prior's. Deterministic: the same timings in
+//! the same order give the same terms.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use super::timing::{TERMS, Terms, Timing};
 
-/// Timings a worker's learned speed needs before it counts: one first token says little
-/// (its request may have waited behind others' work the router did not see).
-const MIN_SAMPLES: u64 = 5;
+/// A worker's ratios' prior variance: a fleet may run several times slower or faster than
+/// configured.
+const PRIOR_VARIANCE: f64 = 4.0;
+/// How far a worker's ratios spread around the fleet's (a variance): the weight of the
+/// fleet's ratios as a worker's prior.
+const FLEET_SPREAD: f64 = 0.25;
+/// Timings a worker needs before its ratios count in the fleet's.
+const MIN_FLEET: u64 = 8;
+/// A measured time's noise, as a share of the time predicted.
+const NOISE_SHARE: f64 = 0.25;
+/// Residuals beyond this many noise deviations weigh less (Huber's loss): the fit follows
+/// the typical timing, as a median does, not the few that waited behind work no
+/// prediction at routing could see (a burst routed right after them that shared their
+/// steps).
+const CLIP: f64 = 1.0;
+/// The same bound over a worker's first [`WARMUP`] timings, when the ratios may be far from
+/// the truth everywhere (an engine several times slower than configured) and every residual
+/// is large.
+const WARMUP_CLIP: f64 = 8.0;
+/// Timings a worker learns from with [`WARMUP_CLIP`].
+const WARMUP: u64 = 16;
+/// Variance each ratio drifts by per observation.
+const DRIFT: f64 = 1e-4;
+/// Learned ratios of the configured terms stay within `1 / RATIO_LIMIT ..= RATIO_LIMIT`,
+/// attention's within `0 ..= RATIO_LIMIT`.
+const RATIO_LIMIT: f64 = 64.0;
 
-/// First-token timings between two recalibrations of the fleet's reference.
-const RECALIBRATE_EVERY: u64 = 16;
+/// The configured ratios: the step model's terms as configured, no attention term.
+pub(crate) const CONFIGURED: [f64; TERMS] = [1.0, 1.0, 1.0, 1.0, 0.0];
 
-/// One worker's learned timing error: decayed sums of observed and predicted times to first
-/// token (f64 bits, lock-free). Concurrent timings may lose one another's update.
-#[derive(Debug, Default)]
-pub(crate) struct Timings {
-    observed_bits: AtomicU64,
-    predicted_bits: AtomicU64,
-    /// Timings learned from.
-    samples: AtomicU64,
+/// Attention's reference: a prefill token's cost per this many tokens it attends to (at a
+/// ratio of 1, a token attending to 8,192 others costs twice a token alone: about what
+/// Vidur's tables show for Llama-3-8B on an A100).
+pub(crate) const ATTENTION_REFERENCE: f64 = 8_192.0;
+
+/// What each ratio scales for a worker whose configured terms are `configured`.
+fn reference(configured: &Timing) -> [f64; TERMS] {
+    let mut r = configured.to_array();
+    r[4] = configured.prefill_s_per_token / ATTENTION_REFERENCE;
+    r
 }
 
-impl Timings {
-    /// A first token came `observed` seconds after forwarding, where the load model (at the
-    /// configured speed) predicted `predicted`: the sums move towards them by `rate`.
-    pub(crate) fn learn(&self, observed: f64, predicted: f64, rate: f64) {
-        if !(observed.is_finite() && predicted.is_finite() && observed >= 0.0 && predicted > 0.0) {
+/// Ratio `i` within its limits.
+fn limit(i: usize, ratio: f64) -> f64 {
+    let low = if CONFIGURED[i] > 0.0 {
+        1.0 / RATIO_LIMIT
+    } else {
+        0.0
+    };
+    ratio.clamp(low, RATIO_LIMIT)
+}
+/// Weight of a new timing in the reported measured-over-predicted ratio.
+const REPORT_RATE: f64 = 0.1;
+/// Timings a worker's reported ratio needs before it is shown.
+const MIN_REPORTED: u64 = 5;
+
+/// Recursive least squares over the ratios.
+#[derive(Clone, Debug)]
+struct Rls {
+    ratios: [f64; TERMS],
+    covariance: [[f64; TERMS]; TERMS],
+    /// The prior variance, the most any ratio's variance grows back to.
+    prior: f64,
+}
+
+impl Rls {
+    fn new(ratios: [f64; TERMS], prior: f64) -> Rls {
+        let mut covariance = [[0.0; TERMS]; TERMS];
+        for (i, row) in covariance.iter_mut().enumerate() {
+            row[i] = prior;
+        }
+        Rls {
+            ratios,
+            covariance,
+            prior,
+        }
+    }
+
+    /// `target ≈ ratios · z`, with noise of deviation `sigma`. A residual beyond the bound
+    /// weighs less, as Huber's loss weighs it (the observation is scaled by the square root
+    /// of its weight), so that an outlier neither moves the ratios far nor counts as much
+    /// evidence.
+    fn observe(&mut self, z: [f64; TERMS], target: f64, sigma: f64, bound: f64) {
+        let z = z.map(|v| v / sigma);
+        let target = target / sigma;
+        let predicted: f64 = (0..TERMS).map(|i| self.ratios[i] * z[i]).sum();
+        let residual = target - predicted;
+        let weight = if residual.abs() > bound {
+            (bound / residual.abs()).sqrt()
+        } else {
+            1.0
+        };
+        let (z, residual) = (z.map(|v| v * weight), residual * weight);
+        let p = &mut self.covariance;
+        let pz: [f64; TERMS] = core::array::from_fn(|i| (0..TERMS).map(|j| p[i][j] * z[j]).sum());
+        let denominator = 1.0 + (0..TERMS).map(|i| z[i] * pz[i]).sum::<f64>();
+        for (ratio, gain) in self.ratios.iter_mut().zip(pz) {
+            *ratio += gain / denominator * residual;
+        }
+        for (i, row) in p.iter_mut().enumerate() {
+            for (cell, pz_j) in row.iter_mut().zip(pz) {
+                *cell -= pz[i] * pz_j / denominator;
+            }
+            row[i] = (row[i] + DRIFT).min(self.prior);
+        }
+    }
+}
+
+/// The fleet's ratios: for each term, the median of the ratios of the workers that learned
+/// from at least [`MIN_FLEET`] timings, once they are most of the fleet (as configured
+/// before): what most workers share, so that one slow worker, or the only one that has
+/// served so far, does not make the others look slow.
+pub(crate) fn fleet_ratios(
+    workers: impl ExactSizeIterator<Item = ([f64; TERMS], u64)>,
+) -> [f64; TERMS] {
+    let fleet = workers.len();
+    let learned: Vec<[f64; TERMS]> = workers
+        .filter(|(_, timings)| *timings >= MIN_FLEET)
+        .map(|(ratios, _)| ratios)
+        .collect();
+    if learned.len() * 2 <= fleet {
+        return CONFIGURED;
+    }
+    core::array::from_fn(|i| {
+        let mut column: Vec<f64> = learned.iter().map(|r| r[i]).collect();
+        column.sort_by(f64::total_cmp);
+        let mid = column.len() / 2;
+        if column.len() % 2 == 1 {
+            column[mid]
+        } else {
+            (column[mid - 1] + column[mid]) / 2.0
+        }
+    })
+}
+
+/// What one worker's timings taught: its ratios, and how its times to first token compared
+/// with the predictions.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerLearner {
+    rls: Rls,
+    /// Decayed sums of measured and predicted times to first token.
+    observed: f64,
+    predicted: f64,
+    /// Timings learned from.
+    timings: u64,
+}
+
+impl Default for WorkerLearner {
+    fn default() -> Self {
+        WorkerLearner {
+            rls: Rls::new(CONFIGURED, PRIOR_VARIANCE),
+            observed: 0.0,
+            predicted: 0.0,
+            timings: 0,
+        }
+    }
+}
+
+impl WorkerLearner {
+    /// The worker's ratios, with the fleet's as its prior: each ratio the worker's own and
+    /// the fleet's weighed by their precisions (a worker that learned little takes the
+    /// fleet's, one that learned much its own), kept within limits.
+    fn ratios(&self, fleet: &[f64; TERMS]) -> [f64; TERMS] {
+        core::array::from_fn(|i| {
+            let own = 1.0 / self.rls.covariance[i][i];
+            let shared = 1.0 / FLEET_SPREAD;
+            let ratio = (own * self.rls.ratios[i] + shared * fleet[i]) / (own + shared);
+            limit(i, ratio)
+        })
+    }
+
+    /// The worker's timing: its reference terms (the configured ones at the speed the host
+    /// told) scaled by its ratios (see [`Self::ratios`]).
+    pub(crate) fn timing(&self, configured: &Timing, fleet: [f64; TERMS]) -> Timing {
+        let reference = reference(configured);
+        let ratios = self.ratios(&fleet);
+        Timing::from_array(core::array::from_fn(|i| reference[i] * ratios[i]))
+    }
+
+    /// Timings learned from.
+    pub(crate) fn timings(&self) -> u64 {
+        self.timings
+    }
+
+    /// The worker's own ratios and the timings they were learned from, for the fleet's.
+    pub(crate) fn learned(&self) -> ([f64; TERMS], u64) {
+        (self.rls.ratios, self.timings)
+    }
+
+    /// Measured over predicted time to first token, weighted towards the recent timings,
+    /// and the timings learned from; `None` before a few.
+    pub(crate) fn error(&self) -> Option<(f64, u64)> {
+        (self.timings >= MIN_REPORTED && self.predicted > 0.0)
+            .then(|| (self.observed / self.predicted, self.timings))
+    }
+
+    /// A time `measured` (seconds) of what `terms` count, on a worker whose configured terms
+    /// are `configured`, the fleet's ratios being `fleet`: the worker's ratios learn from
+    /// it. `first_token` says whether it is a time to first token (reported as the model's
+    /// error, against the prediction with the fleet as prior). Nothing is learned from a
+    /// time that is not positive and finite.
+    pub(crate) fn learn(
+        &mut self,
+        fleet: &[f64; TERMS],
+        configured: &Timing,
+        (terms, measured): (&Terms, f64),
+        first_token: bool,
+    ) {
+        let c = reference(configured);
+        let z: [f64; TERMS] = core::array::from_fn(|i| c[i] * f64::from(terms.0[i]));
+        let dot = |r: &[f64; TERMS]| (0..TERMS).map(|i| r[i] * z[i]).sum::<f64>();
+        let (own, predicted) = (dot(&self.rls.ratios), dot(&self.ratios(fleet)));
+        if !(measured.is_finite() && measured > 0.0 && own.is_finite() && own > 0.0) {
             return;
         }
-        let decay = 1.0 - rate;
-        let o = f64::from_bits(self.observed_bits.load(Relaxed)) * decay + rate * observed;
-        let p = f64::from_bits(self.predicted_bits.load(Relaxed)) * decay + rate * predicted;
-        self.observed_bits.store(o.to_bits(), Relaxed);
-        self.predicted_bits.store(p.to_bits(), Relaxed);
-        self.samples.fetch_add(1, Relaxed);
-    }
-
-    /// First-token timings learned from.
-    pub(crate) fn count(&self) -> u64 {
-        self.samples.load(Relaxed)
-    }
-
-    /// The measured over the predicted time to first token (each weighted towards the
-    /// recent ones), and the timings learned from; `None` before [`MIN_SAMPLES`] timings.
-    pub(crate) fn error(&self) -> Option<(f64, u64)> {
-        let p = f64::from_bits(self.predicted_bits.load(Relaxed));
-        let samples = self.samples.load(Relaxed);
-        if p <= 0.0 || samples < MIN_SAMPLES {
-            return None;
-        }
-        let o = f64::from_bits(self.observed_bits.load(Relaxed));
-        Some((o / p, samples))
-    }
-
-    /// How many times slower than predicted the worker's first tokens have come, as a
-    /// base-2 logarithm within ±4; `None` before [`MIN_SAMPLES`] timings.
-    pub(crate) fn log_ratio(&self) -> Option<f64> {
-        self.error()
-            .map(|(ratio, _)| ratio.clamp(1.0 / 16.0, 16.0).log2())
-    }
-
-    /// How many times slower than its profile the worker is: its [`log_ratio`](Self::log_ratio)
-    /// against the fleet's `reference` (what every worker's timings share, such as queueing
-    /// the model does not see, is not the worker's speed), in octaves (…, 0.5, 1, 2, …):
-    /// the load model's own error moves identical workers' ratios by tens of per cent, and a
-    /// speed that differs by less than that would only add noise to every choice. 1 before
-    /// [`MIN_SAMPLES`] timings.
-    pub(crate) fn slowness(&self, reference: f64) -> f64 {
-        self.log_ratio()
-            .map_or(1.0, |r| (r - reference).round().exp2())
-    }
-}
-
-/// The fleet's reference log ratio of observed to predicted first-token times: the lower
-/// quartile of the workers' [`Timings::log_ratio`]s. What most workers' timings share
-/// (queueing the load model does not see, a prefill rate configured too high) is not any one
-/// worker's speed, and the lower quartile keeps a slow half of the fleet slow.
-#[derive(Debug)]
-pub(crate) struct Reference {
-    /// The reference (f64 bits).
-    bits: AtomicU64,
-    /// Timings learned from, fleet-wide.
-    timings: AtomicU64,
-}
-
-impl Default for Reference {
-    fn default() -> Self {
-        Self {
-            bits: AtomicU64::new(0.0f64.to_bits()),
-            timings: AtomicU64::new(0),
+        let bound = if self.timings < WARMUP {
+            WARMUP_CLIP
+        } else {
+            CLIP
+        };
+        self.rls.observe(z, measured, NOISE_SHARE * own, bound);
+        self.timings += 1;
+        if first_token && predicted > 0.0 {
+            let decay = 1.0 - REPORT_RATE;
+            self.observed = self.observed * decay + REPORT_RATE * measured;
+            self.predicted = self.predicted * decay + REPORT_RATE * predicted;
         }
     }
 }
 
-impl Reference {
-    /// The reference log ratio.
-    pub(crate) fn get(&self) -> f64 {
-        f64::from_bits(self.bits.load(Relaxed))
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::config::LoadConfig;
 
-    /// Counts a timing; true when the reference is due to be recalibrated.
-    pub(crate) fn timed(&self) -> bool {
-        self.timings.fetch_add(1, Relaxed) % RECALIBRATE_EVERY == 0
-    }
-
-    /// Sets the reference to the lower quartile of `ratios` (the workers' log ratios, in any
-    /// order); the new reference when it changed.
-    #[cold]
-    pub(crate) fn recalibrate(&self, ratios: &mut [f64]) -> Option<f64> {
-        if ratios.is_empty() {
-            return None;
+    /// Timings of a mix of requests: times to first token (prefill and steps) and times per
+    /// output token (decode steps), the `n`-th's terms.
+    fn terms(n: u32) -> (Terms, bool) {
+        if n % 2 == 0 {
+            let prefill = f64::from(500 + (n * 7919) % 20_000);
+            let steps = (prefill / 8_192.0).ceil();
+            let pairs = prefill * prefill / 2.0;
+            let terms = Terms::new(
+                (prefill, pairs),
+                steps,
+                f64::from(n % 64),
+                f64::from(n % 97) * 2_000.0,
+            );
+            (terms, true)
+        } else {
+            let decodes = f64::from(1 + n % 64);
+            let context = decodes * f64::from(500 + (n * 104_729) % 8_000);
+            (
+                Terms::new((f64::from(n % 300), 0.0), 1.0, decodes, context),
+                false,
+            )
         }
-        ratios.sort_unstable_by(f64::total_cmp);
-        let reference = ratios[(ratios.len() - 1) / 4];
-        let before = self.bits.swap(reference.to_bits(), Relaxed);
-        (before != reference.to_bits()).then_some(reference)
+    }
+
+    /// A fleet uniformly three times slower than configured: after 200 timings of each of
+    /// its workers every prediction is within 10 %, whatever mix of terms it counts.
+    #[test]
+    fn a_uniformly_slower_fleet_is_learned() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let mut truth = Timing::from_array(configured.to_array().map(|t| 3.0 * t));
+        // And attention as Vidur measured it for Llama-3-8B on an A100, per pair.
+        truth.prefill_s_per_attended = 3e-9;
+        let mut workers = vec![WorkerLearner::default(); 4];
+        let mut fleet = CONFIGURED;
+        for n in 0..800u32 {
+            let (terms, first) = terms(n);
+            // Each worker times first tokens and output tokens alike.
+            let w = (n / 2 % 4) as usize;
+            workers[w].learn(&fleet, &configured, (&terms, truth.of(&terms)), first);
+            fleet = fleet_ratios(workers.iter().map(WorkerLearner::learned));
+        }
+        for w in &workers {
+            let learned = w.timing(&configured, fleet);
+            for n in 1_000..1_100 {
+                let (terms, _) = terms(n);
+                let (l, t) = (learned.of(&terms), truth.of(&terms));
+                assert!((l / t - 1.0).abs() < 0.10, "{l} against {t}: {learned:?}");
+            }
+        }
+        // A new worker, which has learned nothing, predicts with the fleet's ratios.
+        let new = WorkerLearner::default().timing(&configured, fleet);
+        let (terms, _) = terms(1_001);
+        assert!((new.of(&terms) / truth.of(&terms) - 1.0).abs() < 0.25);
+    }
+
+    /// The same timings in the same order teach the same terms.
+    #[test]
+    fn learning_is_deterministic() {
+        let configured = Timing::default();
+        let run = || {
+            let mut w = WorkerLearner::default();
+            for n in 0..50u32 {
+                let terms = Terms::new((f64::from(n * 100), 0.0), 1.0, 4.0, 8_000.0);
+                w.learn(
+                    &CONFIGURED,
+                    &configured,
+                    (&terms, 0.01 * f64::from(n + 1)),
+                    true,
+                );
+            }
+            w.timing(&configured, CONFIGURED)
+        };
+        assert_eq!(run(), run());
     }
 }

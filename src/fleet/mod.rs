@@ -5,10 +5,11 @@
 //!   ([`Staleness`]); what a host tells of a worker ([`WorkerProfile`]) and how the fleet
 //!   reads load ([`LoadConfig`], `config.rs`).
 //! - Each worker's state (`state.rs`): the last report, the router's own counts since it and
-//!   in flight, reconciled into an `Estimate` (`estimate.rs`); the timings it learned
-//!   (`learn.rs`).
-//! - The step model ([`StepModel`], `step.rs`) and the predictions over an estimate
-//!   (`predict.rs`): time to first token part by part, decode time, time per output token;
+//!   in flight, reconciled into an `Estimate` (`estimate.rs`); its step terms (`Timing`,
+//!   `timing.rs`): the configured step model ([`StepModel`], `step.rs`) corrected by what
+//!   its timings taught, with a fleet-wide prior (`learn.rs`).
+//! - The predictions over an estimate (`predict.rs`): time to first token part by part,
+//!   decode time, time per output token, each a dot product of `Terms` with the `Timing`;
 //!   the reload time of a hit below the device tier ([`ReloadConfig`], `reload.rs`).
 //! - The registry of workers and their load keys (`registry.rs`), the router's clock
 //!   (`clock.rs`), the least-loaded pass and the tie-break every policy shares (`least.rs`),
@@ -34,6 +35,7 @@ mod report;
 mod signals;
 mod state;
 mod step;
+mod timing;
 mod tracker;
 
 pub use self::candidate::Candidate;
@@ -46,4 +48,5 @@ pub use self::step::StepModel;
 pub(crate) use self::candidate::Candidates;
 pub(crate) use self::least::{NO_CLASS, pick_min};
 pub(crate) use self::predict::{TtftParts, meets_target};
+pub(crate) use self::timing::attended;
 pub(crate) use self::tracker::Fleet;

@@ -1,5 +1,6 @@
 //! The load model's predictions: a request's time to first token and decode time on a
-//! worker, from its [`Estimate`] and the engine's step model ([`StepModel`]), as vLLM's
+//! worker, from its [`Estimate`] and the worker's step terms ([`Timing`]: the configured
+//! [`StepModel`], corrected by what its timings taught), as vLLM's
 //! scheduler runs a step: a token budget shared by prefill chunks and one token per decode,
 //! a cap on running requests, and KV that admission must find free.
 
@@ -7,6 +8,7 @@ use super::config::LoadConfig;
 use super::estimate::Estimate;
 #[cfg(doc)]
 use super::step::StepModel;
+use super::timing::{Terms, Timing, attended};
 use crate::request::Limit;
 
 impl Estimate {
@@ -19,59 +21,68 @@ impl Estimate {
         self.context_tokens as f64 * self.decoding as f64 / self.requests as f64
     }
 
-    /// A request's time to first token and decode time on this worker running at `speed`
-    /// (`request` is its prompt tokens, `miss` of them uncached, and its output tokens).
-    /// Time to first token: its queue and its own tokens at the prefill rate, plus the
-    /// fixed and decode part of every step they take (a step's budget is shared with the
-    /// worker's decodes, one token each), plus its wait for admission
-    /// ([`admission_wait_s`](Self::admission_wait_s), the running requests generating
-    /// `output` tokens). Each uncached token weighs `miss_weight`, or one more than the
-    /// requests waiting there when they are more (each waits for it too). A saturated
-    /// worker takes an hour more. Decode time: see [`decode_s`](Self::decode_s).
+    /// A request's time to first token and decode time on this worker (`request` is its
+    /// prompt tokens, `miss` of them uncached, and its output tokens), by the worker's
+    /// [`Timing`]. Time to first token: its queue and its own tokens at the prefill rate,
+    /// plus the fixed and decode part of every step they take (a step's budget is shared
+    /// with the worker's decodes, one token each), plus its wait for admission
+    /// ([`admission_wait`](Self::admission_wait), the running requests generating `output`
+    /// tokens). Each uncached token weighs `miss_weight`, or one more than the requests
+    /// waiting there when they are more (each waits for it too). A saturated worker takes an
+    /// hour more. Decode time: see [`decode_s`](Self::decode_s).
     pub(crate) fn times(
         &self,
         config: &LoadConfig,
         request: (u64, u64, u32),
         miss_weight: f64,
-        speed: f64,
     ) -> (f64, f64) {
         // What `ttft_parts(..).total_s()` sums, with the request's own tokens weighted,
         // computed without the parts: this runs for every candidate of every route.
         let (prompt, miss, output) = request;
-        let step = &config.step;
-        let rate = config.prefill_tokens_per_s * speed;
+        let t = &self.timing;
         let steps = self.prefill_steps(config, miss);
         let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
         let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
+        let pairs = self.prefill_pairs as f64 + attended(prompt, miss) as f64;
         let (decodes, context) = (self.decoding as f64, self.decode_context());
-        let overhead = step.seconds(0.0, decodes, context, rate);
-        let mut ttft = weighted / rate + steps as f64 * overhead / speed;
+        let overhead = t.step_s(0.0, decodes, context);
+        let mut ttft = t.prefill_s(weighted, pairs) + steps as f64 * overhead;
         if self.saturated {
             ttft += 3_600.0;
         }
         if self.must_wait(config, miss, output) {
-            ttft += self.admission_wait_s(config, miss, output, speed).0;
+            ttft += self.admission_wait(config, miss, output).seconds(t);
         }
-        let per_step = (decodes + 1.0) * step.step_s_per_decode
-            + (context + prompt as f64) * step.step_s_per_context_token;
-        (ttft, f64::from(output) * per_step / speed)
+        let per_step = (decodes + 1.0) * t.step_s_per_decode
+            + (context + prompt as f64) * t.step_s_per_context_token;
+        (ttft, f64::from(output) * per_step)
     }
 
-    /// A request's predicted time per output token on this worker running at `speed`
-    /// (`request` is its prompt tokens, uncached tokens and output tokens): a decode step
-    /// with it in the batch, plus the prefill queued here now spread over its output, as the
-    /// measure of the prefill chunks its steps will share.
-    pub(crate) fn tpot_s(
-        &self,
-        config: &LoadConfig,
-        (prompt, _, output): (u64, u64, u32),
-        speed: f64,
-    ) -> f64 {
-        let rate = config.prefill_tokens_per_s * speed;
+    /// A request's predicted time per output token on this worker (`request` is its prompt
+    /// tokens, uncached tokens and output tokens): a decode step with it in the batch, plus
+    /// the prefill queued here now spread over its output, as the measure of the prefill
+    /// chunks its steps will share.
+    pub(crate) fn tpot_s(&self, config: &LoadConfig, request: (u64, u64, u32)) -> f64 {
+        let _ = config;
+        self.timing.of(&self.tpot_terms(request))
+    }
+
+    /// A request's time per output token on this worker were it idle: a decode step with
+    /// only the request's own context. A target below it no wait can meet.
+    pub(crate) fn idle_tpot_s(&self, (prompt, _, _): (u64, u64, u32)) -> f64 {
+        self.timing.step_s(0.0, 1.0, prompt as f64)
+    }
+
+    /// The terms [`tpot_s`](Self::tpot_s) counts of each [`Timing`] term.
+    pub(crate) fn tpot_terms(&self, (prompt, _, output): (u64, u64, u32)) -> Terms {
         let decodes = self.decoding as f64 + 1.0;
         let context = self.decode_context() + prompt as f64;
-        let step = config.step.seconds(0.0, decodes, context, rate) / speed;
-        step + self.prefill_tokens as f64 / rate / f64::from(output.max(1))
+        let share = f64::from(output.max(1));
+        let queued = (
+            self.prefill_tokens as f64 / share,
+            self.prefill_pairs as f64 / share,
+        );
+        Terms::new(queued, 1.0, decodes, context)
     }
 
     /// The parts of the time to first token, each uncached token weighing 1:
@@ -80,28 +91,51 @@ impl Estimate {
     pub(crate) fn ttft_parts(
         &self,
         config: &LoadConfig,
-        (_, miss, output): (u64, u64, u32),
-        speed: f64,
+        (prompt, miss, output): (u64, u64, u32),
     ) -> TtftParts {
-        let step = &config.step;
-        let rate = config.prefill_tokens_per_s * speed;
+        let t = &self.timing;
         let steps = self.prefill_steps(config, miss);
         let (decodes, context) = (self.decoding as f64, self.decode_context());
-        let overhead = step.seconds(0.0, decodes, context, rate);
-        let wait = if self.must_wait(config, miss, output) {
-            self.admission_wait_s(config, miss, output, speed)
+        let overhead = t.step_s(0.0, decodes, context);
+        let (wait_s, wait_for_kv) = if self.must_wait(config, miss, output) {
+            let wait = self.admission_wait(config, miss, output);
+            (wait.seconds(t), wait.for_kv)
         } else {
             (0.0, false)
         };
+        let own_s = t.prefill_s(miss as f64, attended(prompt, miss) as f64);
+        let own_steps = miss
+            .div_ceil(config.step.max_num_batched_tokens as u64)
+            .max(1);
         TtftParts {
-            queue_tokens: self.prefill_tokens as f64,
-            own_tokens: miss as f64,
-            rate,
-            steps_s: steps as f64 * overhead / speed,
-            wait_s: wait.0,
-            wait_for_kv: wait.1,
+            queue_s: t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64),
+            own_s,
+            idle_s: own_s + own_steps as f64 * t.step_base_s,
+            steps_s: steps as f64 * overhead,
+            wait_s,
+            wait_for_kv,
             saturated: self.saturated,
         }
+    }
+
+    /// The terms the time to first token of [`ttft_parts`](Self::ttft_parts) counts of each
+    /// [`Timing`] term (without a saturated worker's hour): what a measured time to first
+    /// token teaches.
+    pub(crate) fn ttft_terms(
+        &self,
+        config: &LoadConfig,
+        (prompt, miss, output): (u64, u64, u32),
+    ) -> Terms {
+        let steps = self.prefill_steps(config, miss) as f64;
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let queue = (self.prefill_tokens + miss) as f64;
+        let pairs = (self.prefill_pairs + attended(prompt, miss)) as f64;
+        let terms = Terms::new((queue, pairs), steps, decodes, context);
+        if !self.must_wait(config, miss, output) {
+            return terms;
+        }
+        let wait = self.admission_wait(config, miss, output);
+        terms.plus(Terms::new((wait.chunk, 0.0), 1.0, decodes, context).times(wait.steps))
     }
 
     /// Steps the queued prefill and `miss` more tokens take: each step's token budget less
@@ -124,21 +158,14 @@ impl Estimate {
         seats || (capacity > 0 && self.kv_tokens > 0 && demand > capacity)
     }
 
-    /// Seconds a request with `miss` uncached tokens generating `output` waits for
+    /// How long a request with `miss` uncached tokens generating `output` waits for
     /// admission on this worker, the requests running there generating as many: none while
     /// the worker has a free running slot ([`StepModel::max_num_seqs`]) and its KV holds
     /// what its requests add and this one's; past either, until the running requests finish
     /// and free the excess. Each runs `output` steps of a busy worker (a prefill chunk, as
     /// far as prefill is queued, with the decodes), half of them left on average.
-    /// Also whether KV, not a running slot, is what it waits for.
     #[cold]
-    fn admission_wait_s(
-        &self,
-        config: &LoadConfig,
-        miss: u64,
-        output: u32,
-        speed: f64,
-    ) -> (f64, bool) {
+    fn admission_wait(&self, config: &LoadConfig, miss: u64, output: u32) -> Wait {
         let step = &config.step;
         let running = self.decoding.max(1) as f64;
         let seats = (self.requests + 1).saturating_sub(step.max_num_seqs as u64);
@@ -150,62 +177,76 @@ impl Estimate {
             demand.saturating_sub(capacity) as f64 / self.kv_tokens as f64
         };
         let excess = (seats as f64 / running).max(memory);
-        let rate = config.prefill_tokens_per_s * speed;
         let decodes = self.decoding as f64;
         let chunk = (step.max_num_batched_tokens as f64 - decodes).max(0.0);
-        let chunk = chunk.min(self.prefill_tokens as f64);
-        let busy = step.seconds(chunk, decodes, self.decode_context(), rate) / speed;
-        let for_kv = memory > seats as f64 / running;
-        (excess * f64::from(output.max(1)) * busy / 2.0, for_kv)
+        Wait {
+            steps: excess * f64::from(output.max(1)) / 2.0,
+            chunk: chunk.min(self.prefill_tokens as f64),
+            decodes,
+            context: self.decode_context(),
+            for_kv: memory > seats as f64 / running,
+        }
     }
 
-    /// Seconds a request of `prompt` tokens takes on this worker at `speed` to decode its
-    /// `output` tokens, beyond the fixed part of their steps: every step carries the
-    /// worker's decodes and their context with its own.
-    pub(crate) fn decode_s(
-        &self,
-        config: &LoadConfig,
-        prompt: u64,
-        output: u32,
-        speed: f64,
-    ) -> f64 {
-        self.times(config, (prompt, 0, output), 1.0, speed).1
+    /// Seconds a request of `prompt` tokens takes on this worker to decode its `output`
+    /// tokens, beyond the fixed part of their steps: every step carries the worker's decodes
+    /// and their context with its own.
+    pub(crate) fn decode_s(&self, config: &LoadConfig, prompt: u64, output: u32) -> f64 {
+        self.times(config, (prompt, 0, output), 1.0).1
     }
 
     /// The worker's load in seconds, for ordering workers that hold alike: its time to a
     /// first token with nothing of a request's own (queued prefill and one step among its
-    /// decodes at its speed; saturation; the wait for a slot or KV once either is full).
-    /// Workers holding alike order by it as by a request's time to first token, up to the
-    /// request's own tokens against their waiting requests and speeds; the decode term is
-    /// left to the policy's scoring of the shortlist.
+    /// decodes; saturation; the wait for a slot or KV once either is full). Workers holding
+    /// alike order by it as by a request's time to first token, up to the request's own
+    /// tokens against their waiting requests and speeds; the decode term is left to the
+    /// policy's scoring of the shortlist.
     #[inline]
     pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
-        let speed = f64::from(self.speed);
-        let rate = config.prefill_tokens_per_s * speed;
-        let overhead = config
-            .step
-            .seconds(0.0, self.decoding as f64, self.decode_context(), rate);
-        let mut load = (self.prefill_tokens as f64 / rate) + overhead / speed;
+        let t = &self.timing;
+        let overhead = t.step_s(0.0, self.decoding as f64, self.decode_context());
+        let mut load =
+            t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64) + overhead;
         if self.saturated {
             load += 3_600.0;
         }
         let output = config.default_output_tokens;
         if self.must_wait(config, 0, output) {
-            load += self.admission_wait_s(config, 0, output, speed).0;
+            load += self.admission_wait(config, 0, output).seconds(t);
         }
         load
+    }
+}
+
+/// A request's wait for admission on a busy worker: `steps` steps, each with a prefill
+/// `chunk` and the worker's `decodes` attending to `context` tokens.
+#[derive(Clone, Copy, Debug)]
+struct Wait {
+    steps: f64,
+    chunk: f64,
+    decodes: f64,
+    context: f64,
+    /// Whether KV, not a running slot, is what it waits for.
+    for_kv: bool,
+}
+
+impl Wait {
+    /// The wait's seconds by `timing`.
+    fn seconds(&self, timing: &Timing) -> f64 {
+        self.steps * timing.step_s(self.chunk, self.decodes, self.context)
     }
 }
 
 /// A request's predicted time to first token on one worker, by part (seconds).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TtftParts {
-    /// The prefill queued ahead of it, tokens.
-    pub(crate) queue_tokens: f64,
-    /// Its own uncached tokens.
-    pub(crate) own_tokens: f64,
-    /// The worker's prefill rate, tokens per second.
-    pub(crate) rate: f64,
+    /// The prefill queued ahead of it.
+    pub(crate) queue_s: f64,
+    /// Its own uncached prefill.
+    pub(crate) own_s: f64,
+    /// What it would take on an idle worker: its own prefill and the fixed part of the steps
+    /// it takes. A target below it no wait can meet.
+    pub(crate) idle_s: f64,
     /// The fixed and decode part of the steps its prefill takes.
     pub(crate) steps_s: f64,
     /// The wait for a running slot or KV.
@@ -220,7 +261,7 @@ impl TtftParts {
     /// The predicted time: a saturated worker takes an hour more.
     #[inline]
     pub(crate) fn total_s(&self) -> f64 {
-        let mut time = (self.queue_tokens + self.own_tokens) / self.rate + self.steps_s;
+        let mut time = self.queue_s + self.own_s + self.steps_s;
         if self.saturated {
             time += 3_600.0;
         }
@@ -228,35 +269,30 @@ impl TtftParts {
     }
 
     /// Whether the prediction meets a target of `target_s`: the whole time does, or, for a
-    /// request whose own prefill alone misses the target (no worker could meet it), the
-    /// rest of the time (the wait ahead of it and the steps) is within `oversized_share` of
-    /// the target: such a request is served where it delays little, and refused where
-    /// the fleet is busy.
+    /// request that would miss the target on an idle worker too (no worker could meet it),
+    /// the rest of the time beyond its own prefill (the wait ahead of it, the steps) is
+    /// within `oversized_share` of the target: such a request is served where it delays
+    /// little, and refused where the fleet is busy.
     #[inline]
     pub(crate) fn meets(&self, target_s: f64, oversized_share: f64) -> bool {
-        meets_target(self.total_s(), self.own_s(), target_s, oversized_share)
+        meets_target(
+            self.total_s(),
+            (self.own_s, self.idle_s),
+            target_s,
+            oversized_share,
+        )
     }
 
-    /// The prefill queued ahead, seconds.
-    fn queue_s(&self) -> f64 {
-        self.queue_tokens / self.rate
-    }
-
-    /// The request's own prefill, seconds.
-    pub(crate) fn own_s(&self) -> f64 {
-        self.own_tokens / self.rate
-    }
-
-    /// What bounds the prediction against a target of `target_s`: a stale report counting
-    /// as saturation; the request's own prefill when it alone misses the target; else the
-    /// largest of the queue, the decodes (their share of the steps, or the wait for a slot)
-    /// and the wait for KV.
+    /// What bounds the prediction against a target of `target_s`: the request itself when
+    /// even an idle worker would miss the target (no wait helps); a stale report counting
+    /// as saturation; else the largest of the queue, the decodes (their share of the steps,
+    /// or the wait for a slot) and the wait for KV.
     pub(crate) fn limit(&self, target_s: f64) -> Limit {
+        if self.idle_s > target_s {
+            return Limit::Prompt;
+        }
         if self.saturated {
             return Limit::Stale;
-        }
-        if self.own_s() > target_s {
-            return Limit::Prompt;
         }
         let (slot_s, kv_s) = if self.wait_for_kv {
             (0.0, self.wait_s)
@@ -264,7 +300,7 @@ impl TtftParts {
             (self.wait_s, 0.0)
         };
         let decode_s = self.steps_s + slot_s;
-        let queue_s = self.queue_s();
+        let queue_s = self.queue_s;
         if kv_s >= queue_s && kv_s >= decode_s {
             Limit::Kv
         } else if decode_s > queue_s {
@@ -276,10 +312,16 @@ impl TtftParts {
 }
 
 /// Whether a predicted time to first token of `total_s`, of which `own_s` is the request's
-/// own prefill, meets a target of `target_s` ([`TtftParts::meets`]).
+/// own prefill and `idle_s` what it would take on an idle worker, meets a target of
+/// `target_s` ([`TtftParts::meets`]).
 #[inline]
-pub(crate) fn meets_target(total_s: f64, own_s: f64, target_s: f64, oversized_share: f64) -> bool {
-    total_s <= target_s || (own_s > target_s && total_s - own_s <= oversized_share * target_s)
+pub(crate) fn meets_target(
+    total_s: f64,
+    (own_s, idle_s): (f64, f64),
+    target_s: f64,
+    oversized_share: f64,
+) -> bool {
+    total_s <= target_s || (idle_s > target_s && total_s - own_s <= oversized_share * target_s)
 }
 
 #[cfg(test)]
@@ -306,17 +348,30 @@ mod tests {
                 requests: decoding,
                 decoding,
                 prefill_tokens: prefill,
+                prefill_pairs: prefill * 3_000,
                 context_tokens: context,
                 kv_tokens: kv,
                 kv_usage: 0.0,
                 kv_capacity_tokens: capacity,
+                timing: Timing::configured(&LoadConfig::default(), speed),
                 speed: speed as f32,
                 saturated,
             };
             let config = LoadConfig::default();
             let request = (prompt, miss.min(prompt), output);
-            let whole = e.times(&config, request, 1.0, speed).0;
-            let parts = e.ttft_parts(&config, request, speed).total_s();
+            let whole = e.times(&config, request, 1.0).0;
+            let parts = e.ttft_parts(&config, request).total_s();
+            // The terms a measured time teaches give the same prediction, but for a
+            // saturated worker's hour.
+            let terms = e.timing.of(&e.ttft_terms(&config, request));
+            let hour = if saturated { 3_600.0 } else { 0.0 };
+            prop_assert!(
+                (terms + hour - parts).abs() <= 1e-5 * parts.max(1.0),
+                "{terms} against {parts}"
+            );
+            let tpot = e.tpot_s(&config, request);
+            let tpot_terms = e.timing.of(&e.tpot_terms(request));
+            prop_assert!((tpot - tpot_terms).abs() <= 1e-9 * tpot.max(1.0));
             prop_assert!((whole - parts).abs() <= 1e-9 * whole.max(1.0), "{whole} against {parts}");
         }
     }

@@ -14,13 +14,15 @@
 //! the report itself is.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::clock::nanos;
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
-use super::learn::Timings;
+use super::learn::WorkerLearner;
 use super::report::{EngineLoad, Staleness};
+use super::timing::{TERMS, Terms, Timing, attended};
 
 /// `prefill` of an engine report that gave none.
 const NO_PREFILL: u64 = u64::MAX;
@@ -34,19 +36,24 @@ pub(crate) struct LoadState {
     awaiting_first: AtomicU64,
     /// Uncached prompt tokens of in-flight requests whose first token has not come.
     pub(crate) prefill_tokens: AtomicU64,
+    /// The pairs of tokens those prefills attend to.
+    prefill_pairs: AtomicU64,
     /// Prompt and output tokens of in-flight requests: the context they attend to.
     context_tokens: AtomicU64,
     /// Uncached prompt and output tokens of in-flight requests: the KV they add.
     kv_tokens: AtomicU64,
     report: Report,
     since: Since,
-    profile_speed_bits: AtomicU64,
-    /// The speed estimates use: the profile's over the learned slowness (f64 bits), kept
-    /// current by [`LoadState::update_speed`].
-    speed_bits: AtomicU64,
+    /// The speed the host told ([`WorkerProfile::speed`], f64 bits).
+    told_speed_bits: AtomicU64,
+    /// The step terms estimates use (f64 bits, in [`Timing`]'s order): the configured ones
+    /// at the told speed, corrected by what the worker's timings taught; kept current by
+    /// [`LoadState::update_timing`].
+    timing_bits: [AtomicU64; TERMS],
     kv_capacity_tokens: AtomicU64,
-    /// What the worker's first tokens taught: how much slower than predicted it is.
-    pub(crate) timings: Timings,
+    /// What the worker's timings taught (see `learn.rs`); taken only to learn and to
+    /// publish the terms, never on the route path.
+    learner: Mutex<WorkerLearner>,
 }
 
 /// The engine's last report.
@@ -77,14 +84,17 @@ impl Default for LoadState {
             in_flight: AtomicU64::new(0),
             awaiting_first: AtomicU64::new(0),
             prefill_tokens: AtomicU64::new(0),
+            prefill_pairs: AtomicU64::new(0),
             context_tokens: AtomicU64::new(0),
             kv_tokens: AtomicU64::new(0),
             report: Report::default(),
             since: Since::default(),
-            profile_speed_bits: AtomicU64::new(1.0f64.to_bits()),
-            speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            told_speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            timing_bits: Timing::default()
+                .to_array()
+                .map(|t| AtomicU64::new(t.to_bits())),
             kv_capacity_tokens: AtomicU64::new(0),
-            timings: Timings::default(),
+            learner: Mutex::new(WorkerLearner::default()),
         }
     }
 }
@@ -97,16 +107,20 @@ impl LoadState {
         self.in_flight.fetch_add(1, Relaxed);
         self.awaiting_first.fetch_add(1, Relaxed);
         self.prefill_tokens.fetch_add(prefill, Relaxed);
+        self.prefill_pairs
+            .fetch_add(attended(prompt, prefill), Relaxed);
         self.context_tokens.fetch_add(prompt + output, Relaxed);
         self.kv_tokens.fetch_add(prefill + output, Relaxed);
         self.since.routed.fetch_add(1, Relaxed);
         self.since.prefill.fetch_add(prefill, Relaxed);
     }
 
-    /// A request's first token came: its `prefill` tokens are done.
-    pub(crate) fn first_token(&self, prefill: u64) {
+    /// A request's first token came: its `prefill` tokens of a `prompt`-token prompt are
+    /// done.
+    pub(crate) fn first_token(&self, prompt: u64, prefill: u64) {
         sub(&self.awaiting_first, 1);
         sub(&self.prefill_tokens, prefill);
+        sub(&self.prefill_pairs, attended(prompt, prefill));
         self.since.first_tokens.fetch_add(1, Relaxed);
         self.since.prefilled.fetch_add(prefill, Relaxed);
     }
@@ -166,24 +180,76 @@ impl LoadState {
         })
     }
 
-    /// The host told the worker's profile (validated).
+    /// The host told the worker's profile (validated); the caller updates its timing.
     pub(crate) fn set_profile(&self, profile: &WorkerProfile) {
-        self.profile_speed_bits
-            .store(profile.speed.to_bits(), Relaxed);
+        self.told_speed_bits.store(profile.speed.to_bits(), Relaxed);
         self.kv_capacity_tokens
             .store(profile.kv_capacity_tokens, Relaxed);
     }
 
-    /// Sets the speed estimates use from the profile and the learned slowness against the
-    /// fleet's `reference` (see [`Timings::slowness`]).
-    pub(crate) fn update_speed(&self, reference: f64) {
-        let speed = self.profile_speed() / self.timings.slowness(reference);
-        self.speed_bits.store(speed.to_bits(), Relaxed);
+    /// The relative speed the host told.
+    pub(crate) fn told_speed(&self) -> f64 {
+        f64::from_bits(self.told_speed_bits.load(Relaxed))
     }
 
-    /// The configured relative speed.
-    pub(crate) fn profile_speed(&self) -> f64 {
-        f64::from_bits(self.profile_speed_bits.load(Relaxed))
+    /// The worker's configured terms: `config`'s at the speed the host told.
+    pub(crate) fn configured(&self, config: &LoadConfig) -> Timing {
+        Timing::configured(config, self.told_speed())
+    }
+
+    /// The step terms estimates use.
+    #[inline]
+    pub(crate) fn timing(&self) -> Timing {
+        Timing::from_array(
+            self.timing_bits
+                .each_ref()
+                .map(|b| f64::from_bits(b.load(Relaxed))),
+        )
+    }
+
+    fn learner(&self) -> MutexGuard<'_, WorkerLearner> {
+        // Nothing panics while holding the lock; a poisoned lock still holds a valid state.
+        self.learner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the terms estimates use from the configured ones, the fleet's `ratios` and what
+    /// the worker's timings taught.
+    pub(crate) fn update_timing(&self, config: &LoadConfig, ratios: [f64; TERMS]) {
+        let timing = self.learner().timing(&self.configured(config), ratios);
+        for (bits, t) in self.timing_bits.iter().zip(timing.to_array()) {
+            bits.store(t.to_bits(), Relaxed);
+        }
+    }
+
+    /// A time `measured` of what `terms` count came (a time to first token when
+    /// `first_token`): the worker's ratios learn from it, the fleet's ratios being `fleet`
+    /// (see `learn.rs`); the caller updates the timings.
+    pub(crate) fn learn(
+        &self,
+        config: &LoadConfig,
+        fleet: &[f64; TERMS],
+        (terms, measured): (&Terms, f64),
+        first_token: bool,
+    ) {
+        let configured = self.configured(config);
+        self.learner()
+            .learn(fleet, &configured, (terms, measured), first_token);
+    }
+
+    /// The worker's own ratios and the timings they were learned from.
+    pub(crate) fn learned(&self) -> ([f64; TERMS], u64) {
+        self.learner().learned()
+    }
+
+    /// Measured over predicted time to first token (recent timings weighing more) and the
+    /// timings learned from; `None` before a few.
+    pub(crate) fn timing_error(&self) -> Option<(f64, u64)> {
+        self.learner().error()
+    }
+
+    /// Timings learned from.
+    pub(crate) fn timings(&self) -> u64 {
+        self.learner().timings()
     }
 
     /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
@@ -199,15 +265,18 @@ impl LoadState {
         let in_flight = self.in_flight.load(Relaxed);
         let awaiting = self.awaiting_first.load(Relaxed).min(in_flight);
         let local_prefill = self.prefill_tokens.load(Relaxed);
+        let timing = self.timing();
         let mut e = Estimate {
             requests: in_flight,
             decoding: in_flight - awaiting,
             prefill_tokens: local_prefill,
+            prefill_pairs: self.prefill_pairs.load(Relaxed),
             context_tokens: self.context_tokens.load(Relaxed),
             kv_tokens: self.kv_tokens.load(Relaxed),
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
-            speed: f64::from_bits(self.speed_bits.load(Relaxed)) as f32,
+            timing,
+            speed: timing.relative_speed(config) as f32,
             saturated: false,
         };
         let r = &self.report;
@@ -249,6 +318,7 @@ impl LoadState {
         let running = (r.running.load(Relaxed) + first).saturating_sub(done);
         e.requests = e.requests.max(waiting + running);
         e.decoding = e.decoding.max(running.min(e.requests));
+        let own = e.prefill_tokens;
         e.prefill_tokens = match r.prefill.load(Relaxed) {
             NO_PREFILL => e.prefill_tokens.max(waiting.saturating_mul(mean_prefill)),
             p => {
@@ -260,6 +330,12 @@ impl LoadState {
                 }
             }
         };
+        // The report counts tokens, not the pairs they attend to: the prefill beyond this
+        // router's own attends as its own does, token for token.
+        if own > 0 && e.prefill_tokens != own {
+            let scaled = e.prefill_pairs as f64 * e.prefill_tokens as f64 / own as f64;
+            e.prefill_pairs = scaled as u64;
+        }
         let usage = f64::from_bits(r.kv_usage_bits.load(Relaxed));
         e.kv_usage = usage as f32;
         if e.kv_capacity_tokens == 0 {

@@ -3,19 +3,19 @@
 //! worker's [`LoadState`](super::state::LoadState), the learned [`Reference`] and the
 //! refusal counts; a route's charges are in `charge.rs`.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
-
-use smallvec::SmallVec;
 
 use super::candidate::{Candidate, Candidates};
 use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
-use super::learn::Reference;
+use super::learn::{CONFIGURED, fleet_ratios};
 use super::registry::{Registered, Registry, check_id};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
+use super::timing::{TERMS, Terms};
 use crate::error::Error;
 use crate::request::Shed;
 use crate::tree::WorkerId;
@@ -28,8 +28,10 @@ pub(crate) struct Fleet {
     /// Tokens per KV block of the workers' engines: reported blocks in tokens.
     pub(super) block_size: u64,
     pub(super) clock: Clock,
-    /// The fleet's reference for learned speeds.
-    pub(super) reference: Reference,
+    /// Timings learned from, fleet-wide.
+    timings: AtomicU64,
+    /// The fleet's ratios (see `learn.rs`) the workers' timings were last updated with.
+    published: Mutex<[f64; TERMS]>,
     /// Requests refused by admission.
     shed: ShedCounts,
 }
@@ -48,7 +50,8 @@ impl Fleet {
             config,
             block_size: block_size as u64,
             clock: Clock::default(),
-            reference: Reference::default(),
+            timings: AtomicU64::new(0),
+            published: Mutex::new(CONFIGURED),
             shed: ShedCounts::default(),
         };
         for w in 0..num_workers {
@@ -58,7 +61,12 @@ impl Fleet {
     }
 
     pub(crate) fn add(&self, worker: WorkerId) -> Result<(), Error> {
-        self.registry.add(worker)
+        self.registry.add(worker)?;
+        let ratios = *lock(&self.published);
+        self.registry.with_slot(worker, |r| {
+            r.slot.load.update_timing(&self.config, ratios);
+            self.refresh(r);
+        })
     }
 
     pub(crate) fn remove(&self, worker: WorkerId) -> Result<(), Error> {
@@ -140,9 +148,10 @@ impl Fleet {
         profile: WorkerProfile,
     ) -> Result<(), Error> {
         profile.validate()?;
+        let ratios = *lock(&self.published);
         self.registry.with_slot(worker, |r| {
             r.slot.load.set_profile(&profile);
-            r.slot.load.update_speed(self.reference.get());
+            r.slot.load.update_timing(&self.config, ratios);
             self.refresh(r);
         })
     }
@@ -243,21 +252,50 @@ impl Fleet {
         }
     }
 
-    /// Sets the fleet's reference to the lower quartile of the workers' learned log ratios
-    /// ([`Reference`]) and, when it moved, every worker's speed by it.
-    #[cold]
-    pub(super) fn recalibrate(&self) {
-        let slots = self.registry.read();
-        let mut ratios: SmallVec<[f64; 64]> = slots
-            .iter()
-            .filter_map(|(_, r)| r.slot.load.timings.log_ratio())
-            .collect();
-        let Some(reference) = self.reference.recalibrate(&mut ratios) else {
-            return;
-        };
-        for (_, r) in slots.iter() {
-            r.slot.load.update_speed(reference);
+    /// A time `measured` of what `terms` count came from worker `r` (a time to first token
+    /// when `first_token`): the worker learns from it, and its timing is updated at once;
+    /// every so many timings the fleet's ratios are taken afresh from every worker's and
+    /// every worker's timing is updated with them.
+    pub(super) fn learn(
+        &self,
+        r: Registered<'_>,
+        (terms, measured): (&Terms, f64),
+        first_token: bool,
+    ) {
+        let fleet = *lock(&self.published);
+        r.slot
+            .load
+            .learn(&self.config, &fleet, (terms, measured), first_token);
+        if self.timings.fetch_add(1, Relaxed) % PUBLISH_EVERY == 0 {
+            self.publish();
+        } else {
+            r.slot.load.update_timing(&self.config, fleet);
             self.refresh(r);
         }
     }
+
+    /// Takes the fleet's ratios afresh from every worker's and updates every worker's
+    /// timing with them.
+    #[cold]
+    fn publish(&self) {
+        let slots = self.registry.read();
+        let learned: Vec<_> = slots.iter().map(|(_, r)| r.slot.load.learned()).collect();
+        let ratios = fleet_ratios(learned.into_iter());
+        *lock(&self.published) = ratios;
+        for (_, r) in slots.iter() {
+            r.slot.load.update_timing(&self.config, ratios);
+            self.refresh(r);
+        }
+    }
+}
+
+/// Timings between two publications of the fleet's ratios to every worker.
+const PUBLISH_EVERY: u64 = 16;
+
+/// `mutex`, locked; nothing panics while holding it, so a poisoned one still holds valid
+/// data.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -4,7 +4,7 @@
 use super::role::Role;
 use super::sides::Sides;
 use super::topology::Topology;
-use crate::fleet::{Candidate, LoadConfig};
+use crate::fleet::Candidate;
 use crate::request::RouteRequest;
 
 /// Where a request runs: on one decode worker that prefills it too, or prefilled on one
@@ -94,7 +94,6 @@ pub struct PairView<'a> {
     pub(crate) request: &'a RouteRequest<'a>,
     pub(crate) candidates: &'a [Candidate],
     pub(crate) roles: &'a [Role],
-    pub(crate) config: &'a LoadConfig,
     pub(crate) topology: &'a Topology,
     pub(crate) kv_bytes_per_token: u64,
     pub(crate) stall_weight: f64,
@@ -138,7 +137,7 @@ impl PairView<'_> {
         match plan.prefill() {
             None => PlanCost {
                 ttft_s: d.aggregated.total_s(),
-                prefill_s: d.aggregated.own_s(),
+                prefill_s: d.aggregated.own_s,
                 tpot_s: d.tpot_s,
                 harm_s: self.harm_s(at, d.miss) + self.over_limit_s(d),
                 decode_s: d.decode_s,
@@ -155,7 +154,7 @@ impl PairView<'_> {
                 let drained_s = d.seat.total_s() - d.seat.wait_s;
                 PlanCost {
                     ttft_s: ready_s.max(drained_s) + d.seat.wait_s + d.first_step_s,
-                    prefill_s: p.prefill_leg.own_s(),
+                    prefill_s: p.prefill_leg.own_s,
                     tpot_s: d.tpot_s,
                     harm_s: self.harm_s(from, p.miss),
                     transfer_s,
@@ -178,7 +177,10 @@ impl PairView<'_> {
     /// The compute of a prefill of `miss` tokens on `c`: what each request behind it or
     /// sharing its steps waits.
     fn delay_s(&self, c: &Candidate, miss: u64) -> f64 {
-        miss as f64 / (self.config.prefill_tokens_per_s * c.speed())
+        let prompt = self.request.tokens().len() as u64;
+        c.estimate
+            .timing
+            .prefill_s(miss as f64, crate::fleet::attended(prompt, miss) as f64)
     }
 
     /// The delay a prefill of `miss` tokens on candidate `i` adds to others: its running

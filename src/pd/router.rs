@@ -291,7 +291,6 @@ impl<D: Decide> PdRouter<D> {
                         request,
                         candidates,
                         roles: &roles,
-                        config: self.inner.load_config(),
                         topology: &self.config.topology,
                         kv_bytes_per_token: self.config.kv_bytes_per_token,
                         stall_weight: self.config.stall_weight,
@@ -479,6 +478,13 @@ impl<D: Decide> PdRouter<D> {
         } else {
             self.inner.first_token_after(&pair.decode, elapsed);
         }
+    }
+
+    /// The request generated `tokens` output tokens after its first on its decode worker in
+    /// `elapsed`: teaches the router that worker's decode terms, split or aggregated (see
+    /// [`Router::tokens_after`]).
+    pub fn tokens_after(&self, pair: &PairDecision, tokens: u32, elapsed: Duration) {
+        self.inner.tokens_after(&pair.decode, tokens, elapsed);
     }
 
     /// A split request's prefill leg sampled its token on the prefill worker `elapsed`

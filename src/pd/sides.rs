@@ -48,15 +48,14 @@ impl Sides {
     /// `c`'s predictions for a request of `prompt` tokens generating `output`.
     fn of(c: &Candidate, config: &LoadConfig, (prompt, output): (u64, u32)) -> Sides {
         let miss = prompt.saturating_sub(c.cached_tokens() as u64);
-        let speed = c.speed();
         let e = &c.estimate;
         Sides {
             miss,
-            aggregated: e.ttft_parts(config, (prompt, miss, output), speed),
-            prefill_leg: e.ttft_parts(config, (prompt, miss, 1), speed),
-            seat: e.ttft_parts(config, (prompt, 0, output), speed),
-            tpot_s: e.tpot_s(config, (prompt, 0, output), speed),
-            decode_s: decode_step_s(c, config, prompt) * f64::from(output),
+            aggregated: e.ttft_parts(config, (prompt, miss, output)),
+            prefill_leg: e.ttft_parts(config, (prompt, miss, 1)),
+            seat: e.ttft_parts(config, (prompt, 0, output)),
+            tpot_s: e.tpot_s(config, (prompt, 0, output)),
+            decode_s: decode_step_s(c, prompt) * f64::from(output),
             first_step_s: first_step_s(c, config, prompt),
             stalled_step_s: stalled_step_s(c, config, (prompt, miss)),
         }
@@ -67,12 +66,11 @@ impl Sides {
 /// the rest of the step running there (half of one on average) and its own step, each
 /// carrying a chunk of the prefill queued there as far as the budget goes.
 fn first_step_s(d: &Candidate, config: &LoadConfig, prompt: u64) -> f64 {
-    let rate = config.prefill_tokens_per_s * d.speed();
-    let step = &config.step;
-    let chunk = (d.prefill_tokens() as f64).min(step.max_num_batched_tokens as f64);
+    let budget = config.step.max_num_batched_tokens as f64;
+    let chunk = (d.prefill_tokens() as f64).min(budget);
     let decodes = d.decoding() as f64 + 1.0;
     let context = d.context_tokens() as f64 + prompt as f64;
-    1.5 * step.seconds(chunk, decodes, context, rate) / d.speed()
+    1.5 * d.estimate.timing.step_s(chunk, decodes, context)
 }
 
 /// The step `c`'s running decodes take with a prefill of `miss` tokens of a `prompt`-token
@@ -82,18 +80,18 @@ fn stalled_step_s(c: &Candidate, config: &LoadConfig, (prompt, miss): (u64, u64)
     if c.decoding() == 0 || miss == 0 {
         return 0.0;
     }
-    let rate = config.prefill_tokens_per_s * c.speed();
-    let step = &config.step;
-    let chunk = ((c.prefill_tokens() + miss) as f64).min(step.max_num_batched_tokens as f64);
+    let budget = config.step.max_num_batched_tokens as f64;
+    let chunk = ((c.prefill_tokens() + miss) as f64).min(budget);
     let context = c.context_tokens() as f64 + prompt as f64;
-    step.seconds(chunk, c.decoding() as f64, context, rate) / c.speed()
+    c.estimate
+        .timing
+        .step_s(chunk, c.decoding() as f64, context)
 }
 
 /// A decode step on `d` once a request of `prompt` tokens decodes there: every request there
 /// now is ahead of it, so decodes beside it.
-fn decode_step_s(d: &Candidate, config: &LoadConfig, prompt: u64) -> f64 {
-    let rate = config.prefill_tokens_per_s * d.speed();
+fn decode_step_s(d: &Candidate, prompt: u64) -> f64 {
     let decodes = d.requests() as f64 + 1.0;
     let context = d.context_tokens() as f64 + prompt as f64;
-    config.step.seconds(0.0, decodes, context, rate) / d.speed()
+    d.estimate.timing.step_s(0.0, decodes, context)
 }

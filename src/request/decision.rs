@@ -22,16 +22,21 @@ pub struct RouteDecision {
     cached_by_tier: [u32; 4],
     /// The worker's data-parallel rank in its endpoint.
     rank: u32,
-    /// Seconds to first token the load model predicted at the worker's configured speed.
-    predicted_ttft_s: f64,
+    /// Seconds to first token and per output token the load model predicted.
+    predicted_s: (f64, f64),
+    /// How much of each of the worker's step terms each prediction counted (the fleet
+    /// model's `Terms`, for time to first token and per output token): what the timings the
+    /// host reports later teach.
+    terms: ([f32; 5], [f32; 5]),
     /// Output tokens the request was charged with (its expected output).
     output_tokens: u32,
-    /// `RELEASED` and `PREFILLED` bits: each set once, by one atomic operation.
+    /// `RELEASED`, `PREFILLED` and `DECODED` bits: each set once, by one atomic operation.
     state: AtomicU8,
 }
 
 const RELEASED: u8 = 1;
 const PREFILLED: u8 = 2;
+const DECODED: u8 = 4;
 
 impl RouteDecision {
     pub(crate) fn new(
@@ -50,18 +55,35 @@ impl RouteDecision {
             cached_tokens,
             cached_by_tier,
             rank: 0,
-            predicted_ttft_s: 0.0,
+            predicted_s: (0.0, 0.0),
+            terms: ([0.0; 5], [0.0; 5]),
             output_tokens: 0,
             state: AtomicU8::new(0),
         }
     }
 
-    /// The same decision with the load model's prediction, charging the worker with
-    /// `output_tokens` to generate.
-    pub(crate) fn with_prediction(mut self, ttft_s: f64, output_tokens: u32) -> Self {
-        self.predicted_ttft_s = ttft_s;
+    /// The same decision with the load model's predictions (`(ttft_s, tpot_s)`) and the
+    /// terms they counted, charging the worker with `output_tokens` to generate.
+    pub(crate) fn with_prediction(
+        mut self,
+        predicted_s: (f64, f64),
+        terms: ([f32; 5], [f32; 5]),
+        output_tokens: u32,
+    ) -> Self {
+        self.predicted_s = predicted_s;
+        self.terms = terms;
         self.output_tokens = output_tokens;
         self
+    }
+
+    /// The terms the time-to-first-token prediction counted.
+    pub(crate) fn ttft_terms(&self) -> [f32; 5] {
+        self.terms.0
+    }
+
+    /// The terms the time-per-output-token prediction counted.
+    pub(crate) fn tpot_terms(&self) -> [f32; 5] {
+        self.terms.1
     }
 
     /// Output tokens the decision charged its worker with.
@@ -69,11 +91,22 @@ impl RouteDecision {
         self.output_tokens
     }
 
-    /// Seconds to first token the router's load model predicted, at the worker's configured
-    /// speed: [`Router::first_token_after`](crate::Router::first_token_after) compares the time measured with it.
+    /// Seconds to first token the router's load model predicted for the request on its
+    /// worker when it routed it (0 for routers without a load model):
+    /// [`Router::first_token_after`](crate::Router::first_token_after) compares the time
+    /// measured with it.
     #[must_use]
     pub fn predicted_ttft_s(&self) -> f64 {
-        self.predicted_ttft_s
+        self.predicted_s.0
+    }
+
+    /// Seconds per output token the router's load model predicted for the request on its
+    /// worker when it routed it (0 for routers without a load model):
+    /// [`Router::tokens_after`](crate::Router::tokens_after) compares the time measured
+    /// with it.
+    #[must_use]
+    pub fn predicted_tpot_s(&self) -> f64 {
+        self.predicted_s.1
     }
 
     /// The same decision for a worker at data-parallel rank `rank`.
@@ -148,5 +181,10 @@ impl RouteDecision {
     /// Marks the prefill done; false if it already was (or the decision was released).
     pub(crate) fn mark_prefilled(&self) -> bool {
         self.state.fetch_or(PREFILLED, Ordering::AcqRel) & (PREFILLED | RELEASED) == 0
+    }
+
+    /// Marks its output timed; false if it already was.
+    pub(crate) fn mark_decoded(&self) -> bool {
+        self.state.fetch_or(DECODED, Ordering::AcqRel) & DECODED == 0
     }
 }

@@ -122,6 +122,8 @@ impl Gate for Admission {
 struct Prediction {
     ttft: TtftParts,
     tpot_s: f64,
+    /// The time per output token on the worker were it idle.
+    idle_tpot_s: f64,
 }
 
 impl Admission {
@@ -134,8 +136,9 @@ impl Admission {
                 let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
                 let request = (self.prompt, miss, self.output);
                 Prediction {
-                    ttft: c.estimate.ttft_parts(config, request, c.speed()),
-                    tpot_s: c.estimate.tpot_s(config, request, c.speed()),
+                    ttft: c.estimate.ttft_parts(config, request),
+                    tpot_s: c.estimate.tpot_s(config, request),
+                    idle_tpot_s: c.estimate.idle_tpot_s(request),
                 }
             })
             .collect()
@@ -158,10 +161,10 @@ impl Admission {
     }
 
     /// Whether a plan predicted at `ttft_s` (of which `own_s` is the request's own
-    /// prefill) and `tpot_s` meets both targets, by the rule a worker's prediction meets
-    /// them.
+    /// prefill, which is also what it would take on idle workers) and `tpot_s` meets both
+    /// targets, by the rule a worker's prediction meets them.
     pub(crate) fn meets_times(&self, ttft_s: f64, own_s: f64, tpot_s: f64) -> bool {
-        meets_target(ttft_s, own_s, self.target_s, self.oversized_share)
+        meets_target(ttft_s, (own_s, own_s), self.target_s, self.oversized_share)
             && tpot_s <= self.tpot_target_s
     }
 
@@ -200,7 +203,10 @@ impl Admission {
         let (best, worker) = self
             .best_of(&predictions, candidates)
             .ok_or(Error::NoWorkers)?;
-        let limit = if best.tpot_s / self.tpot_target_s > best.ttft.total_s() / self.target_s {
+        let limit = if best.idle_tpot_s > self.tpot_target_s {
+            // Even alone on a worker its decode steps take longer: no wait helps.
+            Limit::Prompt
+        } else if best.tpot_s / self.tpot_target_s > best.ttft.total_s() / self.target_s {
             Limit::Decode
         } else {
             best.ttft.limit(self.target_s)

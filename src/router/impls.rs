@@ -53,6 +53,10 @@ impl<P: Policy> Router for PolicyRouter<P> {
         self.fleet.prefilled(decision, Some(elapsed));
     }
 
+    fn tokens_after(&self, decision: &RouteDecision, tokens: u32, elapsed: std::time::Duration) {
+        self.fleet.decoded(decision, tokens, elapsed);
+    }
+
     fn set_profile(&self, worker: WorkerId, profile: WorkerProfile) -> Result<(), Error> {
         self.fleet.set_profile(worker, profile)
     }

@@ -80,6 +80,16 @@ pub trait Router: Send + Sync {
         self.first_token(decision);
     }
 
+    /// The request of `decision` generated `tokens` output tokens after its first in
+    /// `elapsed` (from the first token to the last of them), as a host streaming its answer
+    /// measures it: the router learns the worker's decode terms from it (its time per output
+    /// token against [`RouteDecision::predicted_tpot_s`]). Call it once per request, when its
+    /// stream ends (later calls for the same decision are ignored); a request that generated
+    /// one token teaches nothing. The default does nothing.
+    fn tokens_after(&self, decision: &RouteDecision, tokens: u32, elapsed: std::time::Duration) {
+        let _ = (decision, tokens, elapsed);
+    }
+
     /// Tells the router what the host knows of `worker` (its relative speed, its KV
     /// capacity). Optional: without it the worker runs at the configured speed until
     /// timings say otherwise.

@@ -314,6 +314,14 @@ impl<'s> Run<'s> {
             Outcome::Finished(i) => {
                 let output = self.sim.requests()[i].output_tokens.max(1);
                 self.tally.finished(i, now, output);
+                // The host streamed the answer: what its output tokens took teaches the
+                // worker's decode terms.
+                if let (Some(f), Some(first)) = (&self.flights[i], self.tally.first_token_at(i)) {
+                    let elapsed = std::time::Duration::from_secs_f64((now - first).max(0.0));
+                    self.replicas
+                        .router(f.replica)
+                        .tokens_after(&f.decision, output - 1, elapsed);
+                }
                 self.release(i);
             }
             Outcome::Preempted(i) => self.tally.preempted(i),

@@ -236,6 +236,21 @@ pub enum Front {
     Random,
 }
 
+/// When a workload's requests arrive ([`ClusterConfig::arrivals`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Arrivals {
+    /// At the times the workload or trace records. The default.
+    #[default]
+    Recorded,
+    /// Each recorded instant's requests spread uniformly over the gap to the next instant
+    /// (seeded by [`ClusterConfig::seed`], in the recorded order): for traces whose times are
+    /// binned (the Mooncake conversation trace's requests arrive at instants 3 s apart, up
+    /// to 28 at once), so that a burst of same-instant requests is not an artefact of the
+    /// recording.
+    Spread,
+}
+
 /// How a modelled worker runs its requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -374,6 +389,8 @@ pub struct ClusterConfig {
     pub measure_decision_time: bool,
     /// How requests are spread over router replicas. Default [`Front::RoundRobin`].
     pub front: Front,
+    /// When requests arrive. Default [`Arrivals::Recorded`].
+    pub arrivals: Arrivals,
     /// Every this many seconds each worker reports its load (requests waiting and running,
     /// KV in use) to every router replica
     /// ([`Router::report_load`](crate::Router::report_load)), so routers see load as stale
@@ -525,6 +542,8 @@ impl ClusterConfig {
         with_measure_decision_time: measure_decision_time: bool;
         /// Sets [`front`](Self::front).
         with_front: front: Front;
+        /// Sets [`arrivals`](Self::arrivals).
+        with_arrivals: arrivals: Arrivals;
         /// Sets [`scrape_interval_s`](Self::scrape_interval_s).
         with_scrape_interval_s: scrape_interval_s: f64;
         /// Sets [`event_delay_s`](Self::event_delay_s).
@@ -640,6 +659,7 @@ impl Default for ClusterConfig {
             sync: SyncMode::None,
             measure_decision_time: true,
             front: Front::RoundRobin,
+            arrivals: Arrivals::Recorded,
             scrape_interval_s: 1.0,
             event_delay_s: 0.0,
             event_loss: 0.0,

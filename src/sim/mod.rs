@@ -74,10 +74,11 @@ mod trace;
 mod workload;
 
 pub use self::config::{
-    BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, SyncMode, WorkerSpec,
+    Arrivals, BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, SyncMode, WorkerSpec,
 };
 pub use self::profile::{ENGINE_PROFILES, EngineProfile, StepProfile};
 pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
+pub use self::tally::PREDICTION_WARMUP;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
 pub use self::workload::{Prompt, Request, Workload};

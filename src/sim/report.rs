@@ -91,6 +91,13 @@ pub struct SimReport {
     /// The name of the decider of a disaggregated run
     /// ([`Decide::name`](crate::Decide::name)); `None` for a run through a plain router.
     pub pd_decider: Option<String>,
+    /// How wrong the router's predictions of time to first token were: the median of
+    /// `|predicted − measured| / measured` over the requests that had a first token and a
+    /// prediction, after the first [`PREDICTION_WARMUP`](super::PREDICTION_WARMUP) (while the
+    /// router learns the fleet). 0 when none.
+    pub ttft_error_p50: f64,
+    /// The same error's 90th percentile.
+    pub ttft_error_p90: f64,
 }
 
 impl SimReport {
@@ -123,6 +130,7 @@ impl SimReport {
                 "\"lost_event_batches\":{},",
                 "\"makespan_s\":{:.6},\"throughput_rps\":{:.6},\"decision_ns\":{:.1},",
                 "\"transfers\":{},\"transfer_bytes\":{},\"pd_decider\":{},",
+                "\"ttft_error_p50\":{:.6},\"ttft_error_p90\":{:.6},",
                 "\"worker_prefill_tokens\":[{}]}}"
             ),
             self.policy.replace(['"', '\\'], ""),
@@ -164,6 +172,8 @@ impl SimReport {
                 || "null".to_owned(),
                 |d| format!("\"{}\"", d.replace(['"', '\\'], ""))
             ),
+            self.ttft_error_p50,
+            self.ttft_error_p90,
             self.worker_prefill_tokens
                 .iter()
                 .map(u64::to_string)
@@ -218,6 +228,12 @@ pub struct RequestRecord {
     pub prefill_worker: Option<u32>,
     /// Bytes of KV moved from its prefill worker to its decode worker (0 when not split).
     pub transfer_bytes: u64,
+    /// The time to first token the router predicted when it routed the request (the
+    /// chosen worker's, or the chosen plan's), seconds; `None` for a request shed, or a
+    /// router without a load model.
+    pub predicted_ttft_s: Option<f64>,
+    /// The time per output token it predicted likewise.
+    pub predicted_tpot_s: Option<f64>,
 }
 
 impl RequestRecord {
@@ -231,7 +247,8 @@ impl RequestRecord {
                 "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"host_cached_tokens\":{},",
                 "\"ttft_s\":{},",
                 "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{},",
-                "\"priority\":\"{}\",\"shed\":{},\"prefill_worker\":{},\"transfer_bytes\":{}}}"
+                "\"priority\":\"{}\",\"shed\":{},\"prefill_worker\":{},\"transfer_bytes\":{},",
+                "\"predicted_ttft_s\":{},\"predicted_tpot_s\":{}}}"
             ),
             self.index,
             self.prompt_tokens,
@@ -251,7 +268,9 @@ impl RequestRecord {
             self.shed,
             self.prefill_worker
                 .map_or_else(|| "null".to_owned(), |w| w.to_string()),
-            self.transfer_bytes
+            self.transfer_bytes,
+            opt(self.predicted_ttft_s),
+            opt(self.predicted_tpot_s)
         )
     }
 }

@@ -1,6 +1,6 @@
 //! The replay of a workload through a router against the modelled fleet.
 
-use super::config::{ClusterConfig, Engine, Fault, SyncMode, WorkerSpec};
+use super::config::{Arrivals, ClusterConfig, Engine, Fault, SyncMode, WorkerSpec};
 use super::references::References;
 use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
@@ -94,6 +94,10 @@ impl Simulation {
             .map(|w| w.capacity_tokens / config.block_size + host_blocks)
             .sum();
         let references = References::compute(&requests, &hasher, pooled_blocks)?;
+        let mut requests = requests;
+        if config.arrivals == Arrivals::Spread {
+            spread(&mut requests, config.seed);
+        }
         Ok(Self {
             requests,
             config,
@@ -284,10 +288,9 @@ impl Simulation {
         let blocks = self.hasher.hash(&tokens);
         tally.routed(
             i,
-            now,
-            tokens.len(),
-            decision.worker().get(),
-            replica.index(),
+            (now, tokens.len()),
+            (decision.worker().get(), replica.index()),
+            (decision.predicted_ttft_s(), decision.predicted_tpot_s()),
         );
         Ok(Some(Routed {
             replica,
@@ -358,5 +361,34 @@ impl Routed {
         replicas
             .router(self.replica)
             .first_token_after(&self.decision, elapsed);
+    }
+}
+
+/// Spreads each recorded instant's requests uniformly over the gap to the next instant (the
+/// last instant over the gap before it), seeded, keeping their order ([`Arrivals::Spread`]).
+/// Requests out of time order keep their times.
+fn spread(requests: &mut [Request], seed: u64) {
+    let mut rng = super::rng::Rng::new(crate::fold::mix64(seed ^ 0x7370_7265_6164));
+    let mut start = 0;
+    let mut last_gap = 0.0;
+    while start < requests.len() {
+        let at = requests[start].arrival_s;
+        let end = start
+            + requests[start..]
+                .iter()
+                .take_while(|r| r.arrival_s == at)
+                .count();
+        let gap = match requests.get(end) {
+            Some(next) if next.arrival_s > at => next.arrival_s - at,
+            Some(_) => 0.0,
+            None => last_gap,
+        };
+        let mut offsets: Vec<f64> = (start..end).map(|_| rng.unit() * gap).collect();
+        offsets.sort_by(f64::total_cmp);
+        for (r, offset) in requests[start..end].iter_mut().zip(offsets) {
+            r.arrival_s = at + offset;
+        }
+        last_gap = gap;
+        start = end;
     }
 }

@@ -42,6 +42,25 @@ fn percentiles(mut values: Vec<f64>) -> [f64; 3] {
     [0.50, 0.90, 0.99].map(|p| quantile(&values, p))
 }
 
+/// Requests a run's prediction errors leave out, from its first arrival: the router learns
+/// the fleet from the timings of the first ones.
+pub const PREDICTION_WARMUP: usize = 200;
+
+/// The median and 90th percentile of `|predicted − measured| / measured` time to first token
+/// over the records, in trace order, after the first [`PREDICTION_WARMUP`] (0 when none).
+fn prediction_errors(records: &[RequestRecord]) -> [f64; 2] {
+    let mut errors: Vec<f64> = records
+        .iter()
+        .skip(PREDICTION_WARMUP)
+        .filter_map(|r| match (r.predicted_ttft_s, r.ttft_s) {
+            (Some(p), Some(m)) if m > 0.0 => Some((p - m).abs() / m),
+            _ => None,
+        })
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    [0.50, 0.90].map(|p| quantile(&errors, p))
+}
+
 /// What a run measured beside the records: per worker, tokens computed and busy time.
 pub(super) struct Workers {
     pub(super) prefill_tokens: Vec<u64>,
@@ -69,13 +88,14 @@ impl Tally {
 
     /// Request `i` of `prompt_tokens` tokens was routed at `at` to `worker` by `replica`:
     /// its arrival, or a retry after its worker left.
+    /// `predicted` is the router's (time to first token, time per output token) for it,
+    /// zero when it predicts none.
     pub(super) fn routed(
         &mut self,
         i: usize,
-        at: f64,
-        prompt_tokens: usize,
-        worker: u32,
-        replica: usize,
+        (at, prompt_tokens): (f64, usize),
+        (worker, replica): (u32, usize),
+        predicted: (f64, f64),
     ) {
         let r = &mut self.records[i];
         (r.worker, r.replica) = (worker, u32::try_from(replica).unwrap_or(u32::MAX));
@@ -83,7 +103,15 @@ impl Tally {
             r.retries += 1;
         } else {
             (r.arrival_s, r.prompt_tokens) = (at, prompt_tokens);
+            let some = |p: f64| (p > 0.0).then_some(p);
+            (r.predicted_ttft_s, r.predicted_tpot_s) = (some(predicted.0), some(predicted.1));
         }
+    }
+
+    /// When request `i`'s first token came, if it has.
+    pub(super) fn first_token_at(&self, i: usize) -> Option<f64> {
+        let r = &self.records[i];
+        r.ttft_s.map(|ttft| r.arrival_s + ttft)
     }
 
     /// Request `i`, of `priority`, was refused by admission at `at`.
@@ -163,6 +191,7 @@ impl Tally {
         let cached_tokens: u64 = served().map(|r| r.cached_tokens as u64).sum();
         let host_tokens: u64 = served().map(|r| r.host_cached_tokens as u64).sum();
         let ttft = percentiles(self.records.iter().filter_map(|r| r.ttft_s).collect());
+        let errors = prediction_errors(&self.records);
         let tpot = percentiles(self.records.iter().filter_map(|r| r.tpot_s).collect());
         let e2e = percentiles(self.records.iter().filter_map(|r| r.e2e_s).collect());
         let good = self.records.iter().filter(|r| self.good(r)).count();
@@ -216,6 +245,8 @@ impl Tally {
                 .count(),
             transfer_bytes: self.records.iter().map(|r| r.transfer_bytes).sum(),
             pd_decider: self.pd_decider,
+            ttft_error_p50: errors[0],
+            ttft_error_p90: errors[1],
             request_records: self.records,
         }
     }

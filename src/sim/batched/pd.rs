@@ -171,7 +171,17 @@ impl<'s> Run<'s> {
             return Err(Error::UnknownWorker(w));
         }
         let blocks = sim.hasher().hash(&tokens);
-        self.tally.routed(i, now, tokens.len(), decode.get(), 0);
+        // A split request's prediction is its plan's (the decode leg's decision sees only
+        // its own leg); an aggregated one's is its decision's, as a plain router's.
+        let predicted = if decision.is_split() {
+            let plan = decision.cost();
+            (plan.ttft_s, plan.tpot_s)
+        } else {
+            let d = decision.decode();
+            (d.predicted_ttft_s(), d.predicted_tpot_s())
+        };
+        self.tally
+            .routed(i, (now, tokens.len()), (decode.get(), 0), predicted);
         let output = sim.requests()[i].output_tokens;
         let (w, id, decode_leg) = match prefill {
             None => {
@@ -280,6 +290,12 @@ impl<'s> Run<'s> {
         if !prefill_leg {
             let output = self.sim.requests()[i].output_tokens.max(1);
             self.tally.finished(i, now, output);
+            // The host streamed the answer: its output tokens teach the decode worker.
+            if let (Some(pair), Some(first)) = (pd.pairs[i].as_ref(), self.tally.first_token_at(i))
+            {
+                let decoded = elapsed((now - first).max(0.0));
+                pd.router.tokens_after(&pair.decision, output - 1, decoded);
+            }
             self.finish_pair(i);
             return;
         }
