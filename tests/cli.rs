@@ -1,6 +1,6 @@
-//! The command lines of `examples/simulate` and `examples/gateway`: their parsers, read
-//! from the examples' own source, and the example programs themselves, built by the
-//! `cargo` that runs this test with the same profile and features, then run.
+//! The command lines of `examples/simulate`, `examples/gateway` and `examples/vllm_events`:
+//! their parsers, read from the examples' own source, and the example programs themselves,
+//! built by the `cargo` that runs this test with the same profile and features, then run.
 
 #![cfg(feature = "sim")]
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
@@ -9,6 +9,8 @@
 mod args;
 #[path = "../examples/common/cli.rs"]
 mod cli;
+#[path = "../examples/common/engine_settings.rs"]
+mod engine_settings;
 #[path = "../examples/gateway/flags.rs"]
 mod flags;
 #[path = "../examples/common/policy.rs"]
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use prefix_router::sim::{ClusterConfig, Engine, Front, SyncMode, Workload};
+use prefix_router::{EngineSettings, GroupKind};
 
 fn simulate_args(flags: &[&str]) -> Result<args::Args, clap::Error> {
     args::parse_from(std::iter::once("simulate").chain(flags.iter().copied()))
@@ -327,6 +330,9 @@ fn gateway_defaults_are_the_documented_ones() {
     assert_eq!(f.tokenize_cache_bytes, 64 << 20);
     assert!(f.loras.is_empty() && f.kv_events.is_empty());
     assert_eq!(f.kv_events_host, None);
+    assert_eq!(f.options.host_chunk_blocks, 1);
+    assert!(!f.options.full_reports);
+    assert!(f.engine_settings.is_empty());
 }
 
 #[test]
@@ -368,6 +374,11 @@ fn gateway_every_flag_sets_its_field() {
         "tcp://a:5557,tcp://a:5558",
         "--kv-events",
         "tcp://b:5557",
+        "--host-chunk-blocks",
+        "2",
+        "--full-reports",
+        "--engine-settings",
+        "1:host-chunk-blocks=4,full-reports=false,window=1:512,mamba=2",
     ])
     .unwrap();
     assert_eq!(f.listen, "0.0.0.0:9000");
@@ -385,6 +396,18 @@ fn gateway_every_flag_sets_its_field() {
     assert_eq!(f.tokenize_cache_bytes, 8 << 20);
     assert_eq!(f.loras, ["a", "b"]);
     assert_eq!(f.kv_events, ["tcp://a:5557,tcp://a:5558", "tcp://b:5557"]);
+    assert_eq!(f.options.host_chunk_blocks, 2);
+    assert!(f.options.full_reports);
+    let upstream1 = EngineSettings::default()
+        .with_host_chunk_blocks(4)
+        .with_full_reports(false)
+        .with_group(1, GroupKind::SlidingWindow { tokens: 512 })
+        .with_group(2, GroupKind::Mamba);
+    assert_eq!(f.engine_settings.len(), 1);
+    assert_eq!(
+        (f.engine_settings[0].engine, &f.engine_settings[0].settings),
+        (1, &upstream1)
+    );
 
     let m = gateway_flags(&[
         "--mock-worker",
@@ -419,6 +442,37 @@ fn gateway_rejects_what_it_cannot_serve() {
     );
     let e = gateway_flags(&["--help"]).unwrap_err();
     assert_eq!((e.kind(), e.exit_code()), (ErrorKind::DisplayHelp, 0));
+    // Engine settings are for the KV events the gateway follows.
+    for flags in [
+        &[
+            "--upstream",
+            "http://a",
+            "--engine-settings",
+            "0:full-reports",
+        ][..],
+        &["--upstream", "http://a", "--host-chunk-blocks", "4"],
+        &["--upstream", "http://a", "--full-reports"],
+    ] {
+        assert_eq!(
+            kind(flags),
+            Some(ErrorKind::MissingRequiredArgument),
+            "{flags:?}"
+        );
+    }
+    let events = ["--upstream", "http://a", "--kv-events", "tcp://a:1"];
+    for bad in [
+        "0:chunk=4",
+        "full-reports",
+        "0:window=0:512",
+        "0:host-chunk-blocks=0",
+    ] {
+        let mut flags = events.to_vec();
+        flags.extend(["--engine-settings", bad]);
+        assert_eq!(kind(&flags), Some(ErrorKind::ValueValidation), "{bad}");
+    }
+    let mut flags = events.to_vec();
+    flags.extend(["--host-chunk-blocks", "0"]);
+    assert_eq!(kind(&flags), Some(ErrorKind::ValueValidation));
 }
 
 // ---- the programs ----
@@ -433,9 +487,9 @@ fn example(name: &str) -> PathBuf {
         .clone()
 }
 
-/// Builds `simulate` and `gateway` with this test's profile and features, into this
-/// test's target directory (so that under `cargo test` they are already fresh), and
-/// returns their paths as cargo reports them.
+/// Builds `simulate`, `gateway` and (with the feature `vllm`) `vllm_events` with this test's
+/// profile and features, into this test's target directory (so that under `cargo test` they
+/// are already fresh), and returns their paths as cargo reports them.
 fn build_examples() -> HashMap<String, PathBuf> {
     let exe = std::env::current_exe().unwrap();
     // <target>/<profile>/deps/<this test>
@@ -462,6 +516,11 @@ fn build_examples() -> HashMap<String, PathBuf> {
     let out = Command::new(cargo)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["build", "--example", "simulate", "--example", "gateway"])
+        .args(if cfg!(feature = "vllm") {
+            &["--example", "vllm_events"][..]
+        } else {
+            &[]
+        })
         .args(["--profile", profile])
         .args(defaults)
         .arg("--features")
@@ -645,4 +704,156 @@ fn gateway_help_exits_0_and_bad_flags_exit_2() {
     assert_eq!(code, 2);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--upstream"), "{err}");
+}
+
+#[test]
+fn gateway_engine_settings_need_kv_events() {
+    let (code, _, err) = run(
+        "gateway",
+        &[
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--engine-settings",
+            "0:full-reports",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--kv-events"), "{err}");
+}
+
+// ---- vllm_events ----
+
+/// The test vectors of vLLM 0.33: batch 0 stores group 0's blocks and, in group 1, a block
+/// stating a sliding window of 512 tokens.
+#[cfg(feature = "vllm")]
+const V033: &str = "tests/data/vllm/v033_map_u64";
+
+#[cfg(feature = "vllm")]
+#[test]
+fn vllm_events_help_exits_0_and_lists_every_flag() {
+    let (code, out, err) = run("vllm_events", &["--help"]);
+    assert_eq!(code, 0, "{err}");
+    for flag in [
+        "[[WORKER=]PAYLOAD_FILE]...",
+        "--zmq <[WORKER=]ENDPOINT>",
+        "--replay <[WORKER=]ENDPOINT>",
+        "--topic <TOPIC>",
+        "--batches <N>",
+        "--block-size <N>",
+        "--host-chunk-blocks <B>",
+        "--full-reports",
+        "--engine-settings <N:SETTINGS>",
+        "window=G:TOKENS",
+    ] {
+        assert!(out.contains(flag), "{flag} not in:\n{out}");
+    }
+}
+
+#[cfg(feature = "vllm")]
+#[test]
+fn vllm_events_bad_flags_exit_2_on_one_line() {
+    let file = format!("{V033}/batch_00.msgpack");
+    for (flags, says) in [
+        (&["--nope", "x"][..], "unexpected argument '--nope'"),
+        (&[], "required arguments were not provided"),
+        (&["--batches", "2", "x"], "cannot be used with"),
+        (
+            &["--engine-settings", "0:chunk=4", "x"],
+            "unknown setting \"chunk=4\"",
+        ),
+        (&["--block-size", "many", "x"], "invalid value 'many'"),
+        (
+            &["--engine-settings", "3:full-reports", &file],
+            "there is no worker 3",
+        ),
+        (&["two=x"], "the worker before '=' must be a number"),
+    ] {
+        let (code, out, err) = run("vllm_events", flags);
+        assert_eq!(code, 2, "{flags:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{flags:?}: {err}"
+        );
+    }
+}
+
+#[cfg(all(feature = "vllm", not(feature = "zmq")))]
+#[test]
+fn vllm_events_live_mode_needs_the_zmq_feature() {
+    let (code, _, err) = run("vllm_events", &["--zmq", "tcp://127.0.0.1:1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("needs the `zmq` feature"), "{err}");
+}
+
+/// The defaults and one worker's settings are printed at start as the mirror has them in
+/// effect (read back from it), each worker with its own.
+#[cfg(feature = "vllm")]
+#[test]
+fn vllm_events_applies_each_workers_settings_and_says_them() {
+    let batch = format!("{V033}/batch_00.msgpack");
+    let (w0, w1) = (format!("0={batch}"), format!("1={batch}"));
+    let (code, out, err) = run(
+        "vllm_events",
+        &[
+            "--host-chunk-blocks",
+            "2",
+            "--engine-settings",
+            "1:host-chunk-blocks=4,full-reports,window=1:512",
+            &w0,
+            &w1,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [
+            "block size 16 tokens, every engine",
+            "worker 0: assuming host-chunk-blocks=2,full-reports=false (the defaults)",
+            "worker 1: assuming host-chunk-blocks=4,full-reports=true,window=1:512 \
+             (--engine-settings 1:host-chunk-blocks=4,full-reports=true,window=1:512, the \
+             rest by default)",
+        ]
+    );
+    assert!(
+        lines.contains(
+            &"worker 1 seq 0: BlockStored: stored 1, removed 0, duplicates 0, unknown parent 0"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("conflict"), "{out}");
+}
+
+/// A window the events state against the one given is followed and reported, on the event's
+/// line and at the end; the same window as given is no conflict.
+#[cfg(feature = "vllm")]
+#[test]
+fn vllm_events_reports_events_that_contradict_a_workers_settings() {
+    let batch = format!("{V033}/batch_00.msgpack");
+    let (code, out, err) = run(
+        "vllm_events",
+        &["--engine-settings", "0:window=1:1024", &batch],
+    );
+    assert_eq!(code, 0, "{err}");
+    let conflicts: Vec<&str> = out.lines().filter(|l| l.contains("conflict")).collect();
+    assert_eq!(
+        conflicts,
+        [
+            "worker 0 seq 0: settings conflict: the engine's event contradicts what \
+             --engine-settings 0:window=1:1024 says; the event is followed, the mirror now \
+             assumes host-chunk-blocks=1,full-reports=false,window=1:512",
+            "worker 0: 1 settings conflict: its engine runs otherwise than --engine-settings \
+             0:window=1:1024 says; the mirror now assumes \
+             host-chunk-blocks=1,full-reports=false,window=1:512",
+        ],
+        "{out}"
+    );
+    let (code, out, err) = run(
+        "vllm_events",
+        &["--engine-settings", "0:window=1:512", &batch],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("conflict"), "{out}");
 }

@@ -6,6 +6,8 @@
 #![cfg(feature = "zmq")]
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
 
+#[path = "../examples/common/engine_settings.rs"]
+mod engine_settings;
 #[path = "../examples/vllm_events/feed.rs"]
 mod feed;
 #[path = "../examples/vllm_events/zmq.rs"]
@@ -15,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use feed::Feed;
-use prefix_router::Router;
+use prefix_router::{IndexConfig, Router};
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
 /// Seq of the warm-up messages sent until the subscription is live (ZMQ drops what a PUB
@@ -78,8 +80,8 @@ async fn a_live_stream_builds_the_same_mirror_as_the_files() {
     }
     assert!(joined, "the subscriber never received a message");
 
-    let live = Feed::new(1).unwrap();
-    let reference = Feed::new(1).unwrap();
+    let live = Feed::new(1, IndexConfig::default(), Vec::new()).unwrap();
+    let reference = Feed::new(1, IndexConfig::default(), Vec::new()).unwrap();
     let mut peak = 0;
     for batch in expected.as_array().unwrap() {
         let payload = std::fs::read(vectors().join(batch["file"].as_str().unwrap())).unwrap();

@@ -66,6 +66,9 @@ pub(crate) struct PolicyOptions {
     pub(crate) miss_weight: Option<f64>,
     /// Blocks per chunk of the workers' host tier (vLLM's CPU offloading).
     pub(crate) host_chunk_blocks: usize,
+    /// Whether the workers' requests report their prefix hit again
+    /// (`kv_cache_report_mode=full`).
+    pub(crate) full_reports: bool,
 }
 
 impl Default for PolicyOptions {
@@ -79,6 +82,7 @@ impl Default for PolicyOptions {
             alpha: None,
             miss_weight: None,
             host_chunk_blocks: 1,
+            full_reports: false,
         }
     }
 }
@@ -103,6 +107,7 @@ pub(crate) fn balanced_config(o: &PolicyOptions) -> BalancedConfig {
     index.block_size = o.block_size;
     index.worker_capacity_blocks = o.capacity_tokens.map(|c| c / o.block_size.max(1));
     index.host_chunk_blocks = o.host_chunk_blocks;
+    index.full_reports = o.full_reports;
     let mut balanced = BalancedConfig::default();
     balanced.index = index;
     balanced.load.prefill_tokens_per_s = o.prefill_tokens_per_s;

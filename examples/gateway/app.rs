@@ -52,6 +52,9 @@ pub(crate) struct EventCounters {
     pub(crate) replayed: AtomicU64,
     /// Gaps the replay could not fill.
     pub(crate) unfilled_gaps: AtomicU64,
+    /// Events that contradicted the settings assumed of the target's engine (`engines.rs`):
+    /// its engine runs otherwise than the gateway was told.
+    pub(crate) settings_conflicts: AtomicU64,
     /// The last batch's lag (the gateway's clock when it was applied, minus the engine's
     /// `ts`), in microseconds; 0 when negative or before the first batch.
     pub(crate) lag_us: AtomicU64,
@@ -65,6 +68,7 @@ impl EventCounters {
             "rejected": self.rejected.load(Relaxed),
             "replayed": self.replayed.load(Relaxed),
             "unfilled_gaps": self.unfilled_gaps.load(Relaxed),
+            "settings_conflicts": self.settings_conflicts.load(Relaxed),
             "lag_ms": (batches > 0).then(|| self.lag_us.load(Relaxed) as f64 / 1_000.0),
         })
     }

@@ -6,7 +6,9 @@
 //! endpoint of several data-parallel ranks publishes each rank's events on the port plus the
 //! rank, as vLLM does. Batches are applied to the rank's target in seq order: a gap is
 //! filled from the replay socket (`vllm_events/zmq.rs`'s `Follower`) before the batch that
-//! showed it. A socket that fails is connected again a second later.
+//! showed it. A socket that fails is connected again a second later. Events that contradict
+//! the settings assumed of the engine (`engines.rs`) are counted for the target they were
+//! applied to, and its first logged.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -111,14 +113,43 @@ fn apply(gw: &Gateway, endpoint: u32, target: WorkerId, frame: &Frame) {
         return;
     };
     match apply_batch(sync, gw.layout(), endpoint, frame.seq, &batch) {
-        Ok(_) => counters.batches.fetch_add(1, Relaxed),
-        Err(_) => counters.rejected.fetch_add(1, Relaxed),
-    };
+        Ok(outcome) => {
+            counters.batches.fetch_add(1, Relaxed);
+            if outcome.settings_conflicts > 0 {
+                let rank = batch.data_parallel_rank.unwrap_or(0);
+                conflicted(gw, endpoint, rank, outcome.settings_conflicts);
+            }
+        }
+        Err(_) => {
+            counters.rejected.fetch_add(1, Relaxed);
+        }
+    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     let lag_us = ((now - batch.ts) * 1e6).max(0.0) as u64;
     counters.lag_us.store(lag_us, Relaxed);
+}
+
+/// Counts `n` events of `endpoint`'s `rank` that contradicted its engine's settings, for
+/// the target they were applied to; the target's first is logged.
+fn conflicted(gw: &Gateway, endpoint: u32, rank: u32, n: usize) {
+    let Ok(target) = gw.layout().target(endpoint, rank) else {
+        return;
+    };
+    let Some(stats) = gw.target_stats(target) else {
+        return;
+    };
+    let before = stats.events.settings_conflicts.fetch_add(n as u64, Relaxed);
+    if before == 0 {
+        eprintln!(
+            "worker {} (upstream {endpoint} rank {rank}): settings conflict: its engine's KV \
+             events contradict the settings assumed for upstream {endpoint} (printed at \
+             start); the events are followed, and counted in /stats \
+             (events.settings_conflicts)",
+            target.get()
+        );
+    }
 }
 
 #[cfg(test)]

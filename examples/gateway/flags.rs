@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
+use super::engine_settings::{EngineArgs, EngineFlag};
 use super::policy;
 
 /// What the flags say.
@@ -42,6 +43,9 @@ pub(crate) struct Flags {
     pub(crate) loras: Vec<String>,
     /// Per upstream: its engine's KV-event socket and, after a comma, its replay socket.
     pub(crate) kv_events: Vec<String>,
+    /// The engines configured otherwise than the defaults (`options.host_chunk_blocks`,
+    /// `options.full_reports`), by upstream.
+    pub(crate) engine_settings: Vec<EngineFlag>,
     /// For a mock worker: publish KV events on this host.
     pub(crate) kv_events_host: Option<String>,
 }
@@ -54,7 +58,18 @@ pub(crate) struct Flags {
     about = "An OpenAI-compatible gateway routing with prefix_router, or a mock worker \
              (--mock-worker).",
     long_about = None,
-    after_help = "Bad flags give a one-line error and exit code 2."
+    after_help = "Bad flags give a one-line error and exit code 2.",
+    mut_arg("host_chunk_blocks", |a| a.requires("kv_events")),
+    mut_arg("full_reports", |a| a.requires("kv_events")),
+    mut_arg("engines", |a| {
+        a.requires("kv_events").help(
+            "An upstream's engine settings where they differ from the defaults (N: the \
+             upstream, from 0, in the order of --upstream; its ranks share them): \
+             N:SETTING,... with host-chunk-blocks=B, full-reports[=true|false], \
+             window=G:TOKENS (KV-cache group G keeps a sliding window), mamba=G, \
+             full-attention=G. Once per upstream",
+        )
+    })
 )]
 struct Cli {
     /// Address the gateway listens on.
@@ -149,6 +164,9 @@ struct Cli {
     /// A mock worker publishes its cache's changes as KV events on this host (zmq).
     #[arg(long, value_name = "HOST")]
     kv_events_host: Option<String>,
+    /// Last: its help heading holds for the flags after it.
+    #[command(flatten)]
+    engines: EngineArgs,
 }
 
 /// `--policy`'s values: every policy's name.
@@ -175,6 +193,8 @@ impl From<Cli> for Flags {
             pd_decider: c.pd_decider,
             options: policy::PolicyOptions {
                 block_size: c.block_size,
+                host_chunk_blocks: c.engines.host_chunk_blocks,
+                full_reports: c.engines.full_reports,
                 ..policy::PolicyOptions::default()
             },
             mock: c.mock_worker,
@@ -191,6 +211,7 @@ impl From<Cli> for Flags {
             tokenize_cache_bytes: c.tokenize_cache_mb.saturating_mul(1 << 20),
             loras: c.loras,
             kv_events: c.kv_events,
+            engine_settings: c.engines.engines,
             kv_events_host: c.kv_events_host,
         }
     }

@@ -34,6 +34,15 @@
 //! where. Requests naming a `--lora NAME` adapter are routed in that adapter's namespace,
 //! as its events are.
 //!
+//! The mirror follows the events exactly only when it knows how each engine is configured
+//! beyond what they say (`engines.rs`): `--host-chunk-blocks B` (CPU offloading's
+//! `blocks_per_chunk`) and `--full-reports` (requests sent with `kv_cache_report_mode=full`)
+//! for every engine, and `--engine-settings N:SETTING,...` for upstream `N`'s (from 0, in
+//! `--upstream` order; its ranks share them), for example
+//! `--engine-settings 1:host-chunk-blocks=4,window=1:512`. The gateway prints what it assumes
+//! of each engine at start; an event that contradicts it is followed, logged once per worker
+//! and counted in `/stats` (`events.settings_conflicts`).
+//!
 //! Text prompts and `POST /v1/chat/completions` need the model's tokenizer: `--tokenizer
 //! tokenizer.json` (and `--tokenizer-config tokenizer_config.json` for the chat template,
 //! by default the one beside the tokenizer). The gateway tokenizes as vLLM does and keeps
@@ -89,6 +98,9 @@ mod app;
 mod chat;
 #[path = "../common/cli.rs"]
 mod cli;
+#[path = "../common/engine_settings.rs"]
+mod engine_settings;
+mod engines;
 #[cfg(feature = "zmq")]
 mod events;
 mod flags;
@@ -150,6 +162,21 @@ fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
         loras: f.loras.clone(),
     };
     let endpoints = f.upstreams.len() as u32;
+    if !f.kv_events.is_empty() {
+        if cfg!(not(feature = "zmq")) {
+            return Err(NO_ZMQ.to_owned());
+        }
+        let settings = engines::apply(
+            router.as_ref(),
+            &layout,
+            &f.upstreams,
+            &f.engine_settings,
+            &f.options,
+        )?;
+        for line in settings {
+            eprintln!("{line}");
+        }
+    }
     let gw = app::Gateway::new(router, f.upstreams, layout, options);
     follow_events(&gw, &f.kv_events, &layout, endpoints)?;
     tokio::spawn(probe::probe_forever(Arc::clone(&gw), f.health_interval));
@@ -194,7 +221,6 @@ fn follow_events(
     }
 }
 
-#[cfg(not(feature = "zmq"))]
 const NO_ZMQ: &str =
     "KV events need the zmq feature: cargo run --release --example gateway --features zmq";
 

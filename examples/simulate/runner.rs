@@ -91,6 +91,7 @@ fn options(args: &Args) -> PolicyOptions {
         alpha: args.alpha,
         miss_weight: args.miss_weight,
         host_chunk_blocks: c.batch.host_chunk_blocks,
+        ..PolicyOptions::default()
     }
 }
 

@@ -24,24 +24,113 @@
 //! engine sent. A gap in the seqs is filled from the engine's replay socket when
 //! `--replay` names it (vLLM's `replay_endpoint`), and otherwise reported with the seq to
 //! replay from.
+//!
+//! The mirror is exact only when it knows how each engine is configured beyond what its
+//! events say. `--block-size`, `--host-chunk-blocks` and `--full-reports` are the defaults
+//! for every engine (the block size is every engine's); `--engine-settings
+//! WORKER:SETTING,...` gives one engine's where they differ (`common/engine_settings.rs`):
+//!
+//! ```sh
+//! cargo run --example vllm_events --features zmq -- \
+//!     --zmq 0=tcp://10.0.0.5:5557 --zmq 1=tcp://10.0.0.6:5557 \
+//!     --engine-settings 1:host-chunk-blocks=4,full-reports,window=1:512
+//! ```
+//!
+//! At start it prints the settings it assumes of each worker's engine. An event that
+//! contradicts them (a sliding window or a CPU chunk size its engine states otherwise) is
+//! followed, and reported on a `settings conflict` line with the settings now assumed; the
+//! last lines count each worker's conflicts.
+//!
+//! `--help` lists every flag; bad flags give a one-line error and exit code 2.
 
+#[path = "../common/cli.rs"]
+mod cli;
+#[path = "../common/engine_settings.rs"]
+mod engine_settings;
 mod feed;
 #[cfg(feature = "zmq")]
 mod zmq;
 
 use std::process::ExitCode;
 
+use clap::Parser;
+use engine_settings::{EngineArgs, per_engine};
 use feed::Feed;
+use prefix_router::IndexConfig;
 
-const USAGE: &str = "usage: vllm_events [WORKER=]PAYLOAD_FILE ...
-       vllm_events --zmq [WORKER=]ENDPOINT ... [--replay [WORKER=]ENDPOINT ...] [--topic TOPIC] [--batches N]   (feature zmq)";
+/// The command line; each flag's doc comment is its line of `--help`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "vllm_events",
+    about = "Feeds vLLM KV-event batches (payload files, or live from ZMQ) to a router's \
+             mirror and prints what each worker caches.",
+    long_about = None,
+    after_help = "Bad flags give a one-line error and exit code 2."
+)]
+struct Cli {
+    /// A payload file, one batch as an engine publishes it: WORKER=PATH, or PATH for worker
+    /// 0; a worker's batches are numbered in the order of its files.
+    #[arg(
+        value_name = "[WORKER=]PAYLOAD_FILE",
+        value_parser = stream,
+        required_unless_present = "zmq",
+        conflicts_with_all = ["zmq", "replay", "topic", "batches"]
+    )]
+    files: Vec<Stream>,
+    /// Live: an engine's KV-event socket (vLLM's endpoint), WORKER=ENDPOINT or ENDPOINT for
+    /// worker 0, once per engine (feature zmq).
+    #[arg(long, value_name = "[WORKER=]ENDPOINT", value_parser = stream)]
+    zmq: Vec<Stream>,
+    /// Live: an engine's replay socket (vLLM's replay_endpoint), to fill gaps from.
+    #[arg(long, value_name = "[WORKER=]ENDPOINT", value_parser = stream, requires = "zmq")]
+    replay: Vec<Stream>,
+    /// Live: only the messages whose topic starts with TOPIC (default: all).
+    #[arg(long, value_name = "TOPIC", requires = "zmq")]
+    topic: Option<String>,
+    /// Live: stop after N batches (default: when every socket has closed).
+    #[arg(long, value_name = "N", requires = "zmq")]
+    batches: Option<usize>,
+    /// Tokens per KV block, as every engine hashes them.
+    #[arg(long, value_name = "N", default_value_t = IndexConfig::default().block_size)]
+    block_size: usize,
+    #[command(flatten)]
+    engines: EngineArgs,
+}
+
+/// A worker's stream: a payload file, or a socket.
+#[derive(Clone, Debug)]
+struct Stream {
+    worker: u32,
+    value: String,
+}
+
+/// `WORKER=VALUE` (or `VALUE` for worker 0: a value whose `=` comes after a `:`, as in an
+/// endpoint, is worker 0's whole).
+fn stream(arg: &str) -> Result<Stream, String> {
+    match arg.split_once('=') {
+        Some((w, v)) if !w.contains(':') => w
+            .parse::<u32>()
+            .map(|worker| Stream {
+                worker,
+                value: v.to_owned(),
+            })
+            .map_err(|_| format!("{w:?}: the worker before '=' must be a number")),
+        _ => Ok(Stream {
+            worker: 0,
+            value: arg.to_owned(),
+        }),
+    }
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = if args.first().is_some_and(|a| a.starts_with("--")) {
-        live(&args)
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli::exit(&e),
+    };
+    let result = if cli.zmq.is_empty() {
+        files(&cli)
     } else {
-        files(&args)
+        live(&cli)
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -52,38 +141,46 @@ fn main() -> ExitCode {
     }
 }
 
-/// `WORKER=VALUE` (or `VALUE` for worker 0).
-fn worker_and(arg: &str) -> Result<(u32, String), String> {
-    match arg.split_once('=') {
-        Some((w, v)) if !w.contains(':') => w
-            .parse::<u32>()
-            .map(|w| (w, v.to_owned()))
-            .map_err(|_| format!("{arg:?}: the worker before '=' must be a number")),
-        _ => Ok((0, arg.to_owned())),
+/// The mirror for `streams`' workers, configured as the flags say, with the settings it
+/// assumes of each engine printed.
+fn feed(cli: &Cli, streams: &[Stream]) -> Result<Feed, String> {
+    let workers = workers_of(streams);
+    let given = per_engine(&cli.engines.engines, workers, "worker")?;
+    let index = IndexConfig::default()
+        .with_block_size(cli.block_size)
+        .with_host_chunk_blocks(cli.engines.host_chunk_blocks)
+        .with_full_reports(cli.engines.full_reports);
+    let feed = Feed::new(workers, index, given)?;
+    println!("block size {} tokens, every engine", cli.block_size);
+    for line in feed.assumed() {
+        println!("{line}");
     }
+    Ok(feed)
 }
 
-fn workers_of<T>(streams: &[(u32, T)]) -> u32 {
-    streams.iter().map(|(w, _)| w + 1).max().unwrap_or(1)
+/// The workers `streams` name: 0 to the highest.
+fn workers_of(streams: &[Stream]) -> u32 {
+    streams.iter().map(|s| s.worker + 1).max().unwrap_or(1)
 }
 
+/// What each worker's mirror holds, and the settings conflicts its events showed.
 fn print_mirror(feed: &Feed) {
     for (w, blocks) in feed.blocks() {
         println!("worker {w}: {blocks} cached blocks in the mirror");
     }
+    for line in feed.conflicts() {
+        println!("{line}");
+    }
 }
 
-fn files(args: &[String]) -> Result<(), String> {
-    if args.is_empty() {
-        return Err(USAGE.to_owned());
-    }
-    let streams = args
-        .iter()
-        .map(|a| worker_and(a))
-        .collect::<Result<Vec<_>, _>>()?;
-    let feed = Feed::new(workers_of(&streams)).map_err(|e| e.to_string())?;
-    let mut seq = vec![0u64; workers_of(&streams) as usize];
-    for (worker, path) in &streams {
+fn files(cli: &Cli) -> Result<(), String> {
+    let feed = feed(cli, &cli.files)?;
+    let mut seq = vec![0u64; workers_of(&cli.files) as usize];
+    for Stream {
+        worker,
+        value: path,
+    } in &cli.files
+    {
         let payload = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
         let s = seq[*worker as usize];
         seq[*worker as usize] += 1;
@@ -99,43 +196,25 @@ fn files(args: &[String]) -> Result<(), String> {
 }
 
 #[cfg(not(feature = "zmq"))]
-fn live(_: &[String]) -> Result<(), String> {
-    Err(format!(
-        "reading ZMQ sockets needs the `zmq` feature (cargo run --example vllm_events --features zmq)\n{USAGE}"
-    ))
+fn live(_: &Cli) -> Result<(), String> {
+    Err(
+        "reading ZMQ sockets needs the `zmq` feature: cargo run --example vllm_events --features zmq"
+            .to_owned(),
+    )
 }
 
 #[cfg(feature = "zmq")]
-fn live(args: &[String]) -> Result<(), String> {
-    let mut endpoints = Vec::new();
+fn live(cli: &Cli) -> Result<(), String> {
     let mut replays = std::collections::HashMap::new();
-    let (mut topic, mut batches) = (String::new(), None);
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        match flag.as_str() {
-            "--zmq" => endpoints.push(worker_and(value)?),
-            "--replay" => {
-                let (worker, endpoint) = worker_and(value)?;
-                replays.insert(worker, endpoint);
-            }
-            "--topic" => topic.clone_from(value),
-            "--batches" => {
-                batches = Some(
-                    value
-                        .parse::<usize>()
-                        .map_err(|_| format!("--batches {value:?}: not a number"))?,
-                );
-            }
-            _ => return Err(format!("unknown option {flag}\n{USAGE}")),
+    for Stream { worker, value } in &cli.replay {
+        if !cli.zmq.iter().any(|s| s.worker == *worker) {
+            return Err(format!(
+                "--replay {worker}={value}: no --zmq for worker {worker}"
+            ));
         }
+        replays.insert(*worker, value.clone());
     }
-    if endpoints.is_empty() {
-        return Err(USAGE.to_owned());
-    }
-    let feed = Feed::new(workers_of(&endpoints)).map_err(|e| e.to_string())?;
+    let feed = feed(cli, &cli.zmq)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -144,13 +223,19 @@ fn live(args: &[String]) -> Result<(), String> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
         // One task per engine, so that an engine that is down (its socket keeps retrying)
         // does not hold up the others.
-        for (worker, endpoint) in endpoints {
-            let replay = replays.get(&worker).cloned();
-            tokio::spawn(follow(worker, endpoint, replay, topic.clone(), tx.clone()));
+        for Stream { worker, value } in &cli.zmq {
+            let replay = replays.get(worker).cloned();
+            tokio::spawn(follow(
+                *worker,
+                value.clone(),
+                replay,
+                cli.topic.clone().unwrap_or_default(),
+                tx.clone(),
+            ));
         }
         drop(tx);
         let mut done = 0;
-        while batches.is_none_or(|n| done < n) {
+        while cli.batches.is_none_or(|n| done < n) {
             let Some((worker, frame)) = rx.recv().await else {
                 break;
             };

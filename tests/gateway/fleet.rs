@@ -7,6 +7,10 @@ pub mod app;
 pub mod chat;
 #[path = "../../examples/common/cli.rs"]
 pub mod cli;
+#[path = "../../examples/common/engine_settings.rs"]
+pub mod engine_settings;
+#[path = "../../examples/gateway/engines.rs"]
+pub mod engines;
 #[cfg(feature = "zmq")]
 #[path = "../../examples/gateway/events.rs"]
 pub mod events;
@@ -242,6 +246,36 @@ fn follow_events(
 
 #[cfg(not(feature = "zmq"))]
 fn follow_events(_: &Arc<app::Gateway>, _: &[&Upstream], _: &prefix_router::RankLayout) {}
+
+/// Starts a gateway as its command line `flags` (after the program's name) asks, following
+/// the KV events its `--kv-events` name with the engine settings its flags give; returns
+/// its base URL and the lines it says at start of what it assumes of each engine.
+#[cfg(feature = "zmq")]
+pub async fn gateway_from_flags(flags: &[&str]) -> (String, Vec<String>) {
+    let f = flags::parse_from(std::iter::once("gateway").chain(flags.iter().copied())).unwrap();
+    let layout = prefix_router::RankLayout::new(f.ranks).unwrap();
+    let targets = layout.targets(f.upstreams.len() as u32);
+    let router = policy::build(&f.policy, targets, &f.options)
+        .unwrap()
+        .unwrap();
+    let lines = engines::apply(
+        router.as_ref(),
+        &layout,
+        &f.upstreams,
+        &f.engine_settings,
+        &f.options,
+    )
+    .unwrap();
+    let endpoints = f.upstreams.len() as u32;
+    let gw = app::Gateway::new(router, f.upstreams, layout, app::Options::default());
+    for source in events::sources(&f.kv_events, &layout, endpoints).unwrap() {
+        tokio::spawn(events::follow_forever(Arc::clone(&gw), source));
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(app::no_delay(listener), app::app(gw)).await });
+    (url, lines)
+}
 
 /// Starts a gateway with `policy` built with `options`, handling requests with `app`.
 pub async fn gateway_with(

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub)]
 
 mod admission;
+mod engines;
 #[cfg(feature = "zmq")]
 mod events;
 mod fleet;
