@@ -50,6 +50,8 @@ pub(crate) struct LoadState {
     /// at the told speed, corrected by what the worker's timings taught; kept current by
     /// [`LoadState::update_timing`].
     timing_bits: [AtomicU64; TERMS],
+    /// `timing`'s speed relative to the configured terms (f64 bits), kept with it.
+    speed_bits: AtomicU64,
     kv_capacity_tokens: AtomicU64,
     /// What the worker's timings taught (see `learn.rs`); taken only to learn and to
     /// publish the terms, never on the route path.
@@ -90,6 +92,7 @@ impl Default for LoadState {
             report: Report::default(),
             since: Since::default(),
             told_speed_bits: AtomicU64::new(1.0f64.to_bits()),
+            speed_bits: AtomicU64::new(1.0f64.to_bits()),
             timing_bits: Timing::default()
                 .to_array()
                 .map(|t| AtomicU64::new(t.to_bits())),
@@ -219,6 +222,8 @@ impl LoadState {
         for (bits, t) in self.timing_bits.iter().zip(timing.to_array()) {
             bits.store(t.to_bits(), Relaxed);
         }
+        let speed = timing.relative_speed(config);
+        self.speed_bits.store(speed.to_bits(), Relaxed);
     }
 
     /// A time `measured` of what `terms` count came (a time to first token when
@@ -276,7 +281,7 @@ impl LoadState {
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
             timing,
-            speed: timing.relative_speed(config) as f32,
+            speed: f64::from_bits(self.speed_bits.load(Relaxed)) as f32,
             saturated: false,
         };
         let r = &self.report;
