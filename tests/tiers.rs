@@ -776,3 +776,50 @@ fn a_sliding_window_store_continues_where_its_own_group_forgot() {
         Err(Error::InvalidEvent(_))
     ));
 }
+
+/// vLLM's self-describing CPU stores carry the LoRA name but no extra keys, so a salted
+/// prompt's first chunk comes without its cache salt. The device's store of the same
+/// blocks named the salt: the host copy stays in the prompt's namespace, after the device
+/// dropped the blocks too (found by the conformance grid: an offloading engine serving
+/// salted tenants).
+#[test]
+fn a_host_copy_without_the_cache_salt_keeps_the_prompts_namespace() {
+    for drop_device_first in [false, true] {
+        let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(2)).unwrap();
+        let salt = namespace_salt(Some("finance"), Some("tenant-a"));
+        let lora = namespace_salt(Some("finance"), None);
+        let t = tokens(9, 4);
+        let mut seq = 0;
+        let mut apply = |event: CacheEvent| {
+            index.apply_event(W0, seq, &event).unwrap();
+            seq += 1;
+        };
+        // The worker has a lower tier already (a copy of other blocks), so records it
+        // drops are kept a while.
+        let other = tokens(10, 2);
+        apply(CacheEvent::stored(None, vec![91, 92], other.clone()));
+        apply(CacheEvent::stored(None, vec![91, 92], other).with_tier(Tier::Host));
+        apply(CacheEvent::stored(None, vec![1, 2, 3, 4], t.clone()).with_salt(salt.clone()));
+        let copy = |blocks: Vec<u64>, parent, tokens: &[u32]| {
+            CacheEvent::stored(parent, blocks, tokens.to_vec())
+                .with_salt(lora.clone())
+                .with_tier(Tier::Host)
+        };
+        if drop_device_first {
+            apply(CacheEvent::removed(vec![4, 3, 2, 1]));
+        }
+        apply(copy(vec![1, 2], None, &t[..32]));
+        apply(copy(vec![3, 4], Some(2), &t[32..]));
+        if !drop_device_first {
+            apply(CacheEvent::removed(vec![4, 3, 2, 1]));
+        }
+        let mut prompt = t.clone();
+        prompt.push(7);
+        assert_eq!(index.reusable_tokens(W0, &salt, &prompt), 64);
+        assert_eq!(
+            index.reusable_tokens(W0, &lora, &prompt),
+            0,
+            "not the LoRA's alone"
+        );
+    }
+}

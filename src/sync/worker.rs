@@ -198,6 +198,9 @@ impl WorkerSync {
         };
         let start = path.len();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
+        if event.parent.is_none() && event.tier != Tier::Device && event.keys.is_empty() {
+            self.salt_from_record(hasher, event, path);
+        }
         let again = &mut scratch.again;
         again.clear();
         self.blocks
@@ -227,6 +230,37 @@ impl WorkerSync {
         if let (Some(&engine), Some(position)) = (event.blocks.last(), tip) {
             self.remember(tree, Tip { engine, position });
         }
+    }
+
+    /// A lower tier's copy of a prompt's first blocks (`path`, hashed from the root in the
+    /// namespace the event names) may lack the prompt's cache salt: vLLM's self-describing
+    /// CPU stores carry no extra keys, only the LoRA name. The device's store of the same
+    /// first block carried them, so its record (or a record dropped lately) names the
+    /// block's namespace; when it differs, `path` is hashed again from that block.
+    /// Invariant: an engine hash names one prompt prefix in one namespace, so a record of
+    /// the first block is never wrong where the event's namespace disagrees.
+    fn salt_from_record(
+        &self,
+        hasher: &PrefixHasher,
+        event: &Stored<'_>,
+        path: &mut Vec<BlockHash>,
+    ) {
+        let Some(&first) = event.blocks.first() else {
+            return;
+        };
+        let Some(recorded) = self
+            .blocks
+            .router(first)
+            .or_else(|| self.gone.router(first))
+        else {
+            return;
+        };
+        if path.first() == Some(&recorded) || event.tokens.len() < hasher.block_size() {
+            return;
+        }
+        path.clear();
+        path.push(recorded);
+        hasher.continue_keyed(recorded, &event.tokens[hasher.block_size()..], &[], path);
     }
 
     /// A lower-tier store of `blocks` (router hashes `routers`), of which those at the
