@@ -140,10 +140,11 @@ impl WorkerSync {
     /// Drops the record of `engine` (router hash `router`), keeping it a while among the
     /// gone once the worker has a lower tier.
     fn drop_record(&mut self, engine: u64, router: BlockHash) {
+        let parent = self.tiered.then(|| self.blocks.link(engine)).flatten();
         self.blocks.remove(engine);
-        if self.tiered {
+        if let Some((_, parent)) = parent {
             let bound = self.blocks.len() / 2;
-            self.gone.keep(engine, router, bound);
+            self.gone.keep(engine, router, parent, bound);
         }
     }
 
@@ -319,13 +320,16 @@ impl WorkerSync {
             let Some(at) = found else {
                 // Not in the tree: a block recorded for a lower tier, or copied before the
                 // device dropped it and reported after.
-                let recorded = self.blocks.router(engine);
-                match recorded.or_else(|| self.gone.router(engine)) {
-                    Some(router) if tier != Tier::Device => {
+                let recorded = self.blocks.router(engine).map(|r| (r, None));
+                match recorded.or_else(|| self.gone.link(engine)) {
+                    Some((router, parent)) if tier != Tier::Device => {
                         if recorded.is_none() {
+                            // Recorded again under its old parent link: a record without
+                            // one would stand at the root, and a store below it would
+                            // be placed there.
                             let mut quiet = SyncOutcome::default();
                             self.blocks.insert_run(
-                                None,
+                                parent,
                                 &[engine],
                                 &[router],
                                 &mut quiet,
@@ -451,5 +455,93 @@ impl WorkerSync {
             }
             kept
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block the device dropped, brought back for a host copy reported late, is recorded
+    /// under its old parent link: linked to nothing it would stand at the root, and a
+    /// device store below it that the tree cannot place by position (a block inside a
+    /// longer run whose kept position went stale) was placed at the root, so the prompt's
+    /// hit stopped before it (found by the conformance grid: placeholder CPU chunks, a
+    /// device pool small enough to evict blocks before their copies are reported).
+    #[test]
+    fn a_record_brought_back_for_a_late_host_copy_keeps_its_parent() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let device = |blocks: &'static [u64], tokens| Stored {
+            parent: None,
+            blocks,
+            tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(
+            &hasher,
+            &mut tree,
+            w,
+            &device(&[1, 2, 3, 4], &tokens),
+            &mut scratch,
+            &mut outcome,
+        );
+        // A host copy of block 1 (the worker now has a lower tier); the device drops
+        // blocks 2-4; the host copy of block 4 is reported after that.
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[1],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        for b in [4, 3, 2] {
+            ws.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Device,
+                &mut scratch.path,
+                &mut outcome,
+            );
+        }
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        assert_eq!(outcome.unknown_blocks, 0);
+        assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
+        let mut path = Vec::new();
+        assert!(
+            !ws.blocks.path_to(4, &mut path),
+            "its parent is not recorded"
+        );
+        // The device computes blocks 1-3 again: block 4's path runs from the root.
+        ws.store(
+            &hasher,
+            &mut tree,
+            w,
+            &device(&[1, 2, 3], &tokens[..48]),
+            &mut scratch,
+            &mut outcome,
+        );
+        assert!(ws.blocks.path_to(4, &mut path));
+        assert_eq!(path, routers);
     }
 }
