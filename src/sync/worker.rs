@@ -447,6 +447,25 @@ impl WorkerSync {
         self.placed = None;
         self.copies.clear();
         self.lower_only.clear();
+        if self.tiered {
+            // The records dropped are kept a while among the gone, with their links, as a
+            // device removal keeps them: copies issued before the clear are reported after
+            // it (vLLM completes pending CPU stores), and name these blocks.
+            let lower = &self.lower;
+            let mut dropped = Vec::new();
+            self.blocks.retain(|engine, router| {
+                if !lower.contains_key(&router) {
+                    dropped.push(engine);
+                }
+                true
+            });
+            let bound = dropped.len();
+            for engine in dropped {
+                if let Some((router, parent)) = self.blocks.link(engine) {
+                    self.gone.keep(engine, router, parent, bound);
+                }
+            }
+        }
         let (lower, lower_only) = (&self.lower, &mut self.lower_only);
         self.blocks.retain(|engine, router| {
             let kept = lower.contains_key(&router);
@@ -543,5 +562,55 @@ mod tests {
         );
         assert!(ws.blocks.path_to(4, &mut path));
         assert_eq!(path, routers);
+    }
+
+    /// A device cleared (a prefix-cache reset that keeps the CPU copies) while host copies
+    /// were in flight: vLLM reports them after the clear, naming blocks whose records the
+    /// clear dropped; they are kept among the gone, so the copies are followed (found by
+    /// the conformance grid: a reset with `reset_connector=False` under placeholder chunks
+    /// of 4 blocks, where the mirror missed the last chunk's copy).
+    #[test]
+    fn copies_reported_after_a_clear_are_followed() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let stored = Stored {
+            parent: None,
+            blocks: &[1, 2, 3, 4],
+            tokens: &tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[1],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        tree.clear_tier(w, Tier::Device);
+        ws.cleared_device();
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        assert_eq!(outcome.unknown_blocks, 0);
+        assert!(ws.lower_holds(routers[3]));
+        assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
     }
 }
