@@ -410,6 +410,14 @@ impl WorkerSync {
             }
         }
         let Some(router) = self.blocks.router(engine) else {
+            if tier != Tier::Device && self.gone.router(engine).is_some() {
+                // A block no tier holds any more, as the mirror knew: vLLM's
+                // self-describing removal names every block of a chunk, also of a chunk
+                // it stored as a placeholder (naming its last block only) for want of
+                // the chunk's metadata, whose other blocks the device dropped since.
+                outcome.removed_blocks += 1;
+                return;
+            }
             outcome.unknown_removed_blocks += 1;
             return;
         };
@@ -612,5 +620,71 @@ mod tests {
         assert_eq!(outcome.unknown_blocks, 0);
         assert!(ws.lower_holds(routers[3]));
         assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
+    }
+
+    /// A self-describing engine stores a chunk as a placeholder when it lacks the chunk's
+    /// metadata (vLLM keeps it only while the chunk is held, and takes it again on a CPU
+    /// hit), then removes the chunk with every block's hash: the blocks before the last,
+    /// which the device dropped, are removed as known, not counted as unknown (found by
+    /// the conformance grid: self-describing chunks of 4 blocks).
+    #[test]
+    fn a_chunk_stored_as_a_placeholder_may_be_removed_block_by_block() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let mut stored = Stored {
+            parent: None,
+            blocks: &[1, 2, 3, 4],
+            tokens: &tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        stored.tier = Tier::Host;
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        let mut remove = |ws: &mut WorkerSync, tree: &mut RadixTree, blocks: &[u64], tier| {
+            for &b in blocks {
+                ws.remove(tree, w, b, tier, &mut scratch.path, &mut outcome);
+            }
+        };
+        remove(&mut ws, &mut tree, &[1, 2, 3, 4], Tier::Host);
+        remove(&mut ws, &mut tree, &[4, 3, 2, 1], Tier::Device);
+        let mut placeholder = Scratch::default();
+        let mut stored_again = SyncOutcome::default();
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            4,
+            &mut placeholder,
+            &mut stored_again,
+        );
+        assert_eq!(stored_again.unknown_blocks, 0);
+        assert!(ws.lower_holds(routers[3]));
+        let mut removed = SyncOutcome::default();
+        for b in [1, 2, 3, 4] {
+            ws.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Host,
+                &mut placeholder.path,
+                &mut removed,
+            );
+        }
+        assert_eq!(
+            (removed.unknown_removed_blocks, removed.removed_blocks),
+            (0, 4)
+        );
+        assert!(!ws.lower_holds(routers[3]));
+        assert!(!ws.has_lower());
     }
 }
