@@ -144,10 +144,17 @@ fn a_chunk_a_store_shows_overrides_a_wrong_setting_and_is_counted() {
     // A store of whole chunks of the setting is none.
     let t4 = tokens(8, 4);
     index
-        .apply_event(W1, 0, &CacheEvent::stored(None, vec![61, 62, 63, 64], t4.clone()))
+        .apply_event(
+            W1,
+            0,
+            &CacheEvent::stored(None, vec![61, 62, 63, 64], t4.clone()),
+        )
         .unwrap();
     let whole = CacheEvent::stored(None, vec![61, 62, 63, 64], t4).with_tier(Tier::Host);
-    assert_eq!(index.apply_event(W1, 0, &whole).unwrap().settings_conflicts, 0);
+    assert_eq!(
+        index.apply_event(W1, 0, &whole).unwrap().settings_conflicts,
+        0
+    );
     // A restart (the seq goes back) forgets what the events showed; the setting stays.
     index.apply_event(W0, 0, &store).unwrap();
     assert_eq!(index.engine_settings(W0).host_chunk_blocks, Some(4));
