@@ -89,9 +89,10 @@ NAMESPACE_WEIGHTS = (3, 1, 1, 1, 1, 1, 1, 1, 1)
 # The spaces engine settings are drawn from. GPU pools: the smallest hold one
 # longest request (57 blocks, a 900-token prompt) with little room beside it, so
 # requests are preempted; a hybrid model's pool holds every group's blocks, so
-# it is drawn per group (a request's prefill holds blocks of each).
+# it is drawn per group (a request holds up to 57 blocks of each: a window
+# longer than the prompt keeps every block).
 GPU_BLOCKS = (64, 72, 96, 128, 192)
-GPU_BLOCKS_PER_GROUP = (56, 64, 80, 112)
+GPU_BLOCKS_PER_GROUP = (60, 64, 80, 112)
 # Windows in tokens: a block's worth, windows that end inside a block (100,
 # 1000), and one longer than any prompt (1000).
 WINDOWS = (16, 32, 64, 100, 128, 256, 512, 1000)
