@@ -17,7 +17,7 @@
 
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
-use super::gone::Gone;
+use super::gone::{Dropped, Gone};
 use super::store::{Scratch, Stored};
 use super::tips::{Tip, Tips};
 use crate::fold::FoldMap;
@@ -139,12 +139,17 @@ impl WorkerSync {
 
     /// Drops the record of `engine` (router hash `router`), keeping it a while among the
     /// gone once the worker has a lower tier.
-    fn drop_record(&mut self, engine: u64, router: BlockHash) {
+    fn drop_record(&mut self, engine: u64, router: BlockHash, by_device: bool) {
         let parent = self.tiered.then(|| self.blocks.link(engine)).flatten();
         self.blocks.remove(engine);
         if let Some((_, parent)) = parent {
             let bound = self.blocks.len() / 2;
-            self.gone.keep(engine, router, parent, bound);
+            let dropped = Dropped {
+                router,
+                parent,
+                by_device,
+            };
+            self.gone.keep(engine, dropped, bound);
         }
     }
 
@@ -321,7 +326,8 @@ impl WorkerSync {
                 // Not in the tree: a block recorded for a lower tier, or copied before the
                 // device dropped it and reported after.
                 let recorded = self.blocks.router(engine).map(|r| (r, None));
-                match recorded.or_else(|| self.gone.link(engine)) {
+                let dropped = || self.gone.get(engine).map(|d| (d.router, d.parent));
+                match recorded.or_else(dropped) {
                     Some((router, parent)) if tier != Tier::Device => {
                         if recorded.is_none() {
                             // Recorded again under its old parent link: a record without
@@ -410,8 +416,8 @@ impl WorkerSync {
             }
         }
         let Some(router) = self.blocks.router(engine) else {
-            if tier != Tier::Device && self.gone.router(engine).is_some() {
-                // A block no tier holds any more, as the mirror knew: vLLM's
+            if tier != Tier::Device && self.gone.get(engine).is_some_and(|d| d.by_device) {
+                // A block the device dropped, no lower tier announcing it: vLLM's
                 // self-describing removal names every block of a chunk, also of a chunk
                 // it stored as a placeholder (naming its last block only) for want of
                 // the chunk's metadata, whose other blocks the device dropped since.
@@ -443,7 +449,7 @@ impl WorkerSync {
             tree.remove_tier_at(worker, at, tier);
         }
         if !kept {
-            self.drop_record(engine, router);
+            self.drop_record(engine, router, tier == Tier::Device);
         }
         outcome.removed_blocks += 1;
     }
@@ -470,7 +476,12 @@ impl WorkerSync {
             let bound = dropped.len();
             for engine in dropped {
                 if let Some((router, parent)) = self.blocks.link(engine) {
-                    self.gone.keep(engine, router, parent, bound);
+                    let dropped = Dropped {
+                        router,
+                        parent,
+                        by_device: true,
+                    };
+                    self.gone.keep(engine, dropped, bound);
                 }
             }
         }
