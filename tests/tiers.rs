@@ -823,3 +823,99 @@ fn a_host_copy_without_the_cache_salt_keeps_the_prompts_namespace() {
         );
     }
 }
+
+/// One worker of a hybrid model (group 1 a sliding window of `window` tokens) offloading
+/// in chunks of 4 blocks: group 0 stores a 25-block prompt, both groups' CPU copies of the
+/// chunks listed are announced (placeholders naming each chunk's last block), then the
+/// device keeps its first `device` blocks in both groups. Returns what it would reuse of
+/// the first `prompt` tokens, and what a plain worker given the same group-0 events would.
+fn hybrid_offload_hit(
+    window: usize,
+    device: usize,
+    fa_chunks: &[usize],
+    sw_chunks: &[usize],
+    prompt: usize,
+) -> (usize, usize) {
+    let index = CacheIndex::new(IndexConfig::default()).unwrap();
+    let t = tokens(13, 25);
+    let engine: Vec<u64> = (1..=25).collect();
+    let hybrid = EngineSettings::default()
+        .with_group(1, GroupKind::SlidingWindow { tokens: window })
+        .with_host_chunk_blocks(4);
+    index.set_engine_settings(W0, &hybrid).unwrap();
+    index
+        .set_engine_settings(W1, &EngineSettings::default().with_host_chunk_blocks(4))
+        .unwrap();
+    for w in [W0, W1] {
+        let mut seq = 0;
+        let mut apply = |event: CacheEvent| {
+            let o = index.apply_event(w, seq, &event).unwrap();
+            assert_eq!((o.unknown_blocks, o.skipped_blocks), (0, 0));
+            seq += 1;
+        };
+        apply(CacheEvent::stored(None, engine.clone(), t.clone()));
+        let last = |chunks: &[usize]| chunks.iter().map(|k| engine[k * 4 + 3]).collect::<Vec<_>>();
+        apply(CacheEvent::placeholder(last(fa_chunks), Tier::Host));
+        if w == W0 && !sw_chunks.is_empty() {
+            apply(CacheEvent::placeholder(last(sw_chunks), Tier::Host).with_group(1));
+        }
+        let dropped: Vec<u64> = engine[device..].iter().rev().copied().collect();
+        apply(CacheEvent::removed(dropped));
+        if w == W0 && device > 0 {
+            let kept =
+                CacheEvent::stored(None, engine[..device].to_vec(), t[..device * 16].to_vec())
+                    .with_group(1);
+            apply(kept);
+        }
+    }
+    let p = &t[..prompt];
+    (
+        index.reusable_tokens(W0, &[], p),
+        index.reusable_tokens(W1, &[], p),
+    )
+}
+
+/// vLLM's CPU lookup for a hybrid model (`_lookup_complete_chunks` with a sliding-window
+/// group, as vLLM 0.33's connector answers with the chunks held by hand; chunks of 64
+/// tokens, a 400-token prompt whose group-0 chunks 0-5 are on the CPU): the window group
+/// cuts the load to the last run of chunks it holds covering its window, scanned from the
+/// right, or to its chunks held from the lookup's start; a plain worker with the same
+/// group-0 chunks loads them all.
+#[test]
+fn a_hybrid_models_cpu_chunks_load_as_far_as_its_window_group_holds_them() {
+    let all = [0, 1, 2, 3, 4, 5];
+    // Window 128 (2 chunks), the window group holding chunks 2 and 3: the load ends at
+    // chunk 4 whatever the device hit (0, 8 or 12 blocks) it starts from.
+    for device in [0, 8, 12] {
+        assert_eq!(
+            hybrid_offload_hit(128, device, &all, &[2, 3], 400),
+            (256, 384)
+        );
+    }
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &[2, 3, 4, 5], 400).0, 384);
+    // Window 512 (8 chunks) is longer than the prompt's 6: nothing from the start unless
+    // the window group holds every chunk from 0; from a device hit of 18 blocks the
+    // chunks before the lookup's start (chunk 4) count as held.
+    assert_eq!(hybrid_offload_hit(512, 0, &all, &[2, 3, 4, 5], 400).0, 0);
+    assert_eq!(hybrid_offload_hit(512, 0, &all, &all, 400).0, 384);
+    assert_eq!(hybrid_offload_hit(512, 18, &all, &[2, 3, 4, 5], 400).0, 384);
+    // The window group holds nothing: nothing loads.
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &[], 400), (0, 384));
+    // A gap in group 0 stops the load before the window group is asked.
+    assert_eq!(
+        hybrid_offload_hit(128, 0, &[0, 1, 3, 4, 5], &all, 400),
+        (128, 128)
+    );
+}
+
+/// With a sliding-window group offloaded, vLLM leaves the prompt's last token to compute:
+/// a 384-token prompt of whole chunks loads 383 tokens, which the mirror, counting whole
+/// blocks, answers as the prompt's end; the next block boundary below would be 368. A
+/// plain worker loads the whole prompt.
+#[test]
+fn a_hybrid_models_cpu_load_to_a_prompts_end_is_counted_in_whole_blocks() {
+    let all = [0, 1, 2, 3, 4, 5];
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 384), (384, 384));
+    // The prompt ends inside a block: whole chunks only, to 320 for both.
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 383), (320, 320));
+}

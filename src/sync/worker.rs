@@ -119,6 +119,14 @@ impl WorkerSync {
         self.gone.clear();
     }
 
+    /// The router hash of the engine block `engine`, from its record or a record dropped
+    /// lately.
+    pub(super) fn known_router(&self, engine: u64) -> Option<BlockHash> {
+        self.blocks
+            .router(engine)
+            .or_else(|| self.gone.router(engine))
+    }
+
     /// Whether a lower tier holds `router` (a store announced it and was not removed).
     #[inline]
     pub(super) fn lower_holds(&self, router: BlockHash) -> bool {
