@@ -195,14 +195,18 @@ def _draw_offload_mixed(rng, _):
     return shape if rng.random() < 0.2 else _offload(rng, shape)
 
 
+def _draw_hybrid_offload(rng, _):
+    return _offload(rng, _hybrid(rng, _windows(rng)))
+
+
 def _draw_mixed(rng, _):
-    """Anything: a plain or hybrid model, offloading or not (full attention only),
-    any report mode."""
+    """Anything: a plain or hybrid model, offloading or not, any report mode."""
     report_mode = rng.choice(REPORT_MODES)
     if rng.random() < 0.4:
-        return _hybrid(rng, _windows(rng), report_mode=report_mode)
-    shape = EngineShape(num_gpu_blocks=_gpu(rng), report_mode=report_mode)
-    return _offload(rng, shape) if rng.random() < 0.6 else shape
+        shape = _hybrid(rng, _windows(rng), report_mode=report_mode)
+    else:
+        shape = EngineShape(num_gpu_blocks=_gpu(rng), report_mode=report_mode)
+    return _offload(rng, shape) if rng.random() < 0.5 else shape
 
 
 OFFLOAD_1_PLACEHOLDER = EngineShape(num_gpu_blocks=96, offload_blocks_per_chunk=1,
@@ -257,6 +261,13 @@ FAMILIES = (
               EngineShape(num_gpu_blocks=128)),
         draw=_draw_hybrid_mixed, workload=_workload(), probes_per_round=12,
         reset_chance=0.3, sample_members=10,
+    ),
+    Family(
+        name="hybrid_offload", base_seed=21, endpoints=2, ranks=1,
+        base=(replace(OFFLOAD_4_SELF_DESCRIBING, num_gpu_blocks=160, sliding_windows=(128,)),
+              replace(OFFLOAD_1_PLACEHOLDER, num_gpu_blocks=160, sliding_windows=(512,))),
+        draw=_draw_hybrid_offload, workload=_workload(), probes_per_round=16,
+        reset_chance=0.3,
     ),
     Family(
         name="offload_mixed", base_seed=19, endpoints=3, ranks=1,
