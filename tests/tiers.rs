@@ -919,3 +919,151 @@ fn a_hybrid_models_cpu_load_to_a_prompts_end_is_counted_in_whole_blocks() {
     // The prompt ends inside a block: whole chunks only, to 320 for both.
     assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 383), (320, 320));
 }
+
+/// vLLM 0.33's `OffloadingConnectorScheduler._lookup_complete_chunks`, transcribed from its
+/// Python for full-attention group 0 and at most one sliding-window group (no EAGLE, no
+/// load cap, nothing pending): the tokens loaded beyond a device hit of `device` tokens,
+/// for a prompt of `prompt` tokens with `keys` complete chunks of `chunk` tokens, group 0
+/// holding the chunks `fa` marks and the window group (window in tokens) those it marks.
+fn vllm_lookup(
+    prompt: usize,
+    device: usize,
+    chunk: usize,
+    keys: usize,
+    fa: &[bool],
+    window: Option<(usize, &[bool])>,
+) -> usize {
+    let cdiv = |a: usize, b: usize| a.div_ceil(b);
+    let groups: Vec<Option<(usize, &[bool])>> =
+        std::iter::once(None).chain(window.map(Some)).collect();
+    let mut max_hit = prompt;
+    if window.is_some() {
+        max_hit -= 1;
+    }
+    let mut num_hit = 0;
+    let mut lookup = groups.clone();
+    while !lookup.is_empty() {
+        let mut looked_up_sliding_window = false;
+        let pass = std::mem::take(&mut lookup);
+        for group in pass {
+            max_hit = max_hit.min(keys * chunk);
+            if (max_hit as i64) - (device as i64) < chunk as i64 {
+                return 0;
+            }
+            let num_chunks = cdiv(max_hit, chunk).min(keys);
+            let start = device / chunk;
+            let hits = match group {
+                None => fa[start..num_chunks].iter().take_while(|&&h| h).count(),
+                Some((w, held)) => {
+                    let in_chunks = cdiv(w, chunk);
+                    let candidate_end = max_hit.min(num_chunks * chunk);
+                    let padding = (chunk - candidate_end % chunk) % chunk;
+                    let initial = in_chunks.max(cdiv(w - 1 + padding, chunk));
+                    // _sliding_window_lookup
+                    let keys = &held[start..num_chunks];
+                    let (mut consecutive, mut required, mut found) = (0, initial, None);
+                    for idx in (0..keys.len()).rev() {
+                        if keys[idx] {
+                            consecutive += 1;
+                        } else {
+                            consecutive = 0;
+                            required = in_chunks;
+                        }
+                        if consecutive == required {
+                            found = Some(idx + required);
+                            break;
+                        }
+                    }
+                    found.unwrap_or(consecutive)
+                }
+            };
+            if hits == 0 {
+                return 0;
+            }
+            max_hit = max_hit.min(chunk * (start + hits));
+            let new_num_hit = max_hit - device;
+            if new_num_hit < chunk {
+                return 0;
+            }
+            if new_num_hit < num_hit && looked_up_sliding_window && lookup.is_empty() {
+                lookup = groups[1..].to_vec();
+            }
+            looked_up_sliding_window |= group.is_some();
+            num_hit = new_num_hit;
+        }
+    }
+    num_hit
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Against vLLM's lookup transcribed: every prompt length (whole blocks or not), chunk
+    /// of 1, 2 or 4 blocks, device hit (inside a chunk or at its end), set of group-0 CPU
+    /// chunks and, for a hybrid model, window and set of window-group CPU chunks, the
+    /// mirror's reusable tokens are vLLM's device hit plus what it loads; a hybrid load
+    /// ending one token before a prompt of whole chunks is answered to its end.
+    #[test]
+    fn cpu_loads_follow_vllms_lookup(
+        blocks in 1usize..=20,
+        partial in prop_oneof![Just(0usize), 1usize..16],
+        chunk_blocks in prop_oneof![Just(1usize), Just(2), Just(4)],
+        window in prop_oneof![
+            Just(None),
+            Just(Some(16usize)),
+            Just(Some(64)),
+            Just(Some(100)),
+            Just(Some(128)),
+            Just(Some(512)),
+        ],
+        device_pick in 0usize..=20,
+        fa_bits in any::<u32>(),
+        sw_bits in any::<u32>(),
+    ) {
+        let prompt = blocks * 16 + partial;
+        let device = device_pick.min((prompt - 1) / 16);
+        let keys = blocks / chunk_blocks;
+        let fa: Vec<bool> = (0..keys).map(|k| fa_bits >> k & 1 == 1).collect();
+        let sw: Vec<bool> = (0..keys).map(|k| sw_bits >> k & 1 == 1).collect();
+
+        let index = CacheIndex::new(IndexConfig::default()).unwrap();
+        let mut settings = EngineSettings::default().with_host_chunk_blocks(chunk_blocks);
+        if let Some(w) = window {
+            settings = settings.with_group(1, GroupKind::SlidingWindow { tokens: w });
+        }
+        index.set_engine_settings(W0, &settings).unwrap();
+        let t = tokens(21, blocks + 1);
+        let engine: Vec<u64> = (1..=blocks as u64).collect();
+        let mut seq = 0;
+        let mut apply = |event: CacheEvent| {
+            let o = index.apply_event(W0, seq, &event).unwrap();
+            prop_assert_eq!((o.unknown_blocks, o.skipped_blocks), (0, 0));
+            seq += 1;
+            Ok(())
+        };
+        apply(CacheEvent::stored(None, engine.clone(), t[..blocks * 16].to_vec()))?;
+        let last = |held: &[bool]| -> Vec<u64> {
+            (0..keys).filter(|&k| held[k]).map(|k| engine[(k + 1) * chunk_blocks - 1]).collect()
+        };
+        apply(CacheEvent::placeholder(last(&fa), Tier::Host))?;
+        if window.is_some() {
+            apply(CacheEvent::placeholder(last(&sw), Tier::Host).with_group(1))?;
+        }
+        apply(CacheEvent::removed(engine[device..].iter().rev().copied().collect()))?;
+        if window.is_some() && device > 0 {
+            let kept = CacheEvent::stored(None, engine[..device].to_vec(), t[..device * 16].to_vec())
+                .with_group(1);
+            apply(kept)?;
+        }
+
+        let window = window.map(|w| (w, sw.as_slice()));
+        let loaded = vllm_lookup(prompt, device * 16, chunk_blocks * 16, keys, &fa, window);
+        let vllm = device * 16 + loaded;
+        let expected = if window.is_some() && partial == 0 && vllm + 1 == prompt {
+            prompt
+        } else {
+            vllm
+        };
+        prop_assert_eq!(index.reusable_tokens(W0, &[], &t[..prompt]), expected);
+    }
+}
