@@ -20,9 +20,6 @@ pub(super) struct Dropped {
     /// The parent link (`None` at the root), so a record brought back is placed where it
     /// was, never at the root for want of its parent.
     pub(super) parent: Option<u64>,
-    /// Whether the device dropped it (a device removal, a clear), a lower tier announcing
-    /// none of it; else a lower tier's last announcement of it was withdrawn.
-    pub(super) by_device: bool,
 }
 
 /// The last records dropped, oldest first, at most a bound.
@@ -89,7 +86,6 @@ mod tests {
         let dropped = |router, parent| Dropped {
             router: BlockHash::new(router),
             parent,
-            by_device: true,
         };
         for e in 0..(bound as u64 + 10) {
             gone.keep(e, dropped(e + 100, e.checked_sub(1)), 0);

@@ -44,11 +44,21 @@ pub(super) struct WorkerSync {
     /// Recorded blocks the device does not hold (only a lower tier does), by engine hash:
     /// every other record's block is on the device.
     lower_only: FoldMap<u64, ()>,
-    /// Records dropped lately, once the worker reported a lower tier (see `gone`).
+    /// Records dropped lately, once the worker reported a lower tier or while it is on
+    /// probation (see `gone` and [`PROBATION`]).
     gone: Gone,
     /// Whether the worker ever reported a lower tier.
     tiered: bool,
+    /// Records dropped before the worker reported a lower tier (counted to [`PROBATION`]).
+    untiered_drops: u32,
 }
+
+/// Records a worker drops before it reports a lower tier are kept among the gone too, up to
+/// this many: its first copies to a lower tier may be reported after the device dropped
+/// their blocks, before the mirror knows the worker has one (vLLM reports a CPU copy 1 to 3
+/// engine steps after it began). A worker that drops as many with no lower tier has none:
+/// those records are forgotten and no more are kept.
+const PROBATION: u32 = 1024;
 
 impl WorkerSync {
     /// Where the tree holds the stored block `engine` for `worker`: from the block's
@@ -145,18 +155,32 @@ impl WorkerSync {
         *self.lower.entry(router).or_insert(0) += 1;
     }
 
+    /// Whether records the worker drops are kept a while among the gone: once it has a
+    /// lower tier, or on probation; counts a drop while it has none.
+    fn keeps_dropped(&mut self) -> bool {
+        if self.tiered {
+            return true;
+        }
+        self.untiered_drops = self.untiered_drops.saturating_add(1);
+        if self.untiered_drops == PROBATION {
+            // No lower tier after as many drops: the records kept go, allocation too.
+            self.gone = Gone::default();
+        }
+        self.untiered_drops < PROBATION
+    }
+
     /// Drops the record of `engine` (router hash `router`), keeping it a while among the
-    /// gone once the worker has a lower tier.
-    fn drop_record(&mut self, engine: u64, router: BlockHash, by_device: bool) {
-        let parent = self.tiered.then(|| self.blocks.link(engine)).flatten();
+    /// gone (see [`Self::keeps_dropped`]).
+    fn drop_record(&mut self, engine: u64, router: BlockHash) {
+        let parent = if self.keeps_dropped() {
+            self.blocks.link(engine)
+        } else {
+            None
+        };
         self.blocks.remove(engine);
         if let Some((_, parent)) = parent {
             let bound = self.blocks.len() / 2;
-            let dropped = Dropped {
-                router,
-                parent,
-                by_device,
-            };
+            let dropped = Dropped { router, parent };
             self.gone.keep(engine, dropped, bound);
         }
     }
@@ -424,11 +448,12 @@ impl WorkerSync {
             }
         }
         let Some(router) = self.blocks.router(engine) else {
-            if tier != Tier::Device && self.gone.get(engine).is_some_and(|d| d.by_device) {
-                // A block the device dropped, no lower tier announcing it: vLLM's
-                // self-describing removal names every block of a chunk, also of a chunk
-                // it stored as a placeholder (naming its last block only) for want of
-                // the chunk's metadata, whose other blocks the device dropped since.
+            if tier != Tier::Device && self.gone.get(engine).is_some() {
+                // A block the mirror dropped lately, no tier holding it: vLLM's
+                // self-describing removal names every block of a chunk, also of a chunk it
+                // stored as a placeholder (naming its last block only) for want of the
+                // chunk's metadata, so a block before a chunk's last can be removed once
+                // more than stores announced it.
                 outcome.removed_blocks += 1;
                 return;
             }
@@ -457,7 +482,7 @@ impl WorkerSync {
             tree.remove_tier_at(worker, at, tier);
         }
         if !kept {
-            self.drop_record(engine, router, tier == Tier::Device);
+            self.drop_record(engine, router);
         }
         outcome.removed_blocks += 1;
     }
@@ -469,7 +494,7 @@ impl WorkerSync {
         self.placed = None;
         self.copies.clear();
         self.lower_only.clear();
-        if self.tiered {
+        if self.tiered || self.untiered_drops < PROBATION {
             // The records dropped are kept a while among the gone, with their links, as a
             // device removal keeps them: copies issued before the clear are reported after
             // it (vLLM completes pending CPU stores), and name these blocks.
@@ -484,11 +509,7 @@ impl WorkerSync {
             let bound = dropped.len();
             for engine in dropped {
                 if let Some((router, parent)) = self.blocks.link(engine) {
-                    let dropped = Dropped {
-                        router,
-                        parent,
-                        by_device: true,
-                    };
+                    let dropped = Dropped { router, parent };
                     self.gone.keep(engine, dropped, bound);
                 }
             }
@@ -705,5 +726,76 @@ mod tests {
         );
         assert!(!ws.lower_holds(routers[3]));
         assert!(!ws.has_lower());
+    }
+
+    /// The device drops blocks before the worker's first copy to a lower tier is reported
+    /// (the copy began before the drop): the records are kept on probation, so the copy is
+    /// followed; a worker that drops more than [`PROBATION`] records with no lower tier
+    /// keeps none (found by the conformance grid: a worker whose first CPU copies, in
+    /// chunks of 1 and 4 blocks, named blocks its GPU had dropped in the same batch).
+    #[test]
+    fn first_copies_reported_after_the_device_dropped_their_blocks_are_followed() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let stored = Stored {
+            parent: None,
+            blocks: &[1, 2, 3, 4],
+            tokens: &tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        for b in [4, 3] {
+            ws.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Device,
+                &mut scratch.path,
+                &mut outcome,
+            );
+        }
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        assert_eq!(outcome.unknown_blocks, 0);
+        assert!(ws.lower_holds(routers[3]));
+
+        // A worker with no lower tier keeps no dropped record past its probation.
+        let mut plain = WorkerSync::default();
+        let many: Vec<u32> = (1..=16 * (PROBATION + 1)).collect();
+        let engine: Vec<u64> = (1..=u64::from(PROBATION) + 1).collect();
+        let stored = Stored {
+            blocks: &engine,
+            tokens: &many,
+            ..stored
+        };
+        plain.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        for &b in engine.iter().rev() {
+            plain.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Device,
+                &mut scratch.path,
+                &mut outcome,
+            );
+        }
+        assert_eq!(plain.gone.router(engine[0]), None);
+        assert_eq!(plain.gone.allocation_size(), 0);
     }
 }
