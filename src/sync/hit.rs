@@ -124,7 +124,7 @@ impl SyncState {
                 chunks: tokens.div_ceil(chunk_tokens),
             })
             .collect();
-        sw.sort_by(|a, b| b.chunks.cmp(&a.chunks));
+        sw.sort_by_key(|w| core::cmp::Reverse(w.chunks));
         order.extend(sw.iter().copied().map(Some));
         let last_block = |k: usize| blocks[(k + 1) * chunk - 1];
         let holds = |group: Option<Window>, k: usize| match group {
