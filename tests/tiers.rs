@@ -676,10 +676,18 @@ fn chunks_sharing_blocks_are_counted_per_announcement() {
         )
         .unwrap();
     assert_eq!(index.cached_tokens(W0, &[], &ac), 0);
+    // Block 1 is removed once more than announced, as vLLM does for a chunk it stored as
+    // a placeholder (its last block only) and removes block by block: a block dropped
+    // lately, nothing changes; a block never seen is unknown.
     let o = index
-        .apply_event(W0, 3, &CacheEvent::removed(vec![1]).with_tier(Tier::Host))
+        .apply_event(
+            W0,
+            3,
+            &CacheEvent::removed(vec![1, 99]).with_tier(Tier::Host),
+        )
         .unwrap();
-    assert_eq!(o.unknown_removed_blocks, 1, "nothing is left of block 1");
+    assert_eq!((o.removed_blocks, o.unknown_removed_blocks), (1, 1));
+    assert_eq!(index.cached_tokens(W0, &[], &ac), 0);
 }
 
 /// vLLM reports a CPU copy when its transfer completes, a few steps after it began: the GPU
@@ -775,4 +783,295 @@ fn a_sliding_window_store_continues_where_its_own_group_forgot() {
         index.apply_event(W0, 0, &bad),
         Err(Error::InvalidEvent(_))
     ));
+}
+
+/// vLLM's self-describing CPU stores carry the LoRA name but no extra keys, so a salted
+/// prompt's first chunk comes without its cache salt. The device's store of the same
+/// blocks named the salt: the host copy stays in the prompt's namespace, after the device
+/// dropped the blocks too (found by the conformance grid: an offloading engine serving
+/// salted tenants).
+#[test]
+fn a_host_copy_without_the_cache_salt_keeps_the_prompts_namespace() {
+    for drop_device_first in [false, true] {
+        let index = CacheIndex::new(IndexConfig::default().with_host_chunk_blocks(2)).unwrap();
+        let salt = namespace_salt(Some("finance"), Some("tenant-a"));
+        let lora = namespace_salt(Some("finance"), None);
+        let t = tokens(9, 4);
+        let mut seq = 0;
+        let mut apply = |event: CacheEvent| {
+            index.apply_event(W0, seq, &event).unwrap();
+            seq += 1;
+        };
+        // The worker has a lower tier already (a copy of other blocks), so records it
+        // drops are kept a while.
+        let other = tokens(10, 2);
+        apply(CacheEvent::stored(None, vec![91, 92], other.clone()));
+        apply(CacheEvent::stored(None, vec![91, 92], other).with_tier(Tier::Host));
+        apply(CacheEvent::stored(None, vec![1, 2, 3, 4], t.clone()).with_salt(salt.clone()));
+        let copy = |blocks: Vec<u64>, parent, tokens: &[u32]| {
+            CacheEvent::stored(parent, blocks, tokens.to_vec())
+                .with_salt(lora.clone())
+                .with_tier(Tier::Host)
+        };
+        if drop_device_first {
+            apply(CacheEvent::removed(vec![4, 3, 2, 1]));
+        }
+        apply(copy(vec![1, 2], None, &t[..32]));
+        apply(copy(vec![3, 4], Some(2), &t[32..]));
+        if !drop_device_first {
+            apply(CacheEvent::removed(vec![4, 3, 2, 1]));
+        }
+        let mut prompt = t.clone();
+        prompt.push(7);
+        assert_eq!(index.reusable_tokens(W0, &salt, &prompt), 64);
+        assert_eq!(
+            index.reusable_tokens(W0, &lora, &prompt),
+            0,
+            "not the LoRA's alone"
+        );
+    }
+}
+
+/// One worker of a hybrid model (group 1 a sliding window of `window` tokens) offloading
+/// in chunks of 4 blocks: group 0 stores a 25-block prompt, both groups' CPU copies of the
+/// chunks listed are announced (placeholders naming each chunk's last block), then the
+/// device keeps its first `device` blocks in both groups. Returns what it would reuse of
+/// the first `prompt` tokens, and what a plain worker given the same group-0 events would.
+fn hybrid_offload_hit(
+    window: usize,
+    device: usize,
+    fa_chunks: &[usize],
+    sw_chunks: &[usize],
+    prompt: usize,
+) -> (usize, usize) {
+    let index = CacheIndex::new(IndexConfig::default()).unwrap();
+    let t = tokens(13, 25);
+    let engine: Vec<u64> = (1..=25).collect();
+    let hybrid = EngineSettings::default()
+        .with_group(1, GroupKind::SlidingWindow { tokens: window })
+        .with_host_chunk_blocks(4);
+    index.set_engine_settings(W0, &hybrid).unwrap();
+    index
+        .set_engine_settings(W1, &EngineSettings::default().with_host_chunk_blocks(4))
+        .unwrap();
+    for w in [W0, W1] {
+        let mut seq = 0;
+        let mut apply = |event: CacheEvent| {
+            let o = index.apply_event(w, seq, &event).unwrap();
+            assert_eq!((o.unknown_blocks, o.skipped_blocks), (0, 0));
+            seq += 1;
+        };
+        apply(CacheEvent::stored(None, engine.clone(), t.clone()));
+        let last = |chunks: &[usize]| chunks.iter().map(|k| engine[k * 4 + 3]).collect::<Vec<_>>();
+        apply(CacheEvent::placeholder(last(fa_chunks), Tier::Host));
+        if w == W0 && !sw_chunks.is_empty() {
+            apply(CacheEvent::placeholder(last(sw_chunks), Tier::Host).with_group(1));
+        }
+        let dropped: Vec<u64> = engine[device..].iter().rev().copied().collect();
+        apply(CacheEvent::removed(dropped));
+        if w == W0 && device > 0 {
+            let kept =
+                CacheEvent::stored(None, engine[..device].to_vec(), t[..device * 16].to_vec())
+                    .with_group(1);
+            apply(kept);
+        }
+    }
+    let p = &t[..prompt];
+    (
+        index.reusable_tokens(W0, &[], p),
+        index.reusable_tokens(W1, &[], p),
+    )
+}
+
+/// vLLM's CPU lookup for a hybrid model (`_lookup_complete_chunks` with a sliding-window
+/// group, as vLLM 0.33's connector answers with the chunks held by hand; chunks of 64
+/// tokens, a 400-token prompt whose group-0 chunks 0-5 are on the CPU): the window group
+/// cuts the load to the last run of chunks it holds covering its window, scanned from the
+/// right, or to its chunks held from the lookup's start; a plain worker with the same
+/// group-0 chunks loads them all.
+#[test]
+fn a_hybrid_models_cpu_chunks_load_as_far_as_its_window_group_holds_them() {
+    let all = [0, 1, 2, 3, 4, 5];
+    // Window 128 (2 chunks), the window group holding chunks 2 and 3: the load ends at
+    // chunk 4 whatever the device hit (0, 8 or 12 blocks) it starts from.
+    for device in [0, 8, 12] {
+        assert_eq!(
+            hybrid_offload_hit(128, device, &all, &[2, 3], 400),
+            (256, 384)
+        );
+    }
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &[2, 3, 4, 5], 400).0, 384);
+    // Window 512 (8 chunks) is longer than the prompt's 6: nothing from the start unless
+    // the window group holds every chunk from 0; from a device hit of 18 blocks the
+    // chunks before the lookup's start (chunk 4) count as held.
+    assert_eq!(hybrid_offload_hit(512, 0, &all, &[2, 3, 4, 5], 400).0, 0);
+    assert_eq!(hybrid_offload_hit(512, 0, &all, &all, 400).0, 384);
+    assert_eq!(hybrid_offload_hit(512, 18, &all, &[2, 3, 4, 5], 400).0, 384);
+    // The window group holds nothing: nothing loads.
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &[], 400), (0, 384));
+    // A gap in group 0 stops the load before the window group is asked.
+    assert_eq!(
+        hybrid_offload_hit(128, 0, &[0, 1, 3, 4, 5], &all, 400),
+        (128, 128)
+    );
+}
+
+/// With a sliding-window group offloaded, vLLM leaves the prompt's last token to compute:
+/// a 384-token prompt of whole chunks loads 383 tokens, which the mirror, counting whole
+/// blocks, answers as the prompt's end; the next block boundary below would be 368. A
+/// plain worker loads the whole prompt.
+#[test]
+fn a_hybrid_models_cpu_load_to_a_prompts_end_is_counted_in_whole_blocks() {
+    let all = [0, 1, 2, 3, 4, 5];
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 384), (384, 384));
+    // The prompt ends inside a block: whole chunks only, to 320 for both.
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 383), (320, 320));
+}
+
+/// vLLM 0.33's `OffloadingConnectorScheduler._lookup_complete_chunks`, transcribed from its
+/// Python for full-attention group 0 and at most one sliding-window group (no EAGLE, no
+/// load cap, nothing pending): the tokens loaded beyond a device hit of `device` tokens,
+/// for a prompt of `prompt` tokens with `keys` complete chunks of `chunk` tokens, group 0
+/// holding the chunks `fa` marks and the window group (window in tokens) those it marks.
+fn vllm_lookup(
+    prompt: usize,
+    device: usize,
+    chunk: usize,
+    keys: usize,
+    fa: &[bool],
+    window: Option<(usize, &[bool])>,
+) -> usize {
+    let cdiv = |a: usize, b: usize| a.div_ceil(b);
+    let groups: Vec<Option<(usize, &[bool])>> =
+        std::iter::once(None).chain(window.map(Some)).collect();
+    let mut max_hit = prompt;
+    if window.is_some() {
+        max_hit -= 1;
+    }
+    let mut num_hit = 0;
+    let mut lookup = groups.clone();
+    while !lookup.is_empty() {
+        let mut looked_up_sliding_window = false;
+        let pass = std::mem::take(&mut lookup);
+        for group in pass {
+            max_hit = max_hit.min(keys * chunk);
+            if (max_hit as i64) - (device as i64) < chunk as i64 {
+                return 0;
+            }
+            let num_chunks = cdiv(max_hit, chunk).min(keys);
+            let start = device / chunk;
+            let hits = match group {
+                None => fa[start..num_chunks].iter().take_while(|&&h| h).count(),
+                Some((w, held)) => {
+                    let in_chunks = cdiv(w, chunk);
+                    let candidate_end = max_hit.min(num_chunks * chunk);
+                    let padding = (chunk - candidate_end % chunk) % chunk;
+                    let initial = in_chunks.max(cdiv(w - 1 + padding, chunk));
+                    // _sliding_window_lookup
+                    let keys = &held[start..num_chunks];
+                    let (mut consecutive, mut required, mut found) = (0, initial, None);
+                    for idx in (0..keys.len()).rev() {
+                        if keys[idx] {
+                            consecutive += 1;
+                        } else {
+                            consecutive = 0;
+                            required = in_chunks;
+                        }
+                        if consecutive == required {
+                            found = Some(idx + required);
+                            break;
+                        }
+                    }
+                    found.unwrap_or(consecutive)
+                }
+            };
+            if hits == 0 {
+                return 0;
+            }
+            max_hit = max_hit.min(chunk * (start + hits));
+            let new_num_hit = max_hit - device;
+            if new_num_hit < chunk {
+                return 0;
+            }
+            if new_num_hit < num_hit && looked_up_sliding_window && lookup.is_empty() {
+                lookup = groups[1..].to_vec();
+            }
+            looked_up_sliding_window |= group.is_some();
+            num_hit = new_num_hit;
+        }
+    }
+    num_hit
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Against vLLM's lookup transcribed: every prompt length (whole blocks or not), chunk
+    /// of 1, 2 or 4 blocks, device hit (inside a chunk or at its end), set of group-0 CPU
+    /// chunks and, for a hybrid model, window and set of window-group CPU chunks, the
+    /// mirror's reusable tokens are vLLM's device hit plus what it loads; a hybrid load
+    /// ending one token before a prompt of whole chunks is answered to its end.
+    #[test]
+    fn cpu_loads_follow_vllms_lookup(
+        blocks in 1usize..=20,
+        partial in prop_oneof![Just(0usize), 1usize..16],
+        chunk_blocks in prop_oneof![Just(1usize), Just(2), Just(4)],
+        window in prop_oneof![
+            Just(None),
+            Just(Some(16usize)),
+            Just(Some(64)),
+            Just(Some(100)),
+            Just(Some(128)),
+            Just(Some(512)),
+        ],
+        device_pick in 0usize..=20,
+        fa_bits in any::<u32>(),
+        sw_bits in any::<u32>(),
+    ) {
+        let prompt = blocks * 16 + partial;
+        let device = device_pick.min((prompt - 1) / 16);
+        let keys = blocks / chunk_blocks;
+        let fa: Vec<bool> = (0..keys).map(|k| fa_bits >> k & 1 == 1).collect();
+        let sw: Vec<bool> = (0..keys).map(|k| sw_bits >> k & 1 == 1).collect();
+
+        let index = CacheIndex::new(IndexConfig::default()).unwrap();
+        let mut settings = EngineSettings::default().with_host_chunk_blocks(chunk_blocks);
+        if let Some(w) = window {
+            settings = settings.with_group(1, GroupKind::SlidingWindow { tokens: w });
+        }
+        index.set_engine_settings(W0, &settings).unwrap();
+        let t = tokens(21, blocks + 1);
+        let engine: Vec<u64> = (1..=blocks as u64).collect();
+        let mut seq = 0;
+        let mut apply = |event: CacheEvent| {
+            let o = index.apply_event(W0, seq, &event).unwrap();
+            prop_assert_eq!((o.unknown_blocks, o.skipped_blocks), (0, 0));
+            seq += 1;
+            Ok(())
+        };
+        apply(CacheEvent::stored(None, engine.clone(), t[..blocks * 16].to_vec()))?;
+        let last = |held: &[bool]| -> Vec<u64> {
+            (0..keys).filter(|&k| held[k]).map(|k| engine[(k + 1) * chunk_blocks - 1]).collect()
+        };
+        apply(CacheEvent::placeholder(last(&fa), Tier::Host))?;
+        if window.is_some() {
+            apply(CacheEvent::placeholder(last(&sw), Tier::Host).with_group(1))?;
+        }
+        apply(CacheEvent::removed(engine[device..].iter().rev().copied().collect()))?;
+        if window.is_some() && device > 0 {
+            let kept = CacheEvent::stored(None, engine[..device].to_vec(), t[..device * 16].to_vec())
+                .with_group(1);
+            apply(kept)?;
+        }
+
+        let window = window.map(|w| (w, sw.as_slice()));
+        let loaded = vllm_lookup(prompt, device * 16, chunk_blocks * 16, keys, &fa, window);
+        let vllm = device * 16 + loaded;
+        let expected = if window.is_some() && partial == 0 && vllm + 1 == prompt {
+            prompt
+        } else {
+            vllm
+        };
+        prop_assert_eq!(index.reusable_tokens(W0, &[], &t[..prompt]), expected);
+    }
 }

@@ -12,11 +12,21 @@ use std::collections::VecDeque;
 use crate::fold::FoldMap;
 use crate::hash::BlockHash;
 
+/// A record as it was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Dropped {
+    /// The router hash.
+    pub(super) router: BlockHash,
+    /// The parent link (`None` at the root), so a record brought back is placed where it
+    /// was, never at the root for want of its parent.
+    pub(super) parent: Option<u64>,
+}
+
 /// The last records dropped, oldest first, at most a bound.
 #[derive(Debug, Default)]
 pub(super) struct Gone {
-    /// Engine hash → (router hash, serial of its newest entry in `order`).
-    map: FoldMap<u64, (BlockHash, u64)>,
+    /// Engine hash → the record as it was, and the serial of its newest entry in `order`.
+    map: FoldMap<u64, (Dropped, u64)>,
     /// (engine hash, serial), oldest first.
     order: VecDeque<(u64, u64)>,
     /// The next serial.
@@ -29,8 +39,8 @@ impl Gone {
 
     /// Keeps the dropped record of `engine`, then forgets the oldest beyond
     /// `max(MIN_BOUND, bound)`.
-    pub(super) fn keep(&mut self, engine: u64, router: BlockHash, bound: usize) {
-        self.map.insert(engine, (router, self.serial));
+    pub(super) fn keep(&mut self, engine: u64, dropped: Dropped, bound: usize) {
+        self.map.insert(engine, (dropped, self.serial));
         self.order.push_back((engine, self.serial));
         self.serial += 1;
         while self.order.len() > bound.max(Self::MIN_BOUND) {
@@ -45,7 +55,12 @@ impl Gone {
 
     /// The router hash of the dropped block `engine`, if kept.
     pub(super) fn router(&self, engine: u64) -> Option<BlockHash> {
-        self.map.get(&engine).map(|&(router, _)| router)
+        self.get(engine).map(|d| d.router)
+    }
+
+    /// The dropped record of `engine`, if kept.
+    pub(super) fn get(&self, engine: u64) -> Option<Dropped> {
+        self.map.get(&engine).map(|&(dropped, _)| dropped)
     }
 
     /// Forgets every record.
@@ -68,8 +83,12 @@ mod tests {
     fn keeps_the_newest_records_up_to_the_bound() {
         let mut gone = Gone::default();
         let bound = Gone::MIN_BOUND;
+        let dropped = |router, parent| Dropped {
+            router: BlockHash::new(router),
+            parent,
+        };
         for e in 0..(bound as u64 + 10) {
-            gone.keep(e, BlockHash::new(e + 100), 0);
+            gone.keep(e, dropped(e + 100, e.checked_sub(1)), 0);
         }
         assert_eq!(gone.router(5), None, "the oldest went");
         assert_eq!(
@@ -77,11 +96,12 @@ mod tests {
             Some(BlockHash::new(bound as u64 + 109))
         );
         // A record kept again is kept from its newest entry.
-        gone.keep(20, BlockHash::new(7), 0);
+        gone.keep(20, dropped(7, Some(3)), 0);
         for e in 0..(bound as u64 - 1) {
-            gone.keep(10_000 + e, BlockHash::new(e), 0);
+            gone.keep(10_000 + e, dropped(e, None), 0);
         }
         assert_eq!(gone.router(20), Some(BlockHash::new(7)));
+        assert_eq!(gone.get(20), Some(dropped(7, Some(3))));
         gone.clear();
         assert_eq!(gone.router(20), None);
     }

@@ -12,8 +12,10 @@
 //!   (all of them for a shorter hit);
 //! - Mamba: the block ending the hit (its state).
 //!
-//! The hit is the longest that every group allows. Only device-tier events of these groups
-//! are mirrored; others are skipped and counted.
+//! The hit is the longest that every group allows. Below the device tier a group's chunks
+//! are kept apart too (vLLM's CPU offloading copies a sliding-window group's chunks and
+//! names each by its last block, a placeholder); how a worker loads them back is
+//! `SyncState::reusable`'s.
 
 use super::GroupKind;
 use super::SyncOutcome;
@@ -29,6 +31,10 @@ struct GroupWorker {
     /// Whether the worker's engine has this group (its events or its settings say so): only
     /// then does the group cut its hits. Workers of one router may run different models.
     member: bool,
+    /// The group's kind on this worker.
+    kind: GroupKind,
+    /// Tokens per block of the router (and of the engine's blocks it mirrors).
+    block_size: usize,
     /// Blocks before a hit's end the group needs on this worker: all of them
     /// (`usize::MAX`), a sliding window's, or one (Mamba's state).
     window: usize,
@@ -36,6 +42,12 @@ struct GroupWorker {
     /// Router blocks held, by hash, with how many copies the engine reported stored and
     /// not removed since (0 for a block only routed there).
     present: FoldMap<BlockHash, u32>,
+    /// Chunks a lower tier holds, by the router hash of their last block, with how many
+    /// stores announced them and were not removed since.
+    lower: FoldMap<BlockHash, u32>,
+    /// The router hash of each chunk's last block a lower tier announced, by engine hash
+    /// (a removal names the engine hash, which the device may have dropped since).
+    lower_names: FoldMap<u64, BlockHash>,
 }
 
 /// One group beyond the main one.
@@ -74,11 +86,13 @@ impl Group {
         &mut self.workers[w]
     }
 
-    /// `worker`'s engine has this group, needing `window` blocks before a hit's end.
-    fn member(&mut self, worker: WorkerId, window: usize) -> &mut GroupWorker {
+    /// `worker`'s engine has this group, of `kind`, at `block_size` tokens a block.
+    fn member(&mut self, worker: WorkerId, kind: GroupKind, block_size: usize) -> &mut GroupWorker {
         let state = self.worker(worker);
         state.member = true;
-        state.window = window;
+        state.kind = kind;
+        state.block_size = block_size;
+        state.window = window(kind, block_size);
         state
     }
 
@@ -124,10 +138,111 @@ impl Groups {
         &mut self.groups[g]
     }
 
-    /// `worker`'s engine has group `group` (at least 1), needing `window` blocks before a
-    /// hit's end: its settings say so, before any event of the group.
-    pub(super) fn join(&mut self, worker: WorkerId, group: u32, window: usize) {
-        self.group(group).member(worker, window);
+    /// `worker`'s engine has group `group` (at least 1) of `kind`, at `block_size` tokens a
+    /// block: its settings say so, before any event of the group.
+    pub(super) fn join(
+        &mut self,
+        worker: WorkerId,
+        group: u32,
+        kind: GroupKind,
+        block_size: usize,
+    ) {
+        self.group(group).member(worker, kind, block_size);
+    }
+
+    /// The sliding windows of `worker`'s groups (group index, window in tokens, tokens a
+    /// block), in group order.
+    pub(crate) fn windows(&self, worker: WorkerId) -> smallvec::SmallVec<[(u32, usize, usize); 4]> {
+        let mut out = smallvec::SmallVec::new();
+        for (g, group) in self.groups.iter().enumerate() {
+            if let Some(state) = group.workers.get(worker.index()).filter(|s| s.member) {
+                if let GroupKind::SlidingWindow { tokens } = state.kind {
+                    out.push((g as u32 + 1, tokens, state.block_size));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether a lower tier of `worker` holds group `group`'s chunk ending with `last`.
+    pub(crate) fn lower_holds(&self, worker: WorkerId, group: u32, last: BlockHash) -> bool {
+        self.groups
+            .get(group as usize - 1)
+            .and_then(|g| g.workers.get(worker.index()))
+            .is_some_and(|s| s.lower.contains_key(&last))
+    }
+
+    /// Applies a lower tier's store of group `group` (at least 1): each named block ends a
+    /// chunk the tier now holds (a placeholder names the chunk's last block; a store with
+    /// tokens names all of its blocks, the last one naming the chunk). `resolve` gives the
+    /// router hash of an engine hash the worker's main group knows (kept or dropped
+    /// lately); the group's own blocks are asked next.
+    pub(super) fn store_lower(
+        &mut self,
+        (worker, kind, block_size): (WorkerId, GroupKind, usize),
+        group: u32,
+        blocks: &[u64],
+        whole: bool,
+        resolve: impl Fn(u64) -> Option<BlockHash>,
+        outcome: &mut SyncOutcome,
+    ) {
+        let named = if whole {
+            blocks.last().map_or(&[][..], core::slice::from_ref)
+        } else {
+            blocks
+        };
+        let mut found: smallvec::SmallVec<[(u64, BlockHash); 8]> = smallvec::SmallVec::new();
+        for &engine in named {
+            let router = resolve(engine).or_else(|| {
+                self.groups
+                    .iter()
+                    .filter_map(|g| g.workers.get(worker.index()))
+                    .find_map(|state| state.blocks.router(engine))
+            });
+            match router {
+                Some(router) => found.push((engine, router)),
+                None => outcome.unknown_blocks += 1,
+            }
+        }
+        let state = self.group(group).member(worker, kind, block_size);
+        for (engine, router) in found {
+            *state.lower.entry(router).or_insert(0) += 1;
+            state.lower_names.insert(engine, router);
+            outcome.stored_blocks += 1;
+        }
+    }
+
+    /// Applies a lower tier's removal of group `group` (at least 1): each named block ends
+    /// a chunk one announcement of which is withdrawn.
+    pub(super) fn remove_lower(
+        &mut self,
+        worker: WorkerId,
+        group: u32,
+        blocks: &[u64],
+        outcome: &mut SyncOutcome,
+    ) {
+        let Some(state) = self
+            .groups
+            .get_mut(group as usize - 1)
+            .and_then(|g| g.workers.get_mut(worker.index()))
+        else {
+            outcome.unknown_removed_blocks += blocks.len();
+            return;
+        };
+        for &engine in blocks {
+            let Some(&router) = state.lower_names.get(&engine) else {
+                outcome.unknown_removed_blocks += 1;
+                continue;
+            };
+            outcome.removed_blocks += 1;
+            match state.lower.get_mut(&router) {
+                Some(n) if *n > 1 => *n -= 1,
+                _ => {
+                    state.lower.remove(&router);
+                    state.lower_names.remove(&engine);
+                }
+            }
+        }
     }
 
     /// How many of the first `hit` blocks of `blocks` every group lets `worker` hit: vLLM's
@@ -193,14 +308,14 @@ impl Groups {
     pub(super) fn store(
         &mut self,
         hasher: &PrefixHasher,
-        (worker, window): (WorkerId, usize),
+        (worker, kind): (WorkerId, GroupKind),
         group: u32,
         event: &Stored<'_>,
         main: Option<&EngineBlocks>,
         path: &mut Vec<BlockHash>,
         outcome: &mut SyncOutcome,
     ) {
-        self.group(group).member(worker, window);
+        self.group(group).member(worker, kind, hasher.block_size());
         path.clear();
         let mut named = core::mem::take(&mut self.named);
         named.clear();
@@ -276,13 +391,25 @@ impl Groups {
         }
     }
 
-    /// Forgets everything `worker` holds in every group (its device cache was dropped); its
-    /// engine keeps its groups.
-    pub(crate) fn clear(&mut self, worker: WorkerId) {
+    /// Forgets everything `worker`'s device holds in every group (its device cache was
+    /// dropped; a lower tier keeps its chunks); its engine keeps its groups.
+    pub(crate) fn clear_device(&mut self, worker: WorkerId) {
         for g in &mut self.groups {
             if let Some(state) = g.workers.get_mut(worker.index()) {
                 state.blocks.clear();
                 state.present.clear();
+            }
+        }
+    }
+
+    /// Forgets everything `worker` holds in every group, at every tier; its engine keeps
+    /// its groups.
+    pub(crate) fn clear(&mut self, worker: WorkerId) {
+        self.clear_device(worker);
+        for g in &mut self.groups {
+            if let Some(state) = g.workers.get_mut(worker.index()) {
+                state.lower.clear();
+                state.lower_names.clear();
             }
         }
     }
@@ -301,7 +428,12 @@ impl Groups {
         self.groups
             .iter()
             .flat_map(|g| &g.workers)
-            .map(|w| w.blocks.allocation_size() + w.present.allocation_size())
+            .map(|w| {
+                w.blocks.allocation_size()
+                    + w.present.allocation_size()
+                    + w.lower.allocation_size()
+                    + w.lower_names.allocation_size()
+            })
             .sum::<usize>()
             + self.named.capacity() * 8
             + self.again.capacity() * 4

@@ -1,7 +1,7 @@
 //! The sync state of one mirror: sequence tracking, and each event routed to the worker and
 //! group it changes.
 
-use super::groups::{Groups, window};
+use super::groups::Groups;
 use super::settings::{EngineSettings, Settings};
 use super::store::{Scratch, Stored, SyncConfig};
 use super::worker::WorkerSync;
@@ -127,8 +127,7 @@ impl SyncState {
         };
         for (group, kind) in settings.effective(1, false).groups {
             if group < self.config.max_groups {
-                let window = window(kind, hasher.block_size());
-                self.groups.join(worker, group, window);
+                self.groups.join(worker, group, kind, hasher.block_size());
             }
         }
     }
@@ -242,7 +241,7 @@ impl SyncState {
             CacheEvent::Cleared => {
                 tree.clear_tier(worker, Tier::Device);
                 self.workers[w].cleared_device();
-                self.groups.clear(worker);
+                self.groups.clear_device(worker);
             }
         }
         Ok(outcome)
@@ -272,11 +271,15 @@ impl SyncState {
         else {
             return;
         };
-        if *group >= self.config.max_groups || (*group > 0 && *tier != Tier::Device) {
+        if *group >= self.config.max_groups {
             outcome.skipped_blocks += blocks.len();
             return;
         }
         self.lower |= *tier != Tier::Device;
+        if *group > 0 && *tier != Tier::Device {
+            self.stored_lower_group(hasher, worker, event, ratio, outcome);
+            return;
+        }
         if tokens.is_empty() {
             self.stored_placeholder(tree, worker, event, outcome);
             return;
@@ -318,19 +321,56 @@ impl SyncState {
             ws.store(hasher, tree, worker, &stored, &mut self.scratch, outcome);
         } else {
             settings.show_group(*group, *kind, outcome);
-            let window = window(settings.group_kind(*group), hasher.block_size());
+            let kind = settings.group_kind(*group);
             let main = self.workers.get(worker.index()).map(|ws| &ws.blocks);
             let path = &mut self.scratch.path;
-            self.groups.store(
-                hasher,
-                (worker, window),
-                *group,
-                &stored,
-                main,
-                path,
-                outcome,
-            );
+            self.groups
+                .store(hasher, (worker, kind), *group, &stored, main, path, outcome);
         }
+        self.scratch.coarse = coarse;
+    }
+
+    /// Applies a lower tier's store of a group beyond the main one (vLLM's CPU copy of a
+    /// sliding-window group's chunk, a placeholder naming its last block): the chunk is
+    /// held below the device in that group.
+    fn stored_lower_group(
+        &mut self,
+        hasher: &PrefixHasher,
+        worker: WorkerId,
+        event: &CacheEvent,
+        ratio: usize,
+        outcome: &mut SyncOutcome,
+    ) {
+        let CacheEvent::Stored {
+            blocks,
+            tokens,
+            group,
+            kind,
+            ..
+        } = event
+        else {
+            return;
+        };
+        let settings = &mut self.settings[worker.index()];
+        settings.show_group(*group, *kind, outcome);
+        let kind = settings.group_kind(*group);
+        let main = &self.workers[worker.index()];
+        // Engine blocks finer than the router's name router blocks by their last.
+        let whole = !tokens.is_empty();
+        let mut coarse = core::mem::take(&mut self.scratch.coarse);
+        let named = if whole {
+            router_blocks(blocks, ratio, &mut coarse, outcome)
+        } else {
+            blocks.as_slice()
+        };
+        self.groups.store_lower(
+            (worker, kind, hasher.block_size()),
+            *group,
+            named,
+            whole,
+            |engine| main.known_router(engine),
+            outcome,
+        );
         self.scratch.coarse = coarse;
     }
 
@@ -433,8 +473,12 @@ impl SyncState {
         group: u32,
         outcome: &mut SyncOutcome,
     ) {
-        if group >= self.config.max_groups || (group > 0 && tier != Tier::Device) {
+        if group >= self.config.max_groups {
             outcome.skipped_blocks += blocks.len();
+            return;
+        }
+        if group > 0 && tier != Tier::Device {
+            self.groups.remove_lower(worker, group, blocks, outcome);
             return;
         }
         if group > 0 {

@@ -17,7 +17,7 @@
 
 use super::SyncOutcome;
 use super::blocks::EngineBlocks;
-use super::gone::Gone;
+use super::gone::{Dropped, Gone};
 use super::store::{Scratch, Stored};
 use super::tips::{Tip, Tips};
 use crate::fold::FoldMap;
@@ -44,11 +44,21 @@ pub(super) struct WorkerSync {
     /// Recorded blocks the device does not hold (only a lower tier does), by engine hash:
     /// every other record's block is on the device.
     lower_only: FoldMap<u64, ()>,
-    /// Records dropped lately, once the worker reported a lower tier (see `gone`).
+    /// Records dropped lately, once the worker reported a lower tier or while it is on
+    /// probation (see `gone` and [`PROBATION`]).
     gone: Gone,
     /// Whether the worker ever reported a lower tier.
     tiered: bool,
+    /// Records dropped before the worker reported a lower tier (counted to [`PROBATION`]).
+    untiered_drops: u32,
 }
+
+/// Records a worker drops before it reports a lower tier are kept among the gone too, up to
+/// this many: its first copies to a lower tier may be reported after the device dropped
+/// their blocks, before the mirror knows the worker has one (vLLM reports a CPU copy 1 to 3
+/// engine steps after it began). A worker that drops as many with no lower tier has none:
+/// those records are forgotten and no more are kept.
+const PROBATION: u32 = 1024;
 
 impl WorkerSync {
     /// Where the tree holds the stored block `engine` for `worker`: from the block's
@@ -119,6 +129,14 @@ impl WorkerSync {
         self.gone.clear();
     }
 
+    /// The router hash of the engine block `engine`, from its record or a record dropped
+    /// lately.
+    pub(super) fn known_router(&self, engine: u64) -> Option<BlockHash> {
+        self.blocks
+            .router(engine)
+            .or_else(|| self.gone.router(engine))
+    }
+
     /// Whether a lower tier holds `router` (a store announced it and was not removed).
     #[inline]
     pub(super) fn lower_holds(&self, router: BlockHash) -> bool {
@@ -137,13 +155,33 @@ impl WorkerSync {
         *self.lower.entry(router).or_insert(0) += 1;
     }
 
-    /// Drops the record of `engine` (router hash `router`), keeping it a while among the
-    /// gone once the worker has a lower tier.
-    fn drop_record(&mut self, engine: u64, router: BlockHash) {
-        self.blocks.remove(engine);
+    /// Whether records the worker drops are kept a while among the gone: once it has a
+    /// lower tier, or on probation; counts a drop while it has none.
+    fn keeps_dropped(&mut self) -> bool {
         if self.tiered {
+            return true;
+        }
+        self.untiered_drops = self.untiered_drops.saturating_add(1);
+        if self.untiered_drops == PROBATION {
+            // No lower tier after as many drops: the records kept go, allocation too.
+            self.gone = Gone::default();
+        }
+        self.untiered_drops < PROBATION
+    }
+
+    /// Drops the record of `engine` (router hash `router`), keeping it a while among the
+    /// gone (see [`Self::keeps_dropped`]).
+    fn drop_record(&mut self, engine: u64, router: BlockHash) {
+        let parent = if self.keeps_dropped() {
+            self.blocks.link(engine)
+        } else {
+            None
+        };
+        self.blocks.remove(engine);
+        if let Some((_, parent)) = parent {
             let bound = self.blocks.len() / 2;
-            self.gone.keep(engine, router, bound);
+            let dropped = Dropped { router, parent };
+            self.gone.keep(engine, dropped, bound);
         }
     }
 
@@ -198,6 +236,9 @@ impl WorkerSync {
         };
         let start = path.len();
         hasher.continue_keyed(root, event.tokens, event.keys, path);
+        if event.parent.is_none() && event.tier != Tier::Device && event.keys.is_empty() {
+            self.salt_from_record(hasher, event, path);
+        }
         let again = &mut scratch.again;
         again.clear();
         self.blocks
@@ -227,6 +268,37 @@ impl WorkerSync {
         if let (Some(&engine), Some(position)) = (event.blocks.last(), tip) {
             self.remember(tree, Tip { engine, position });
         }
+    }
+
+    /// A lower tier's copy of a prompt's first blocks (`path`, hashed from the root in the
+    /// namespace the event names) may lack the prompt's cache salt: vLLM's self-describing
+    /// CPU stores carry no extra keys, only the LoRA name. The device's store of the same
+    /// first block carried them, so its record (or a record dropped lately) names the
+    /// block's namespace; when it differs, `path` is hashed again from that block.
+    /// Invariant: an engine hash names one prompt prefix in one namespace, so a record of
+    /// the first block is never wrong where the event's namespace disagrees.
+    fn salt_from_record(
+        &self,
+        hasher: &PrefixHasher,
+        event: &Stored<'_>,
+        path: &mut Vec<BlockHash>,
+    ) {
+        let Some(&first) = event.blocks.first() else {
+            return;
+        };
+        let Some(recorded) = self
+            .blocks
+            .router(first)
+            .or_else(|| self.gone.router(first))
+        else {
+            return;
+        };
+        if path.first() == Some(&recorded) || event.tokens.len() < hasher.block_size() {
+            return;
+        }
+        path.clear();
+        path.push(recorded);
+        hasher.continue_keyed(recorded, &event.tokens[hasher.block_size()..], &[], path);
     }
 
     /// A lower-tier store of `blocks` (router hashes `routers`), of which those at the
@@ -285,13 +357,17 @@ impl WorkerSync {
             let Some(at) = found else {
                 // Not in the tree: a block recorded for a lower tier, or copied before the
                 // device dropped it and reported after.
-                let recorded = self.blocks.router(engine);
-                match recorded.or_else(|| self.gone.router(engine)) {
-                    Some(router) if tier != Tier::Device => {
+                let recorded = self.blocks.router(engine).map(|r| (r, None));
+                let dropped = || self.gone.get(engine).map(|d| (d.router, d.parent));
+                match recorded.or_else(dropped) {
+                    Some((router, parent)) if tier != Tier::Device => {
                         if recorded.is_none() {
+                            // Recorded again under its old parent link: a record without
+                            // one would stand at the root, and a store below it would
+                            // be placed there.
                             let mut quiet = SyncOutcome::default();
                             self.blocks.insert_run(
-                                None,
+                                parent,
                                 &[engine],
                                 &[router],
                                 &mut quiet,
@@ -372,6 +448,15 @@ impl WorkerSync {
             }
         }
         let Some(router) = self.blocks.router(engine) else {
+            if tier != Tier::Device && self.gone.get(engine).is_some() {
+                // A block the mirror dropped lately, no tier holding it: vLLM's
+                // self-describing removal names every block of a chunk, also of a chunk it
+                // stored as a placeholder (naming its last block only) for want of the
+                // chunk's metadata, so a block before a chunk's last can be removed once
+                // more than stores announced it.
+                outcome.removed_blocks += 1;
+                return;
+            }
             outcome.unknown_removed_blocks += 1;
             return;
         };
@@ -409,6 +494,26 @@ impl WorkerSync {
         self.placed = None;
         self.copies.clear();
         self.lower_only.clear();
+        if self.tiered || self.untiered_drops < PROBATION {
+            // The records dropped are kept a while among the gone, with their links, as a
+            // device removal keeps them: copies issued before the clear are reported after
+            // it (vLLM completes pending CPU stores), and name these blocks.
+            let lower = &self.lower;
+            let mut dropped = Vec::new();
+            self.blocks.retain(|engine, router| {
+                if !lower.contains_key(&router) {
+                    dropped.push(engine);
+                }
+                true
+            });
+            let bound = dropped.len();
+            for engine in dropped {
+                if let Some((router, parent)) = self.blocks.link(engine) {
+                    let dropped = Dropped { router, parent };
+                    self.gone.keep(engine, dropped, bound);
+                }
+            }
+        }
         let (lower, lower_only) = (&self.lower, &mut self.lower_only);
         self.blocks.retain(|engine, router| {
             let kept = lower.contains_key(&router);
@@ -417,5 +522,280 @@ impl WorkerSync {
             }
             kept
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block the device dropped, brought back for a host copy reported late, is recorded
+    /// under its old parent link: linked to nothing it would stand at the root, and a
+    /// device store below it that the tree cannot place by position (a block inside a
+    /// longer run whose kept position went stale) was placed at the root, so the prompt's
+    /// hit stopped before it (found by the conformance grid: placeholder CPU chunks, a
+    /// device pool small enough to evict blocks before their copies are reported).
+    #[test]
+    fn a_record_brought_back_for_a_late_host_copy_keeps_its_parent() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let device = |blocks: &'static [u64], tokens| Stored {
+            parent: None,
+            blocks,
+            tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(
+            &hasher,
+            &mut tree,
+            w,
+            &device(&[1, 2, 3, 4], &tokens),
+            &mut scratch,
+            &mut outcome,
+        );
+        // A host copy of block 1 (the worker now has a lower tier); the device drops
+        // blocks 2-4; the host copy of block 4 is reported after that.
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[1],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        for b in [4, 3, 2] {
+            ws.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Device,
+                &mut scratch.path,
+                &mut outcome,
+            );
+        }
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        assert_eq!(outcome.unknown_blocks, 0);
+        assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
+        let mut path = Vec::new();
+        assert!(
+            !ws.blocks.path_to(4, &mut path),
+            "its parent is not recorded"
+        );
+        // The device computes blocks 1-3 again: block 4's path runs from the root.
+        ws.store(
+            &hasher,
+            &mut tree,
+            w,
+            &device(&[1, 2, 3], &tokens[..48]),
+            &mut scratch,
+            &mut outcome,
+        );
+        assert!(ws.blocks.path_to(4, &mut path));
+        assert_eq!(path, routers);
+    }
+
+    /// A device cleared (a prefix-cache reset that keeps the CPU copies) while host copies
+    /// were in flight: vLLM reports them after the clear, naming blocks whose records the
+    /// clear dropped; they are kept among the gone, so the copies are followed (found by
+    /// the conformance grid: a reset with `reset_connector=False` under placeholder chunks
+    /// of 4 blocks, where the mirror missed the last chunk's copy).
+    #[test]
+    fn copies_reported_after_a_clear_are_followed() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let stored = Stored {
+            parent: None,
+            blocks: &[1, 2, 3, 4],
+            tokens: &tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[1],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        tree.clear_tier(w, Tier::Device);
+        ws.cleared_device();
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        assert_eq!(outcome.unknown_blocks, 0);
+        assert!(ws.lower_holds(routers[3]));
+        assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
+    }
+
+    /// A self-describing engine stores a chunk as a placeholder when it lacks the chunk's
+    /// metadata (vLLM keeps it only while the chunk is held, and takes it again on a CPU
+    /// hit), then removes the chunk with every block's hash: the blocks before the last,
+    /// which the device dropped, are removed as known, not counted as unknown (found by
+    /// the conformance grid: self-describing chunks of 4 blocks).
+    #[test]
+    fn a_chunk_stored_as_a_placeholder_may_be_removed_block_by_block() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let mut stored = Stored {
+            parent: None,
+            blocks: &[1, 2, 3, 4],
+            tokens: &tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        stored.tier = Tier::Host;
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        let mut remove = |ws: &mut WorkerSync, tree: &mut RadixTree, blocks: &[u64], tier| {
+            for &b in blocks {
+                ws.remove(tree, w, b, tier, &mut scratch.path, &mut outcome);
+            }
+        };
+        remove(&mut ws, &mut tree, &[1, 2, 3, 4], Tier::Host);
+        remove(&mut ws, &mut tree, &[4, 3, 2, 1], Tier::Device);
+        let mut placeholder = Scratch::default();
+        let mut stored_again = SyncOutcome::default();
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            4,
+            &mut placeholder,
+            &mut stored_again,
+        );
+        assert_eq!(stored_again.unknown_blocks, 0);
+        assert!(ws.lower_holds(routers[3]));
+        let mut removed = SyncOutcome::default();
+        for b in [1, 2, 3, 4] {
+            ws.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Host,
+                &mut placeholder.path,
+                &mut removed,
+            );
+        }
+        assert_eq!(
+            (removed.unknown_removed_blocks, removed.removed_blocks),
+            (0, 4)
+        );
+        assert!(!ws.lower_holds(routers[3]));
+        assert!(!ws.has_lower());
+    }
+
+    /// The device drops blocks before the worker's first copy to a lower tier is reported
+    /// (the copy began before the drop): the records are kept on probation, so the copy is
+    /// followed; a worker that drops more than [`PROBATION`] records with no lower tier
+    /// keeps none (found by the conformance grid: a worker whose first CPU copies, in
+    /// chunks of 1 and 4 blocks, named blocks its GPU had dropped in the same batch).
+    #[test]
+    fn first_copies_reported_after_the_device_dropped_their_blocks_are_followed() {
+        let hasher = PrefixHasher::new(16).unwrap();
+        let mut tree = RadixTree::new();
+        tree.track_positions();
+        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
+        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
+        let tokens: Vec<u32> = (1..=64).collect();
+        let mut routers = Vec::new();
+        hasher.hash_into(&tokens, &mut routers);
+        let stored = Stored {
+            parent: None,
+            blocks: &[1, 2, 3, 4],
+            tokens: &tokens,
+            tier: Tier::Device,
+            salt: &[],
+            keys: &[],
+            copies: true,
+        };
+        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        for b in [4, 3] {
+            ws.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Device,
+                &mut scratch.path,
+                &mut outcome,
+            );
+        }
+        ws.store_placeholder(
+            &mut tree,
+            w,
+            &[4],
+            Tier::Host,
+            1,
+            &mut scratch,
+            &mut outcome,
+        );
+        assert_eq!(outcome.unknown_blocks, 0);
+        assert!(ws.lower_holds(routers[3]));
+
+        // A worker with no lower tier keeps no dropped record past its probation.
+        let mut plain = WorkerSync::default();
+        let many: Vec<u32> = (1..=16 * (PROBATION + 1)).collect();
+        let engine: Vec<u64> = (1..=u64::from(PROBATION) + 1).collect();
+        let stored = Stored {
+            blocks: &engine,
+            tokens: &many,
+            ..stored
+        };
+        plain.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
+        for &b in engine.iter().rev() {
+            plain.remove(
+                &mut tree,
+                w,
+                b,
+                Tier::Device,
+                &mut scratch.path,
+                &mut outcome,
+            );
+        }
+        assert_eq!(plain.gone.router(engine[0]), None);
+        assert_eq!(plain.gone.allocation_size(), 0);
     }
 }

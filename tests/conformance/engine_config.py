@@ -30,10 +30,12 @@ STATE_CONTENT_BYTES = 2 * HEAD_SIZE * 2
 
 @dataclass(frozen=True)
 class EngineShape:
-    """What a scenario fixes about every engine it runs."""
+    """How one engine is configured (a scenario gives each engine its own)."""
 
     num_gpu_blocks: int
-    sliding_window: int | None = None  # None: one full-attention group
+    # Sliding windows in tokens, one attention layer each beside the full-attention
+    # layer; () is a model of full attention only.
+    sliding_windows: tuple = ()
     max_num_batched_tokens: int = 256
     max_num_seqs: int = 8
     offload_blocks_per_chunk: int | None = None  # None: no offloading connector
@@ -42,6 +44,29 @@ class EngineShape:
     # Engine steps from the step that issues a CPU store to the step whose
     # connector output reports it (inclusive range, drawn per store).
     offload_store_delay: tuple = (1, 3)
+    # Which requests set kv_cache_report_mode="full": "namespace" (those of namespaces
+    # flagged report_full), "all" or "none".
+    report_mode: str = "namespace"
+
+    def describe(self):
+        """A short label: ``fa``, ``sw128``, ``sw128+512``, then ``/cpu4sd`` (chunk
+        blocks, ``sd`` when self-describing, ``ph`` for placeholders), ``/g96`` (GPU
+        blocks), and ``/full`` or ``/nofull`` when the report mode is not "namespace"."""
+        model = "sw" + "+".join(map(str, self.sliding_windows)) if self.sliding_windows else "fa"
+        parts = [model, f"g{self.num_gpu_blocks}"]
+        if self.offload_blocks_per_chunk is not None:
+            kind = "sd" if self.offload_self_describing else "ph"
+            parts.append(f"cpu{self.offload_blocks_per_chunk}{kind}x{self.offload_cpu_blocks}")
+        if self.report_mode != "namespace":
+            parts.append({"all": "full", "none": "nofull"}[self.report_mode])
+        return "/".join(parts)
+
+    def reports_full(self, namespace):
+        """Whether a request of ``namespace`` on this engine sets
+        kv_cache_report_mode="full"."""
+        if self.report_mode == "namespace":
+            return namespace.report_full
+        return self.report_mode == "all"
 
 
 def _layer_specs(V, shape):
@@ -51,10 +76,12 @@ def _layer_specs(V, shape):
         "model.layers.0.self_attn": V.FullAttentionSpec(**kwargs),
         "model.layers.1.self_attn": V.FullAttentionSpec(**kwargs),
     }
-    if shape.sliding_window is not None:
-        # A hybrid model: half its layers attend within a sliding window.
-        specs["model.layers.1.self_attn"] = V.SlidingWindowSpec(
-            sliding_window=shape.sliding_window, **kwargs)
+    if shape.sliding_windows:
+        # A hybrid model: one full-attention layer, then one layer per sliding window.
+        del specs["model.layers.1.self_attn"]
+        for i, window in enumerate(shape.sliding_windows):
+            specs[f"model.layers.{i + 1}.self_attn"] = V.SlidingWindowSpec(
+                sliding_window=window, **kwargs)
     return specs
 
 

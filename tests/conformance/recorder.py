@@ -140,6 +140,11 @@ class Recorder:
         self._line({"kind": "probe", **obj})
         self.probes += 1
 
+    def reset(self, obj):
+        """A prefix-cache reset, written after every batch published before it."""
+        assert self.written == len(self.published), "sync() before writing a reset"
+        self._line({"kind": "reset", **obj})
+
     def end(self):
         self.sync()
         self._line({"kind": "end", "batches": self.batches, "probes": self.probes})

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
 # Runs the conformance harness against vLLM VLLM_VERSION (default 0.33.0): setup.sh,
-# then every scenario, one JSONL file each in
-# ${CARGO_TARGET_DIR:-<repo>/target}/conformance/vllm-$VERSION/out/. Prints that
-# directory. The files are made again only when tests/conformance/*.py, the
-# requirements or the version changed since the last complete run (a stamp in the
-# directory records which), so a repeated run returns at once.
+# then every run of the grid CONFORMANCE_GRID ("sample", the default and what the
+# test runs, or "full"; scenarios.py defines both), one JSONL file each, in
+# ${CARGO_TARGET_DIR:-<repo>/target}/conformance/vllm-$VERSION/out/ (the sample) or
+# out-full/ (the full grid); CONFORMANCE_MEMBERS=N runs N members of every family
+# instead, into out-N/. Runs are spread over CONFORMANCE_JOBS processes (default:
+# the CPUs available). Prints the output directory. The files are made again only
+# when tests/conformance/*.py, the requirements, the version or the grid changed
+# since the last complete run (a stamp in the directory records which), so a
+# repeated run returns at once.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/tests/conformance"
 version="${VLLM_VERSION:-0.33.0}"
+grid="${CONFORMANCE_GRID:-sample}"
+members="${CONFORMANCE_MEMBERS:-}"
 target="${CARGO_TARGET_DIR:-$root/target}"
-out="$target/conformance/vllm-$version/out"
+case "$grid" in
+    sample) out="$target/conformance/vllm-$version/out" ;;
+    full) out="$target/conformance/vllm-$version/out-full" ;;
+    *) echo "run.sh: CONFORMANCE_GRID is sample or full, not $grid" >&2; exit 1 ;;
+esac
+args=(--grid "$grid")
+if [ -n "$members" ]; then
+    out="$target/conformance/vllm-$version/out-$members"
+    args=(--members "$members")
+fi
 
 setup="$(VLLM_VERSION="$version" bash "$here/setup.sh")"
 python="$(printf '%s\n' "$setup" | sed -n 1p)"
 site="$(printf '%s\n' "$setup" | sed -n 2p)"
 
-stamp="$( (echo "vllm $version"; cat "$here"/*.py "$here/requirements.txt") | sha256sum | cut -d' ' -f1)"
+stamp="$( (echo "vllm $version grid $grid members $members"; cat "$here"/*.py "$here/requirements.txt") | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$out"
     exit 0
@@ -26,7 +41,8 @@ rm -rf "$out.partial"
 # PYTHONHASHSEED fixes Python's set order (vllm_import.py explains why vLLM
 # never sees it); bytecode goes under target/, not into the source tree.
 PYTHONHASHSEED=0 PYTHONPYCACHEPREFIX="$target/conformance/pycache" \
-    "$python" "$here" --site "$site" --out "$out.partial" >&2
+    "$python" "$here" --site "$site" --out "$out.partial" "${args[@]}" \
+    --jobs "${CONFORMANCE_JOBS:-0}" >&2
 rm -rf "$out"
 mv "$out.partial" "$out"
 echo "$stamp" > "$out/.stamp"

@@ -152,6 +152,8 @@ def summarize(path, stream=sys.stdout):
                 header = obj
             elif kind == "end":
                 end = obj
+            elif kind == "reset":
+                pass
             elif kind == "probe":
                 probes.append(obj)
             elif kind == "batch":
@@ -193,7 +195,8 @@ def summarize(path, stream=sys.stdout):
         group, medium = where
         return f"g{group}/{medium}"
 
-    out = [f"== {header['scenario']} (groups {header['groups']}, offload {header['offload']})",
+    labels = " | ".join(f"{e['endpoint']}/{e['rank']}: {e['label']}" for e in header["engines"])
+    out = [f"== {header['scenario']} ({labels})",
            f"  batches {batches} (per endpoint/data_parallel_rank: "
            f"{', '.join(f'{e}/{r}: {n}' for (e, r), n in sorted(batches_by_engine.items()))}), "
            f"AllBlocksCleared {cleared}"]
@@ -211,8 +214,9 @@ def summarize(path, stream=sys.stdout):
         external = [p["external_hit_tokens"] for p in probes]
         nonzero = sum(1 for h in hits if h)
         pending = ""
-        if header["offload"] is not None:
-            pending = f" ({sum(1 for p in probes if p['external_pending'])} external_pending)"
+        if any(e["offload"] is not None for e in header["engines"]):
+            pending = (f" ({sum(1 for p in probes if p.get('external_pending'))} "
+                       f"external_pending)")
         out.append(
             f"  probes {len(probes)}{pending}: mean hit {sum(hits) / len(hits):.1f} tokens, "
             f"mean external {sum(external) / len(external):.1f}, {nonzero} with a hit, "

@@ -151,6 +151,10 @@ class _StubModule(types.ModuleType):
         return _stub_attribute(self, self.__name__, self.__name__, name)
 
 
+def _not_initialized():
+    return False
+
+
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
         if fullname.split(".")[0] in STUBBED:
@@ -162,6 +166,11 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         if spec.name == "torch":
             module.__version__ = STUB_TORCH_VERSION
+        if spec.name == "torch.distributed":
+            # vLLM's logger asks before a warning_once whether this process leads its
+            # torch.distributed group; the harness is one engine core without a
+            # process group, so the true answer is given (and not counted as use).
+            module.is_initialized = _not_initialized
         return module
 
     def exec_module(self, module):
