@@ -211,7 +211,9 @@ impl CacheIndex {
     /// request ran there now, as vLLM computes its prefix-cache hit: [`Self::cached_tokens`]
     /// with the prompt's last token always computed (vLLM needs it for the first output
     /// token), so a prompt of whole blocks cached to its end reuses one block less, and a
-    /// hybrid model's sliding windows must end where that shorter hit ends.
+    /// hybrid model's sliding windows must end where that shorter hit ends. Loaded back
+    /// from a lower tier, such a prompt is reused to its end, less its last token on a
+    /// hybrid model.
     ///
     /// ```
     /// use prefix_router::{CacheEvent, CacheIndex, CacheSync, IndexConfig, WorkerId};
@@ -234,7 +236,16 @@ impl CacheIndex {
         let mut blocks = Blocks::new();
         self.hasher.hash_salted_small(salt, tokens, &mut blocks);
         let max_device = tokens.len().saturating_sub(1) / self.hasher.block_size();
-        self.held(worker, &blocks, max_device).blocks as usize * self.hasher.block_size()
+        let mirror = self.lock();
+        let held = Self::held_in(&mirror, worker, &blocks, max_device);
+        let hit = held.blocks as usize * self.hasher.block_size();
+        // A hybrid model's engine loads its lower tiers' chunks to the end of a prompt of
+        // whole chunks but leaves the last token to compute.
+        if hit > 0 && hit == tokens.len() && mirror.sync.loads_lower_short(worker) {
+            hit - 1
+        } else {
+            hit
+        }
     }
 
     /// How many leading tokens of the request's prompt `worker` is believed to hold at each
@@ -254,8 +265,12 @@ impl CacheIndex {
     /// What `worker` holds of `blocks` and the engine would reuse (see
     /// `SyncState::reusable`), with at most `max_device` blocks from the device tier.
     fn held(&self, worker: WorkerId, blocks: &[BlockHash], max_device: usize) -> Held {
+        Self::held_in(&self.lock(), worker, blocks, max_device)
+    }
+
+    /// [`Self::held`] under a lock the caller holds.
+    fn held_in(mirror: &Mirror, worker: WorkerId, blocks: &[BlockHash], max_device: usize) -> Held {
         let mut found = Held::default();
-        let mirror = self.lock();
         mirror.tree.for_each_held(blocks, |w, held| {
             if w == worker {
                 found = held;

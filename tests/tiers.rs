@@ -917,13 +917,12 @@ fn a_hybrid_models_cpu_chunks_load_as_far_as_its_window_group_holds_them() {
 }
 
 /// With a sliding-window group offloaded, vLLM leaves the prompt's last token to compute:
-/// a 384-token prompt of whole chunks loads 383 tokens, which the mirror, counting whole
-/// blocks, answers as the prompt's end; the next block boundary below would be 368. A
-/// plain worker loads the whole prompt.
+/// a 384-token prompt of whole chunks loads 383 tokens, and so does the mirror. A plain
+/// worker loads the whole prompt.
 #[test]
-fn a_hybrid_models_cpu_load_to_a_prompts_end_is_counted_in_whole_blocks() {
+fn a_hybrid_models_cpu_load_to_a_prompts_end_leaves_its_last_token() {
     let all = [0, 1, 2, 3, 4, 5];
-    assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 384), (384, 384));
+    assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 384), (383, 384));
     // The prompt ends inside a block: whole chunks only, to 320 for both.
     assert_eq!(hybrid_offload_hit(128, 0, &all, &all, 383), (320, 320));
 }
@@ -1009,8 +1008,7 @@ proptest! {
     /// Against vLLM's lookup transcribed: every prompt length (whole blocks or not), chunk
     /// of 1, 2 or 4 blocks, device hit (inside a chunk or at its end), set of group-0 CPU
     /// chunks and, for a hybrid model, window and set of window-group CPU chunks, the
-    /// mirror's reusable tokens are vLLM's device hit plus what it loads; a hybrid load
-    /// ending one token before a prompt of whole chunks is answered to its end.
+    /// mirror's reusable tokens are vLLM's device hit plus what it loads.
     #[test]
     fn cpu_loads_follow_vllms_lookup(
         blocks in 1usize..=20,
@@ -1067,11 +1065,6 @@ proptest! {
         let window = window.map(|w| (w, sw.as_slice()));
         let loaded = vllm_lookup(prompt, device * 16, chunk_blocks * 16, keys, &fa, window);
         let vllm = device * 16 + loaded;
-        let expected = if window.is_some() && partial == 0 && vllm + 1 == prompt {
-            prompt
-        } else {
-            vllm
-        };
-        prop_assert_eq!(index.reusable_tokens(W0, &[], &t[..prompt]), expected);
+        prop_assert_eq!(index.reusable_tokens(W0, &[], &t[..prompt]), vllm);
     }
 }

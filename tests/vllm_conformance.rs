@@ -208,9 +208,6 @@ struct Replay {
     learned_misses: Vec<String>,
     /// Settings the learning index ended with that differ from the engine's.
     learned_settings: Vec<String>,
-    /// Probes vLLM's hit ends one token before the prompt's end and the mirror at it (see
-    /// [`ends_one_short`]).
-    one_short: Vec<u64>,
 }
 
 /// The last batches applied to each worker, decoded, for a disagreement's account.
@@ -459,10 +456,6 @@ fn probe(header: &Header, mirrors: &Mirrors, trail: &Trail, line: &Value, replay
         return;
     }
     let engine = header.engine(endpoint, rank);
-    if ends_one_short(engine, header.block_size, tokens.len(), vllm_hit, mirror) {
-        replay.one_short.push(id);
-        return;
-    }
     let text = format!(
         "{scenario} (seed {seed}) probe {id} ({kind}, {len} tokens, lora {lora:?}, salt \
          {cache_salt:?}) on engine {endpoint}/{rank} [{label}; settings {settings:?}]: vLLM \
@@ -482,29 +475,6 @@ fn probe(header: &Header, mirrors: &Mirrors, trail: &Trail, line: &Value, replay
         batches = trail.last(target),
     );
     replay.misses.push(Miss { text });
-}
-
-/// What the mirror cannot answer: a hybrid model's engine that offloads to CPU (its
-/// sliding-window groups too) leaves the prompt's last token to compute, so a hit loaded
-/// back to the end of a prompt of whole chunks ends one token before it, inside the last
-/// block; the mirror counts whole blocks (`CacheIndex::reusable_tokens` answers in blocks)
-/// and answers the prompt's end. The probe is named, and must be exactly that.
-fn ends_one_short(
-    engine: &Engine,
-    block_size: usize,
-    prompt: usize,
-    vllm_hit: u64,
-    mirror: usize,
-) -> bool {
-    let windows = engine
-        .groups
-        .iter()
-        .any(|(_, kind)| matches!(kind, GroupKind::SlidingWindow { .. }));
-    windows
-        && engine.offload.is_some()
-        && prompt % block_size == 0
-        && vllm_hit + 1 == prompt as u64
-        && mirror == prompt
 }
 
 /// Replays every file, spread over the machine's threads.
@@ -546,7 +516,7 @@ fn the_mirror_predicts_vllms_own_hit_for_every_probe() {
          probes during a CPU store in flight (vLLM defers them; checked against the chunks \
          stored so far), resets"
     );
-    let mut families: BTreeMap<&str, (usize, usize, usize, usize)> = BTreeMap::new();
+    let mut families: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
     for (h, r) in &results {
         let labels: Vec<String> = h
             .engines
@@ -557,7 +527,7 @@ fn the_mirror_predicts_vllms_own_hit_for_every_probe() {
             "{} [{}]: {}/{} exact, {} batches, {:.1} / {:.1}, {} in flight, {} resets",
             h.scenario,
             labels.join(" | "),
-            r.probes - r.misses.len() - r.one_short.len(),
+            r.probes - r.misses.len(),
             r.probes,
             r.batches,
             r.hit_tokens as f64 / r.probes.max(1) as f64,
@@ -568,15 +538,6 @@ fn the_mirror_predicts_vllms_own_hit_for_every_probe() {
         for m in r.misses.iter().take(3) {
             eprintln!("  {}", m.text);
         }
-        if !r.one_short.is_empty() {
-            eprintln!(
-                "  {} probes end one token before the prompt's end (a hybrid model's CPU load \
-                 to the end of a prompt of whole chunks), which the mirror counts in whole \
-                 blocks: ids {:?}",
-                r.one_short.len(),
-                &r.one_short[..r.one_short.len().min(8)]
-            );
-        }
         for m in r.learned_misses.iter().take(3) {
             eprintln!("  learned settings answer otherwise: {m}");
         }
@@ -586,15 +547,11 @@ fn the_mirror_predicts_vllms_own_hit_for_every_probe() {
         let f = families.entry(h.family.as_str()).or_default();
         f.0 += 1;
         f.1 += r.probes;
-        f.2 += r.probes - r.misses.len() - r.one_short.len();
-        f.3 += r.one_short.len();
+        f.2 += r.probes - r.misses.len();
     }
-    eprintln!(
-        "family: runs, probes exact, probes ending one token before the prompt's end \
-         (not answerable in whole blocks)"
-    );
-    for (name, (runs, probes, exact, short)) in &families {
-        eprintln!("{name}: {runs} runs, {exact}/{probes} exact, {short} one short");
+    eprintln!("family: runs, probes exact");
+    for (name, (runs, probes, exact)) in &families {
+        eprintln!("{name}: {runs} runs, {exact}/{probes} exact");
     }
     assert_eq!(
         families.keys().copied().collect::<Vec<_>>(),

@@ -50,11 +50,20 @@ impl Window {
 }
 
 impl SyncState {
+    /// Whether a load from `worker`'s lower tiers to the end of a prompt of whole chunks
+    /// stops one token short of it, the last token left to compute: so vLLM's connector
+    /// does for a hybrid model (one with sliding-window groups).
+    pub(crate) fn loads_lower_short(&self, worker: WorkerId) -> bool {
+        self.worker_sync(worker).is_some_and(|ws| ws.has_lower())
+            && !self.groups().windows(worker).is_empty()
+    }
+
     /// What `worker` would reuse of the prompt `blocks`, given what the tree says it holds
     /// of them (`held`, its device blocks a prefix), with at most `max_device` blocks from
     /// the device tier. `max_device` one short of `blocks` says the prompt ends on a block
     /// boundary (as `CacheIndex::reusable_tokens` calls it); a hit vLLM ends one token
-    /// before such a prompt's end is counted to its end, in whole blocks.
+    /// before such a prompt's end is counted to its end, in whole blocks (see
+    /// [`Self::loads_lower_short`]).
     pub(crate) fn reusable(
         &self,
         worker: WorkerId,
