@@ -26,6 +26,8 @@ pub struct Candidate {
     pub(crate) in_flight: u64,
     pub(crate) routed: u64,
     pub(crate) assigned_prefill: u64,
+    /// The worker's load key (see [`Candidate::load_ns`]).
+    pub(crate) load_ns: u64,
     pub(crate) estimate: Estimate,
     pub(crate) matched_blocks: u32,
     pub(crate) cached_tokens: u32,
@@ -34,6 +36,23 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// A worker with the load figures `estimate` that has been routed nothing and holds
+    /// nothing; its id is the highest.
+    pub(crate) fn idle(estimate: Estimate) -> Candidate {
+        Candidate {
+            worker: WorkerId::new(u32::MAX),
+            epoch: 0,
+            in_flight: 0,
+            routed: 0,
+            assigned_prefill: 0,
+            load_ns: 0,
+            estimate,
+            matched_blocks: 0,
+            cached_tokens: 0,
+            cached_by_tier: [0; 4],
+        }
+    }
+
     /// Counts the whole prompt of `tokens` cached: a decode worker receiving it from a
     /// prefill worker prefills none of it.
     pub(crate) fn assume_cached(&mut self, tokens: usize) {
@@ -150,6 +169,40 @@ impl Candidate {
     ) -> f64 {
         self.predicted_times(config, prompt, miss, output, miss_weight)
             .0
+    }
+
+    /// The worker's load, in whole nanoseconds: the load model's time to a first token of a
+    /// request with nothing of its own (the prefill queued there, a step among its decodes,
+    /// the wait for a running slot or KV once either is full; an hour more when its report
+    /// counts as saturation). Of workers holding a prompt alike, the least loaded is the one
+    /// of lowest load (see [`CandidateSet::LeastLoadedPerMatch`](crate::CandidateSet)).
+    #[inline]
+    #[must_use]
+    pub fn load_ns(&self) -> u64 {
+        self.load_ns
+    }
+
+    /// The load model's predicted time to first token and decode time, in seconds, beyond
+    /// [`load_ns`](Self::load_ns), for a request of `prompt` tokens, `miss` of them uncached
+    /// here, each weighing `miss_weight`, generating `output` tokens: its own prefill, the
+    /// steps it adds, the longer wait for a slot or KV it makes, and its decode.
+    /// [`predicted_ttft_s`](Self::predicted_ttft_s) plus
+    /// [`predicted_decode_s`](Self::predicted_decode_s) is the load and this.
+    ///
+    /// It is least on an idle worker with the fleet's least step terms, which a policy
+    /// relies on when its [`Policy::cost_above_load_ns`](crate::Policy::cost_above_load_ns)
+    /// is built on it.
+    #[must_use]
+    pub fn predicted_beyond_load_s(
+        &self,
+        config: &LoadConfig,
+        prompt: usize,
+        miss: usize,
+        output: u32,
+        miss_weight: f64,
+    ) -> f64 {
+        let request = (prompt as u64, miss as u64, output);
+        self.estimate.beyond_load_s(config, request, miss_weight)
     }
 
     /// [`predicted_ttft_s`](Self::predicted_ttft_s) and

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::candidate::Candidate;
 use super::registry::Registered;
-use super::timing::Terms;
+use super::timing::{Terms, attended};
 use super::tracker::Fleet;
 use crate::request::{RouteDecision, RouteRequest};
 
@@ -57,6 +57,7 @@ impl Fleet {
         let mut after = candidate.estimate;
         after.requests += 1;
         after.prefill_tokens += prefill;
+        after.prefill_pairs += attended(prompt_tokens as u64, prefill);
         after.context_tokens += prompt_tokens as u64 + u64::from(output);
         after.kv_tokens += prefill + u64::from(output);
         key.set_load_s(after.load_s(&self.config));

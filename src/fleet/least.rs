@@ -55,6 +55,52 @@ impl Slots {
     }
 }
 
+/// A worker's place in the order a least-cost policy breaks equal costs by, after its cost:
+/// prefill handed out, requests routed, the per-request rotation.
+pub(crate) type Tie = (u64, u64, u64);
+
+/// A class [`Slots::each_below`] reads the rest of: its index (the number of classes for
+/// the workers of no class) and what an idle worker with the fleet's least step terms
+/// costs beyond its load, holding what the class holds.
+pub(crate) type Widened = (usize, u64);
+
+impl Slots {
+    /// Calls `each` on every available worker of a `widened` class (`class_of` and
+    /// `classes` as [`least_of_each`](Self::least_of_each) reads them) whose load plus its
+    /// class's floor, then its [`Tie`], comes before `best`: those that could cost less
+    /// than, or as much as and win the tie against, the best found.
+    pub(crate) fn each_below(
+        &self,
+        (class_of, classes): (&[u16], usize),
+        widened: &[Widened],
+        (best, salt): ((u64, Tie), u64),
+        mut each: impl FnMut(usize, Registered<'_>),
+    ) {
+        for (i, key) in self.keys.iter().enumerate() {
+            let class = class_of
+                .get(i)
+                .map_or(classes, |&c| usize::from(c).min(classes));
+            let Some(&(_, floor)) = widened.iter().find(|w| w.0 == class) else {
+                continue;
+            };
+            let bound = key.load_ns.load(Relaxed).saturating_add(floor);
+            if bound > best.0 {
+                continue;
+            }
+            let tie = (
+                key.assigned_prefill.load(Relaxed),
+                key.routed.load(Relaxed),
+                spread(salt, i),
+            );
+            if (bound, tie) < best {
+                if let Some(r) = self.available(i) {
+                    each(i, r);
+                }
+            }
+        }
+    }
+}
+
 /// The least loaded slot offered so far, by (prefill tokens, prefill handed out, routed),
 /// then the per-request rotation: [`pick_min`]'s order among workers a policy scores alike.
 /// `slot` is `usize::MAX` until a slot is offered (whose key is then below the initial one).
@@ -124,7 +170,7 @@ impl Least {
 /// differently (a bijection), and it costs two instructions a worker in the
 /// least-loaded pass, where idle workers all tie.
 #[inline]
-fn spread(salt: u64, i: usize) -> u64 {
+pub(crate) fn spread(salt: u64, i: usize) -> u64 {
     ((i as u64) ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
@@ -170,6 +216,7 @@ mod tests {
             in_flight,
             routed,
             assigned_prefill: 0,
+            load_ns: 0,
             estimate: Estimate {
                 requests: in_flight,
                 ..Default::default()

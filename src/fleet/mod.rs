@@ -13,6 +13,7 @@
 //!   the reload time of a hit below the device tier ([`ReloadConfig`], `reload.rs`).
 //! - The registry of workers and their load keys (`registry.rs`), the router's clock
 //!   (`clock.rs`), the least-loaded pass and the tie-break every policy shares (`least.rs`),
+//!   the bound under every worker's step terms (`floor.rs`),
 //!   the [`Fleet`](tracker::Fleet) that composes them (`tracker.rs`) and what a route
 //!   charges and a completion releases (`charge.rs`).
 //! - What a policy is offered of a worker ([`Candidate`], `candidate.rs`) and what a host
@@ -26,6 +27,7 @@ mod charge;
 mod clock;
 mod config;
 mod estimate;
+mod floor;
 mod learn;
 mod least;
 mod predict;
@@ -46,7 +48,8 @@ pub use self::signals::{FleetRates, FleetSignals, WorkerLoad, WorkerSignals};
 pub use self::step::StepModel;
 
 pub(crate) use self::candidate::Candidates;
-pub(crate) use self::least::{NO_CLASS, pick_min};
+pub(crate) use self::estimate::Estimate;
+pub(crate) use self::least::{NO_CLASS, Tie, Widened, pick_min, spread};
 pub(crate) use self::predict::{TtftParts, meets_target};
 pub(crate) use self::timing::attended;
 pub(crate) use self::tracker::Fleet;

@@ -197,10 +197,8 @@ impl Estimate {
 
     /// The worker's load in seconds, for ordering workers that hold alike: its time to a
     /// first token with nothing of a request's own (queued prefill and one step among its
-    /// decodes; saturation; the wait for a slot or KV once either is full). Workers holding
-    /// alike order by it as by a request's time to first token, up to the request's own
-    /// tokens against their waiting requests and speeds; the decode term is left to the
-    /// policy's scoring of the shortlist.
+    /// decodes; saturation; the wait for a slot or KV once either is full). A request's
+    /// predicted time is this plus [`beyond_load_s`](Self::beyond_load_s).
     #[inline]
     pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
         let t = &self.timing;
@@ -210,11 +208,50 @@ impl Estimate {
         if self.saturated {
             load += 3_600.0;
         }
-        let output = config.default_output_tokens;
-        if self.must_wait(config, 0, output) {
-            load += self.admission_wait(config, 0, output).seconds(t);
+        if self.must_wait(config, 0, 0) {
+            load += self.admission_wait(config, 0, 0).seconds(t);
         }
         load
+    }
+
+    /// A request's time to first token and decode time on this worker beyond
+    /// [`load_s`](Self::load_s) (`request` is its prompt tokens, `miss` of them uncached,
+    /// and its output tokens; each uncached token weighing as in [`times`](Self::times)):
+    /// its own prefill, the steps it adds, the longer wait for a slot or KV it makes, and its
+    /// decode.
+    ///
+    /// Every part is at least 0 and grows with each figure of the estimate (requests,
+    /// decodes, queued prefill, context, KV, each step term) and with the request's
+    /// figures, and the float operations are the same whatever the figures: computed on an
+    /// idle worker with the fleet's least terms it is at most what it is on any worker of
+    /// the fleet, which is what makes the shortlist exact (`router/shortlist.rs`).
+    #[inline]
+    pub(crate) fn beyond_load_s(
+        &self,
+        config: &LoadConfig,
+        (prompt, miss, output): (u64, u64, u32),
+        miss_weight: f64,
+    ) -> f64 {
+        let t = &self.timing;
+        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
+        let own = t.prefill_s(miss_weight * miss as f64, attended(prompt, miss) as f64);
+        let (decodes, context) = (self.decoding as f64, self.decode_context());
+        let overhead = t.step_s(0.0, decodes, context);
+        let more_steps = (self.prefill_steps(config, miss) - 1) as f64 * overhead;
+        let longer_wait = if self.must_wait(config, miss, output) {
+            let wait = self.admission_wait(config, miss, output).seconds(t);
+            let before = if self.must_wait(config, 0, 0) {
+                self.admission_wait(config, 0, 0).seconds(t)
+            } else {
+                0.0
+            };
+            (wait - before).max(0.0)
+        } else {
+            0.0
+        };
+        let per_step = (decodes + 1.0) * t.step_s_per_decode
+            + (context + prompt as f64) * t.step_s_per_context_token;
+        own + more_steps + longer_wait + f64::from(output) * per_step
     }
 }
 
@@ -373,6 +410,55 @@ mod tests {
             let tpot_terms = e.timing.of(&e.tpot_terms(request));
             prop_assert!((tpot - tpot_terms).abs() <= 1e-9 * tpot.max(1.0));
             prop_assert!((whole - parts).abs() <= 1e-9 * whole.max(1.0), "{whole} against {parts}");
+            // The load and what the request costs beyond it are the time to first token and
+            // the decode time.
+            let (ttft, decode) = e.times(&config, request, 10.0);
+            let split = e.load_s(&config) + e.beyond_load_s(&config, request, 10.0);
+            let sum = ttft + decode;
+            prop_assert!((split - sum).abs() <= 1e-9 * sum.max(1.0), "{split} against {sum}");
+        }
+
+        /// What a request costs beyond a worker's load is least on an idle worker whose
+        /// step terms are at most the worker's: exactly, in floats.
+        #[test]
+        fn an_idle_worker_with_lesser_terms_costs_least_beyond_its_load(
+            requests in 0u64..400,
+            decoding_share in 0.0f64..=1.0,
+            prefill in 0u64..2_000_000,
+            context in 0u64..4_000_000,
+            kv in 0u64..2_000_000,
+            capacity in prop_oneof![Just(0u64), 100_000u64..4_000_000],
+            speed in 0.25f64..4.0,
+            lesser in proptest::array::uniform5(0.0f64..=1.0),
+            max_num_seqs in 1usize..512,
+            (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 0u32..4_000),
+            miss_weight in 1.0f64..20.0,
+        ) {
+            let timing = Timing::configured(&LoadConfig::default(), speed);
+            let e = Estimate {
+                requests,
+                decoding: (requests as f64 * decoding_share) as u64,
+                prefill_tokens: prefill,
+                prefill_pairs: prefill * 3_000,
+                context_tokens: context,
+                kv_tokens: kv,
+                kv_usage: 0.0,
+                kv_capacity_tokens: capacity,
+                timing,
+                speed: speed as f32,
+                saturated: false,
+            };
+            let terms = timing.to_array();
+            let floor = Estimate {
+                timing: Timing::from_array(core::array::from_fn(|i| terms[i] * lesser[i])),
+                ..Estimate::default()
+            };
+            let mut config = LoadConfig::default();
+            config.step.max_num_seqs = max_num_seqs;
+            let request = (prompt, miss.min(prompt), output);
+            let least = floor.beyond_load_s(&config, request, miss_weight);
+            let beyond = e.beyond_load_s(&config, request, miss_weight);
+            prop_assert!(least <= beyond, "{least} above {beyond}");
         }
     }
 }

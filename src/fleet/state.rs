@@ -210,6 +210,13 @@ impl LoadState {
         )
     }
 
+    /// The prefill speed of [`timing`](Self::timing) relative to the configured rate, as
+    /// an [`Estimate`] reads it.
+    #[inline]
+    pub(crate) fn speed(&self) -> f32 {
+        f64::from_bits(self.speed_bits.load(Relaxed)) as f32
+    }
+
     fn learner(&self) -> MutexGuard<'_, WorkerLearner> {
         // Nothing panics while holding the lock; a poisoned lock still holds a valid state.
         self.learner.lock().unwrap_or_else(PoisonError::into_inner)
@@ -281,7 +288,7 @@ impl LoadState {
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
             timing,
-            speed: f64::from_bits(self.speed_bits.load(Relaxed)) as f32,
+            speed: self.speed(),
             saturated: false,
         };
         let r = &self.report;

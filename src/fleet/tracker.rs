@@ -11,7 +11,9 @@ use super::candidate::{Candidate, Candidates};
 use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
+use super::floor::Floor;
 use super::learn::{CONFIGURED, fleet_ratios};
+use super::least::{Tie, Widened};
 use super::registry::{Registered, Registry, check_id};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
@@ -34,6 +36,8 @@ pub(crate) struct Fleet {
     published: Mutex<[f64; TERMS]>,
     /// Requests refused by admission.
     shed: ShedCounts,
+    /// The least step terms and greatest speed of any worker.
+    floor: Floor,
 }
 
 impl Fleet {
@@ -53,6 +57,7 @@ impl Fleet {
             timings: AtomicU64::new(0),
             published: Mutex::new(CONFIGURED),
             shed: ShedCounts::default(),
+            floor: Floor::default(),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -64,8 +69,7 @@ impl Fleet {
         self.registry.add(worker)?;
         let ratios = *lock(&self.published);
         self.registry.with_slot(worker, |r| {
-            r.slot.load.update_timing(&self.config, ratios);
-            self.refresh(r);
+            self.retime(r, ratios);
         })
     }
 
@@ -151,8 +155,7 @@ impl Fleet {
         let ratios = *lock(&self.published);
         self.registry.with_slot(worker, |r| {
             r.slot.load.set_profile(&profile);
-            r.slot.load.update_timing(&self.config, ratios);
-            self.refresh(r);
+            self.retime(r, ratios);
         })
     }
 
@@ -220,31 +223,53 @@ impl Fleet {
     }
 
     /// Fills `out`, in id order, with the least loaded available worker of each class (see
-    /// [`Slots::least_of_each`](super::registry::Slots)).
+    /// [`Slots::least_of_each`](super::registry::Slots)); returns the number of slots in the
+    /// registry (at least the registered workers).
     pub(crate) fn least_of_each(
         &self,
         class_of: &[u16],
         classes: usize,
         salt: u64,
         out: &mut Candidates,
-    ) {
+    ) -> usize {
         out.clear();
         let slots = self.registry.read();
         slots.least_of_each(class_of, classes, salt, |i, r| {
             out.push(self.snapshot(i, r));
+        });
+        slots.len()
+    }
+
+    /// Adds to `out` every available worker of a `widened` class that could come before
+    /// `best` (see [`Slots::each_below`](super::registry::Slots)) and is not in `out`.
+    pub(crate) fn widen(
+        &self,
+        classes: (&[u16], usize),
+        widened: &[Widened],
+        best: ((u64, Tie), u64),
+        out: &mut Candidates,
+    ) {
+        let slots = self.registry.read();
+        let offered = out.len();
+        slots.each_below(classes, widened, best, |i, r| {
+            let listed = out[..offered].iter().any(|c| c.worker.index() == i);
+            if !listed {
+                out.push(self.snapshot(i, r));
+            }
         });
     }
 
     /// A candidate snapshot of slot `i`.
     #[inline]
     fn snapshot(&self, i: usize, r: Registered<'_>) -> Candidate {
-        let (_, assigned_prefill, routed) = r.key.get();
+        let (load_ns, assigned_prefill, routed) = r.key.get();
         Candidate {
             worker: WorkerId::new(i as u32),
             epoch: r.slot.epoch,
             in_flight: r.slot.load.in_flight.load(Relaxed),
             routed,
             assigned_prefill,
+            load_ns,
             estimate: self.estimate(r),
             matched_blocks: 0,
             cached_tokens: 0,
@@ -269,8 +294,7 @@ impl Fleet {
         if self.timings.fetch_add(1, Relaxed) % PUBLISH_EVERY == 0 {
             self.publish();
         } else {
-            r.slot.load.update_timing(&self.config, fleet);
-            self.refresh(r);
+            self.retime(r, fleet);
         }
     }
 
@@ -283,8 +307,32 @@ impl Fleet {
         let ratios = fleet_ratios(learned.into_iter());
         *lock(&self.published) = ratios;
         for (_, r) in slots.iter() {
-            r.slot.load.update_timing(&self.config, ratios);
-            self.refresh(r);
+            self.retime(r, ratios);
+        }
+        let terms = slots
+            .iter()
+            .map(|(_, r)| (r.slot.load.timing(), r.slot.load.speed()));
+        self.floor.reset(terms);
+    }
+
+    /// Updates worker `r`'s timing with the fleet's `ratios`, the fleet's floor under it and
+    /// its load key.
+    fn retime(&self, r: Registered<'_>, ratios: [f64; TERMS]) {
+        r.slot.load.update_timing(&self.config, ratios);
+        self.floor.lower(&r.slot.load.timing(), r.slot.load.speed());
+        self.refresh(r);
+    }
+
+    /// The load figures of an idle worker with the fleet's least step terms and greatest
+    /// speed: no worker's predicted time beyond its load is less than such a worker's (see
+    /// [`Estimate::beyond_load_s`]).
+    #[inline]
+    pub(crate) fn floor(&self) -> Estimate {
+        let (timing, speed) = self.floor.get();
+        Estimate {
+            timing,
+            speed,
+            ..Estimate::default()
         }
     }
 }

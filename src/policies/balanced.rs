@@ -214,17 +214,30 @@ impl Balanced {
         choose_min(request, candidates, |c| {
             // Equal costs (an idle fleet, a new prefix): balance the prefill work handed
             // out so far.
-            (self.seconds(request, c), c.assigned_prefill_tokens())
+            let cost = c.load_ns().saturating_add(self.beyond_load_ns(request, c));
+            (cost, c.assigned_prefill_tokens())
         })
     }
 
-    /// [`Scoring::PredictedTtft`]'s cost in seconds: the load model's time to first token
-    /// ([`Candidate::predicted_ttft_s`]) and decode time ([`Candidate::predicted_decode_s`]),
-    /// plus the reload of lower-tier hits.
+    /// [`Scoring::PredictedTtft`]'s cost beyond the candidate's load, in whole
+    /// nanoseconds: the load model's time to first token and decode time beyond it
+    /// ([`Candidate::predicted_beyond_load_s`]), plus the reload of lower-tier hits. With
+    /// the load, the load model's time to first token
+    /// ([`Candidate::predicted_ttft_s`]) and decode time
+    /// ([`Candidate::predicted_decode_s`]) plus the reload.
     #[inline]
-    fn seconds(&self, request: &RouteRequest<'_>, c: &Candidate) -> f64 {
-        let (ttft, decode) = self.terms(request, c);
-        ttft + decode + self.reload_s(c)
+    fn beyond_load_ns(&self, request: &RouteRequest<'_>, c: &Candidate) -> u64 {
+        let load = &self.config.load;
+        let tokens = request.tokens().len();
+        let miss = tokens.saturating_sub(c.cached_tokens());
+        let output = request
+            .expected_output()
+            .unwrap_or(load.default_output_tokens);
+        let miss_weight = self.config.miss_weight;
+        let beyond = c.predicted_beyond_load_s(load, tokens, miss, output, miss_weight);
+        // Both parts grow with the worker's figures and fall with its speed, as the
+        // contract of `cost_above_load_ns` asks; the cast is monotone too.
+        ((beyond + self.reload_s(c)) * 1e9) as u64
     }
 
     /// The load model's time to first token and decode time of `c` for `request`.
@@ -294,8 +307,8 @@ impl Policy for Balanced {
         true
     }
 
-    /// With predicted TTFT workers holding alike cost their queue plus the same recompute
-    /// and reload, so of those only the least loaded could win.
+    /// With predicted time the shortlist is exact: [`Policy::cost_above_load_ns`] bounds
+    /// what a worker holding alike can cost by its load.
     fn candidates(&self) -> CandidateSet {
         match self.config.scoring {
             Scoring::PredictedTtft => CandidateSet::LeastLoadedPerMatch,
@@ -307,6 +320,13 @@ impl Policy for Balanced {
         match self.config.scoring {
             Scoring::Weighted => self.weighted(request, candidates),
             Scoring::PredictedTtft => self.predicted_ttft(request, candidates),
+        }
+    }
+
+    fn cost_above_load_ns(&self, request: &RouteRequest<'_>, c: &Candidate) -> Option<u64> {
+        match self.config.scoring {
+            Scoring::Weighted => None,
+            Scoring::PredictedTtft => Some(self.beyond_load_ns(request, c)),
         }
     }
 

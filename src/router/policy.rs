@@ -85,6 +85,33 @@ pub trait Policy: Send + Sync {
         None
     }
 
+    /// What `candidate` costs `request` beyond its load ([`Candidate::load_ns`]), in whole
+    /// nanoseconds, for a policy that chooses the least cost. With an answer,
+    /// [`CandidateSet::LeastLoadedPerMatch`] offers every worker that could cost least, and
+    /// the choice is the one [`select`](Self::select) would make among every worker. The
+    /// default: `None` (the shortlist is each class's least loaded worker).
+    ///
+    /// # Contract
+    ///
+    /// A policy answering `Some` for a request answers it for every candidate, and:
+    ///
+    /// - its [`select`](Self::select) chooses the candidate of least `load_ns()` plus this,
+    ///   equal ones going to the one handed the least prefill work
+    ///   ([`Candidate::assigned_prefill_tokens`]), then as [`choose_min`] breaks ties; the
+    ///   router may choose so itself, without calling `select`;
+    /// - the answer depends on the request, what the candidate holds and its load figures
+    ///   (requests, decodes, queued prefill, context, KV, speed, step terms), not on its id,
+    ///   load, or counts of requests routed and prefill handed out; and it is least for an
+    ///   idle worker with the fleet's least step terms and greatest speed holding the same:
+    ///   [`Candidate::predicted_beyond_load_s`] is, and so is a reload time
+    ///   ([`ReloadConfig::candidate_seconds`](crate::ReloadConfig::candidate_seconds)) over
+    ///   [`Candidate::speed`]. [`BalancedRouter`](crate::BalancedRouter)'s predicted time is
+    ///   their sum.
+    fn cost_above_load_ns(&self, request: &RouteRequest<'_>, candidate: &Candidate) -> Option<u64> {
+        let _ = (request, candidate);
+        None
+    }
+
     /// The policy's own admission rule for `request`, which asks for admission (it carries
     /// a target, [`RouteRequest::asks_admission`]), over every available worker. The
     /// default: [`Admit::Predicted`], the crate's rule. A policy that answers otherwise
@@ -115,17 +142,15 @@ pub enum CandidateSet {
     All,
     /// Of the available workers holding the same part of the prompt (as many blocks, at the
     /// same tiers), and of those holding none of it, the one the least loaded rule picks:
-    /// lowest load key (the load model's time to first token of a request with nothing of
-    /// its own), then least prefill handed out, then fewest requests routed, then a
-    /// per-request rotation (the rule [`choose_min`] breaks ties by). A route then reads every
-    /// worker's load once and scores a handful, and costs about as much on 1,024 workers as
-    /// on 16. For [`BalancedRouter`](crate::BalancedRouter) it is an approximation: a
-    /// request's own uncached tokens weigh more on a worker with more requests waiting, and
-    /// its decode time differs with the worker's decodes, so another worker holding alike can
-    /// cost less: a holder whose decodes are long can rank first in its class and lose to
-    /// a worker holding nothing, while another holder would have cost less than both
-    /// (`tests/policy.rs` bounds the choice's cost at five times the best; its random
-    /// fleets reach four).
+    /// lowest load ([`Candidate::load_ns`]), then least prefill handed out, then fewest
+    /// requests routed, then a per-request rotation (the rule [`choose_min`] breaks ties
+    /// by); and, for a policy whose [`Policy::cost_above_load_ns`] answers, every other
+    /// worker whose load leaves it able to cost less than the cheapest of those: its load
+    /// plus what an idle worker with the fleet's least step terms would cost beyond it. The
+    /// policy then chooses what it would among every worker, and a route reads every
+    /// worker's load once and scores a handful: it costs about as much on 1,024 workers as
+    /// on 16 while one worker's load stands out of its class's; a class of workers loaded
+    /// alike but for their decodes or speeds is scored whole.
     LeastLoadedPerMatch,
 }
 

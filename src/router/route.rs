@@ -6,7 +6,7 @@
 use super::admission::{Admission, Gate, Open};
 use super::policy::{CandidateSet, Policy};
 use super::policy_router::PolicyRouter;
-use super::shortlist::{Classes, fill};
+use super::shortlist::{Classes, Scoring, fill};
 use crate::error::Error;
 use crate::fleet::{Candidate, Candidates};
 use crate::index::Blocks;
@@ -76,11 +76,13 @@ impl<P: Policy> PolicyRouter<P> {
             self.fleet.candidates(candidates);
         }
         self.index.match_choose_insert(blocks, |holders| {
+            // Holders come shallowest first.
+            let deepest = holders.last().map_or(0, |h| h.1.blocks);
             if shortlist {
-                Classes::of(holders).shortlist(&self.fleet, request.key(), candidates);
-            } else {
-                fill(candidates, holders);
+                let chosen = self.choose_shortlisted(request, holders, candidates)?;
+                return Ok(((chosen, deepest), candidates[chosen].worker));
             }
+            fill(candidates, holders);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
             }
@@ -89,10 +91,40 @@ impl<P: Policy> PolicyRouter<P> {
             }
             gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
             let chosen = self.select(request, candidates)?;
-            // Holders come shallowest first.
-            let deepest = holders.last().map_or(0, |h| h.1.blocks);
             Ok(((chosen, deepest), candidates[chosen].worker))
         })
+    }
+
+    /// The policy's choice among the shortlist of `holders`' classes (no gate: admission
+    /// reads every worker), widened to every worker that could cost less; for a policy
+    /// that bounds its cost by load, made by its cost as its `select` would make it.
+    #[inline]
+    fn choose_shortlisted(
+        &self,
+        request: &RouteRequest<'_>,
+        holders: &[(WorkerId, crate::tree::Held)],
+        candidates: &mut Candidates,
+    ) -> Result<usize, Error> {
+        let block_size = self.index.hasher().block_size();
+        let tokens = request.tokens().len();
+        let mut classes = Classes::new();
+        classes.group(holders);
+        classes.shortlist(&self.fleet, request.key(), candidates);
+        if candidates.is_empty() {
+            return Err(Error::NoWorkers);
+        }
+        for c in candidates.iter_mut() {
+            c.set_cached(block_size, tokens);
+        }
+        let scoring = Scoring {
+            policy: &self.policy,
+            request,
+            block_size,
+        };
+        match classes.choose(&self.fleet, &scoring, candidates) {
+            Some(chosen) => Ok(chosen),
+            None => self.select(request, candidates),
+        }
     }
 }
 
