@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use prefix_router::{
     AlwaysSplit, ByCost, CacheSync, Decide, EngineLoad, Error, NeverSplit, PairView, PdConfig,
-    PdRouter, Plan, Role, RouteRequest, Router, Topology, WorkerId,
+    PdRouter, Plan, Priority, Role, RouteRequest, Router, Topology, WorkerId,
 };
 use proptest::prelude::*;
 
@@ -344,8 +344,18 @@ proptest! {
     }
 }
 
-/// A decode step limit prices out an aggregated plan that would stretch the running decodes'
-/// steps past it: a prompt an idle decode worker would take itself goes split once decodes
+/// A pair router whose load model spreads a queued prefill over 8 output tokens of the
+/// decodes running beside it (the default 256 would hide a 2,048-token prefill), held to
+/// `limit` by default.
+fn short_outputs(limit: Option<f64>) -> PdConfig {
+    let mut config = PdConfig::default().with_decode_step_limit_s(limit);
+    config.balanced.load.default_output_tokens = 8;
+    config
+}
+
+/// A default TPOT target prices out an aggregated plan whose prefill would stretch the
+/// running decodes' time per output token past it (2,048 tokens over 8 output tokens: about
+/// 16 ms against 8 ms): a prompt a decode worker would take itself goes split once decodes
 /// run there, and a worker with no decodes running may still prefill.
 #[test]
 fn a_decode_step_limit_keeps_long_prefills_off_decoding_workers() {
@@ -353,7 +363,7 @@ fn a_decode_step_limit_keeps_long_prefills_off_decoding_workers() {
     let prompt = tokens(4_096, 12);
     let request = RouteRequest::new(&prompt).with_expected_output(16);
     let plan_of = |limit: Option<f64>, running: u64| {
-        let config = PdConfig::default().with_decode_step_limit_s(limit);
+        let config = short_outputs(limit);
         let router = PdRouter::new(&roles, config).expect("router");
         busy(&router, 1, running, 0);
         // The decode worker holds most of the prompt: prefilling there is cheap.
@@ -370,13 +380,67 @@ fn a_decode_step_limit_keeps_long_prefills_off_decoding_workers() {
         !split,
         "cheaper to prefill 2,048 tokens beside 4 decodes: {cost:?}"
     );
-    let (split, cost) = plan_of(Some(0.02), 4);
+    let (split, cost) = plan_of(Some(0.012), 4);
     assert!(
         split,
-        "a 2,048-token chunk makes a step of about 0.06 s: {cost:?}"
+        "2,048 tokens stretch the decodes to about 16 ms: {cost:?}"
     );
-    let (split, cost) = plan_of(Some(0.02), 0);
+    let (split, cost) = plan_of(Some(0.012), 0);
     assert!(!split, "no decode to stall: {cost:?}");
+}
+
+/// The time-per-output-token targets of the requests decoding on a worker bind a prefill
+/// there, as a request's own does: with no default target, a prompt the decode worker would
+/// prefill itself goes split while a request held to 12 ms decodes there, and aggregated
+/// again once that request completes.
+#[test]
+fn the_targets_of_the_requests_decoding_there_bind_a_prefill() {
+    let roles = [Role::Prefill, Role::Decode];
+    let held = tokens(2_048, 12);
+    // Prompts sharing the held 2,048 tokens, each with its own 2,048 more.
+    let prompt = |seed: u32| [&held[..], &tokens(2_048, seed)].concat();
+    let router = PdRouter::new(&roles, short_outputs(None)).expect("router");
+    busy(&router, 1, 4, 0);
+    router
+        .router()
+        .replace_worker_cache(WorkerId::new(1), &[&held])
+        .expect("snapshot");
+    let route = |tokens: &[u32], target: Option<u64>| {
+        let mut request = RouteRequest::new(tokens).with_expected_output(16);
+        if let Some(ms) = target {
+            request = request
+                .with_tpot_target(Duration::from_millis(ms))
+                .with_priority(Priority::Critical);
+        }
+        router.route_pair(&request).expect("route")
+    };
+    let before = route(&prompt(20), None);
+    router.complete(&before);
+    assert!(!before.is_split(), "no target binds: {:?}", before.cost());
+    let running = route(&tokens(64, 13), Some(12));
+    assert_eq!(running.decode().worker(), WorkerId::new(1));
+    let during = route(&prompt(21), None);
+    router.complete(&during);
+    assert!(
+        during.is_split(),
+        "the running request's 12 ms binds: {:?}",
+        during.cost()
+    );
+    router.complete(&running);
+    let after = route(&prompt(22), None);
+    router.complete(&after);
+    assert!(
+        !after.is_split(),
+        "completed, it binds no more: {:?}",
+        after.cost()
+    );
+    let own = route(&prompt(23), Some(12));
+    router.complete(&own);
+    assert!(
+        own.is_split(),
+        "the request's own 12 ms binds: {:?}",
+        own.cost()
+    );
 }
 
 /// A decider that answers the plan it was built with.

@@ -10,6 +10,7 @@ mod role;
 mod router;
 mod search;
 mod sides;
+mod targets;
 mod topology;
 
 pub use decide::{AlwaysSplit, ByCost, Decide, NeverSplit};

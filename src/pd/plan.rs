@@ -63,8 +63,11 @@ pub struct PlanCost {
     /// output token that disaggregation spares a decode worker's running requests); and,
     /// on a decode worker, to each request whose KV is on its way there (routed split, its
     /// handoff not yet come), whose first token waits behind the prefill, counted whole.
-    /// Infinite for an aggregated plan past
-    /// [`PdConfig::decode_step_limit_s`](crate::PdConfig::decode_step_limit_s).
+    /// Infinite for an aggregated plan whose prefill would stretch the time per output token
+    /// of the decodes running on the decode worker past the tightest target of the request
+    /// and of the requests decoding there
+    /// ([`PdConfig::decode_step_limit_s`](crate::PdConfig::decode_step_limit_s) for those
+    /// without one).
     pub harm_s: f64,
     /// Seconds moving the KV the decode worker lacks (0 aggregated).
     pub transfer_s: f64,
@@ -101,8 +104,10 @@ pub struct PairView<'a> {
     pub(crate) arriving: &'a [u64],
     /// By candidate: its predictions for the request.
     pub(crate) sides: &'a [Sides],
-    /// [`PdConfig::decode_step_limit_s`](crate::PdConfig::decode_step_limit_s).
-    pub(crate) decode_step_limit_s: Option<f64>,
+    /// By candidate: the tightest time-per-output-token target of the request and of the
+    /// requests decoding there, which a prefill there must not stretch their time per
+    /// output token past.
+    pub(crate) step_limits: &'a [Option<f64>],
 }
 
 impl PairView<'_> {
@@ -139,7 +144,7 @@ impl PairView<'_> {
                 ttft_s: d.aggregated.total_s(),
                 prefill_s: d.aggregated.own_s,
                 tpot_s: d.tpot_s,
-                harm_s: self.harm_s(at, d.miss) + self.over_limit_s(d),
+                harm_s: self.harm_s(at, d.miss) + self.over_limit_s(at, d),
                 decode_s: d.decode_s,
                 ..PlanCost::default()
             },
@@ -165,11 +170,11 @@ impl PairView<'_> {
         }
     }
 
-    /// Infinite when prefilling on `d` would stretch its running decodes' steps past the
-    /// decode step limit; else 0.
-    fn over_limit_s(&self, d: &Sides) -> f64 {
-        match self.decode_step_limit_s {
-            Some(limit) if d.stalled_step_s > limit => f64::INFINITY,
+    /// Infinite when prefilling on candidate `at` (its predictions `d`) would stretch its
+    /// running decodes' time per output token past its limit; else 0.
+    fn over_limit_s(&self, at: usize, d: &Sides) -> f64 {
+        match self.step_limits.get(at).copied().flatten() {
+            Some(limit) if d.stalled_tpot_s > limit => f64::INFINITY,
             _ => 0.0,
         }
     }

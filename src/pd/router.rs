@@ -8,6 +8,7 @@ use super::plan::{PairView, Plan, PlanCost};
 use super::receipt::PairReceipt;
 use super::role::Role;
 use super::sides::Sides;
+use super::targets::RunningTargets;
 use super::topology::Topology;
 use crate::error::Error;
 use crate::fleet::Candidate;
@@ -36,11 +37,14 @@ pub struct PdConfig {
     /// spread over the decodes' remaining output, so it weighs less than the request's own
     /// wait; 1 counts it alike. Default 0.05.
     pub stall_weight: f64,
-    /// A bound on the step a decode worker's running decodes take when a request prefills
-    /// there, for an operator who puts their time per output token first: an aggregated
-    /// plan that would stretch a step past it is priced out (infinite harm), and taken only
-    /// when no other plan is allowed. Default `None`: no bound, the stall weighed as
-    /// harm only.
+    /// The time-per-output-token target of a request that carries none
+    /// ([`RouteRequest::with_tpot_target`]). A request's target, and those of the requests
+    /// decoding on a worker, bound the time per output token of the decodes running there
+    /// when a request prefills there: an aggregated plan predicted to stretch it past the
+    /// tightest of them (the load model's time per output token, the prefill queued there
+    /// spread over a request's output, as admission predicts it) is priced out (infinite
+    /// harm), and taken only when no other plan is allowed. Default `None`: requests without
+    /// a target bound nothing, and a stall is weighed as harm only.
     pub decode_step_limit_s: Option<f64>,
 }
 
@@ -111,6 +115,10 @@ pub struct PairDecision {
     cost: PlanCost,
     blocks: Vec<BlockHash>,
     handed_off: AtomicBool,
+    /// The time-per-output-token target the request decodes under, in whole nanoseconds,
+    /// counted among its decode worker's until the request completes (`released`).
+    tpot_target_ns: Option<u64>,
+    released: AtomicBool,
 }
 
 impl PairDecision {
@@ -169,6 +177,8 @@ pub struct PdRouter<D = ByCost> {
     decider: D,
     /// By worker: requests routed split to it whose handoff has not come.
     arriving: Vec<AtomicU64>,
+    /// By worker: the time-per-output-token targets of the requests decoding there.
+    running: RunningTargets,
 }
 
 impl PdRouter<ByCost> {
@@ -206,6 +216,7 @@ impl<D: Decide> PdRouter<D> {
             config,
             decider,
             arriving: roles.iter().map(|_| AtomicU64::new(0)).collect(),
+            running: RunningTargets::new(roles.len()),
         })
     }
 
@@ -287,6 +298,7 @@ impl<D: Decide> PdRouter<D> {
                         .map(|c| self.arriving(c.worker()))
                         .collect();
                     let sides = Sides::all(request, candidates, self.inner.load_config());
+                    let step_limits = self.step_limits(request, candidates);
                     let view = PairView {
                         request,
                         candidates,
@@ -296,7 +308,7 @@ impl<D: Decide> PdRouter<D> {
                         stall_weight: self.config.stall_weight,
                         arriving: &arriving,
                         sides: &sides,
-                        decode_step_limit_s: self.config.decode_step_limit_s,
+                        step_limits: &step_limits,
                     };
                     let decided = self.decider.decide(request, &view);
                     self.check(decided, candidates)?;
@@ -438,13 +450,43 @@ impl<D: Decide> PdRouter<D> {
         if prefill.is_some() {
             self.on_the_way(decode.worker(), false);
         }
+        let tpot_target_ns = self.tpot_target_s(request).map(|s| (s * 1e9) as u64);
+        if let Some(ns) = tpot_target_ns {
+            self.running.add(decode.worker(), ns);
+        }
         Ok(PairDecision {
             decode,
             prefill,
             cost,
             blocks,
             handed_off: AtomicBool::new(false),
+            tpot_target_ns,
+            released: AtomicBool::new(false),
         })
+    }
+
+    /// The time-per-output-token target `request` is held to: its own, else the
+    /// configured default.
+    fn tpot_target_s(&self, request: &RouteRequest<'_>) -> Option<f64> {
+        let own = request.tpot_target().map(|t| t.as_secs_f64());
+        own.or(self.config.decode_step_limit_s)
+    }
+
+    /// By candidate: the tightest time-per-output-token target of `request` and of the
+    /// requests decoding there.
+    fn step_limits(
+        &self,
+        request: &RouteRequest<'_>,
+        candidates: &[Candidate],
+    ) -> Vec<Option<f64>> {
+        let own = self.tpot_target_s(request);
+        candidates
+            .iter()
+            .map(|c| match (own, self.running.tightest_s(c.worker())) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
+            .collect()
     }
 
     /// The prefill is done and its KV is on the decode worker: the prefill worker's load is
@@ -499,6 +541,11 @@ impl<D: Decide> PdRouter<D> {
     /// The request is done: releases what it charged on both sides. A split request whose
     /// handoff never came (the transfer failed) credits the decode worker nothing.
     pub fn complete(&self, pair: &PairDecision) {
+        if let Some(ns) = pair.tpot_target_ns {
+            if !pair.released.swap(true, Relaxed) {
+                self.running.remove(pair.decode.worker(), ns);
+            }
+        }
         if let Some(prefill) = &pair.prefill {
             if !pair.handed_off.swap(true, Relaxed) {
                 self.on_the_way(pair.decode.worker(), true);

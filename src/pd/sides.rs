@@ -23,9 +23,9 @@ pub(crate) struct Sides {
     pub(crate) decode_s: f64,
     /// A decode leg's first step here, once its KV is in.
     pub(crate) first_step_s: f64,
-    /// The step its running decodes take with its prefill here (with what is queued, as far
-    /// as the token budget goes); 0 when none runs or it lacks nothing.
-    pub(crate) stalled_step_s: f64,
+    /// The time per output token of the decodes running here with its prefill queued here
+    /// too; 0 when none runs or it lacks nothing.
+    pub(crate) stalled_tpot_s: f64,
 }
 
 impl Sides {
@@ -57,7 +57,7 @@ impl Sides {
             tpot_s: e.tpot_s(config, (prompt, 0, output)),
             decode_s: decode_step_s(c, prompt) * f64::from(output),
             first_step_s: first_step_s(c, config, prompt),
-            stalled_step_s: stalled_step_s(c, config, (prompt, miss)),
+            stalled_tpot_s: stalled_tpot_s(c, config, (prompt, miss)),
         }
     }
 }
@@ -73,19 +73,18 @@ fn first_step_s(d: &Candidate, config: &LoadConfig, prompt: u64) -> f64 {
     1.5 * d.estimate.timing.step_s(chunk, decodes, context)
 }
 
-/// The step `c`'s running decodes take with a prefill of `miss` tokens of a `prompt`-token
-/// request there, behind what is queued, as far as the token budget goes; 0 when no decode
-/// runs there or nothing is to prefill.
-fn stalled_step_s(c: &Candidate, config: &LoadConfig, (prompt, miss): (u64, u64)) -> f64 {
+/// The time per output token of `c`'s running decodes with a prefill of `miss` tokens of a
+/// `prompt`-token request queued there too: the load model's time per output token (a
+/// decode step, with the prefill queued spread over a default request's output, as
+/// admission predicts it); 0 when no decode runs there or nothing is to prefill.
+fn stalled_tpot_s(c: &Candidate, config: &LoadConfig, (prompt, miss): (u64, u64)) -> f64 {
     if c.decoding() == 0 || miss == 0 {
         return 0.0;
     }
-    let budget = config.step.max_num_batched_tokens as f64;
-    let chunk = ((c.prefill_tokens() + miss) as f64).min(budget);
-    let context = c.context_tokens() as f64 + prompt as f64;
-    c.estimate
-        .timing
-        .step_s(chunk, c.decoding() as f64, context)
+    let mut e = c.estimate;
+    e.prefill_tokens += miss;
+    e.prefill_pairs += crate::fleet::attended(prompt, miss);
+    e.tpot_s(config, (prompt, 0, config.default_output_tokens))
 }
 
 /// A decode step on `d` once a request of `prompt` tokens decodes there: every request there
