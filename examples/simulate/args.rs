@@ -44,6 +44,8 @@ pub(crate) struct Args {
     /// default they are not and learn it from the timings the simulation reports.
     pub(crate) router_speeds_known: bool,
     pub(crate) matrix: bool,
+    /// Only the matrix's disaggregated cells.
+    pub(crate) matrix_pd: bool,
     /// The engines' profile's name (`--engine-profile`).
     pub(crate) engine_profile: String,
 }
@@ -105,8 +107,9 @@ struct RunFlags {
     /// where a request prefills weighs against the request's own (`PdConfig::stall_weight`).
     #[arg(long, value_name = "X", default_value_t = prefix_router::PdConfig::default().stall_weight)]
     pd_stall_weight: f64,
-    /// The pair router's bound on a decode worker's step while a request prefills there, in
-    /// seconds: aggregated plans past it are priced out (`PdConfig::decode_step_limit_s`).
+    /// The pair router's time-per-output-token target for requests without one, in
+    /// seconds: an aggregated plan that would stretch a decode worker's running steps past
+    /// it is priced out (`PdConfig::decode_step_limit_s`). Default: `--tpot-target`.
     #[arg(long, value_name = "S")]
     pd_decode_step_limit: Option<f64>,
     /// The weighted score's alpha (`balanced_weighted`).
@@ -122,6 +125,9 @@ struct RunFlags {
     /// Run the results matrix (every policy in every cell, as Markdown) instead.
     #[arg(long)]
     matrix: bool,
+    /// Run only the results matrix's disaggregated cells (every prefill/decode decider).
+    #[arg(long, conflicts_with = "matrix")]
+    matrix_pd: bool,
 }
 
 /// The modelled fleet.
@@ -424,6 +430,7 @@ impl From<Cli> for Args {
             router_capacity_tokens: r.router_capacity_tokens,
             router_speeds_known: matches!(r.router_speeds, Known::Known),
             matrix: run.matrix,
+            matrix_pd: run.matrix_pd,
             engine_profile: c.engine_profile,
         }
     }

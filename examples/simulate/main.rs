@@ -15,7 +15,8 @@
 //!   `few_shot`, `document_qa`, `mix` or `agentic`; not with `--trace`),
 //!   `--policy NAME|all` (`llmd`, `dynamo`, `aibrix`: peer projects' policies, see
 //!   `common/peers/`), `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
-//!   policy in every cell of the results matrix, as Markdown);
+//!   policy in every cell of the results matrix, as Markdown), `--matrix-pd` (its
+//!   disaggregated cells alone);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X` (or `--load-sweep X,X,...`: each policy at each load), `--engine batched|simple`, `--max-num-batched-tokens N`,
 //!   `--max-num-seqs N`, `--host-capacity-tokens N` and `--host-chunk-blocks N` (a host
@@ -65,6 +66,8 @@ fn main() -> ExitCode {
     };
     let result = if args.matrix {
         matrix::run(&args)
+    } else if args.matrix_pd {
+        matrix_pd::run(&args)
     } else {
         compare(&args)
     };

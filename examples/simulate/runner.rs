@@ -75,7 +75,7 @@ fn pair_router(
         .with_kv_bytes_per_token(c.kv_bytes_per_token)
         .with_topology(Topology::new(c.kv_transfer_bytes_per_s))
         .with_stall_weight(args.pd_stall_weight)
-        .with_decode_step_limit_s(args.pd_decode_step_limit);
+        .with_decode_step_limit_s(Some(args.pd_decode_step_limit.unwrap_or(c.tpot_target_s)));
     PdRouter::with_decider(&roles, config, decide)
 }
 
