@@ -201,6 +201,7 @@ mod list;
 mod pd;
 mod policies;
 mod ranks;
+pub mod replica;
 mod request;
 mod router;
 #[cfg(feature = "sim")]
@@ -227,6 +228,7 @@ pub use crate::{
         PowerOfTwoConfig, PowerOfTwoRouter, RoundRobin, RoundRobinRouter, Scoring,
     },
     ranks::RankLayout,
+    replica::{Drained, ReplicaConfig, ReplicaOutcome, ReplicaStats},
     request::{AdmissionConfig, LIMITS, Limit, Priority, RouteDecision, RouteRequest, Shed},
     router::{
         Admit, CandidateSet, Cost, CostTerm, Policy, PolicyRouter, Receipt, ReceiptLine,

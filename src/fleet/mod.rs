@@ -15,12 +15,15 @@
 //!   (`clock.rs`), the least-loaded pass and the tie-break every policy shares (`least.rs`),
 //!   the [`Fleet`](tracker::Fleet) that composes them (`tracker.rs`) and what a route
 //!   charges and a completion releases (`charge.rs`).
+//! - Peer replicas' requests (`peers.rs`): each worker's counts of them beside its own,
+//!   and the table of every peer's bookings that their sync frames change (`booking.rs`).
 //! - What a policy is offered of a worker ([`Candidate`], `candidate.rs`) and what a host
 //!   or an autoscaler reads ([`WorkerLoad`], [`FleetSignals`], `signals.rs`).
 //!
 //! Rule: nothing here imports the router, a policy, admission or the pair router. What a
 //! prediction is bound by and a refusal's shape come from [`crate::request`], below.
 
+mod booking;
 mod candidate;
 mod charge;
 mod clock;
@@ -28,6 +31,7 @@ mod config;
 mod estimate;
 mod learn;
 mod least;
+mod peers;
 mod predict;
 mod registry;
 mod reload;

@@ -12,6 +12,7 @@ use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
 use super::learn::{CONFIGURED, fleet_ratios};
+use super::peers::PeerTable;
 use super::registry::{Registered, Registry, check_id};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
@@ -34,6 +35,10 @@ pub(crate) struct Fleet {
     published: Mutex<[f64; TERMS]>,
     /// Requests refused by admission.
     shed: ShedCounts,
+    /// Peer replicas' requests (`booking.rs` applies their frames).
+    pub(super) peers: Mutex<PeerTable>,
+    /// Peers heard now (the table's count, read without its lock).
+    pub(super) heard: AtomicU64,
 }
 
 impl Fleet {
@@ -53,6 +58,10 @@ impl Fleet {
             timings: AtomicU64::new(0),
             published: Mutex::new(CONFIGURED),
             shed: ShedCounts::default(),
+            peers: Mutex::new(PeerTable::new(super::booking::limits(
+                &crate::replica::ReplicaConfig::new(0, 0),
+            ))),
+            heard: AtomicU64::new(0),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -113,7 +122,7 @@ impl Fleet {
     #[cold]
     fn expire(&self, now: u64) {
         let max_age = nanos(self.config.max_report_age);
-        let mut next = u64::MAX;
+        let mut next = self.expire_peers(now);
         let slots = self.registry.read();
         for (_, r) in slots.iter() {
             if let Some(at) = r.slot.load.report_ns() {
@@ -162,9 +171,12 @@ impl Fleet {
         let routed = r.key.routed.load(Relaxed).max(1);
         let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
         let context = (mean_prefill, self.block_size);
+        // Replicas not heard through sync are guessed from `replicas` (see `booking.rs`).
+        let heard = self.heard.load(Relaxed) + 1;
+        let scale = (u64::from(self.config.replicas).max(heard), heard);
         r.slot
             .load
-            .estimate(&self.config, self.clock.now_ns(), context)
+            .estimate(&self.config, self.clock.now_ns(), context, scale)
     }
 
     /// Recomputes worker `r`'s load key after its load changed.
@@ -294,7 +306,7 @@ const PUBLISH_EVERY: u64 = 16;
 
 /// `mutex`, locked; nothing panics while holding it, so a poisoned one still holds valid
 /// data.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
