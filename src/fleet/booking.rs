@@ -21,16 +21,6 @@ use crate::error::Error;
 use crate::replica::{FrameView, RecordView, ReplicaConfig, ReplicaOutcome, ReplicaStats};
 use crate::tree::WorkerId;
 
-/// The table's bounds for `config`.
-pub(super) fn limits(config: &ReplicaConfig) -> Limits {
-    Limits {
-        lease_ns: nanos(config.lease),
-        max_age_ns: nanos(config.max_age),
-        max_peers: config.max_peers,
-        max_bookings: config.max_bookings_per_peer,
-    }
-}
-
 impl Fleet {
     /// Bounds the peer table as `config` says (before any frame is applied).
     pub(crate) fn set_replica_config(&mut self, config: &ReplicaConfig) {
@@ -38,7 +28,7 @@ impl Fleet {
             .peers
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *table = super::peers::PeerTable::new(limits(config));
+        *table = super::peers::PeerTable::new(Limits::of(config));
     }
 
     /// Applies `frame`, heard at `now`, to the load of the workers it names, for replica
@@ -119,7 +109,7 @@ impl Fleet {
         let s = &mut table.stats;
         s.frames_applied += 1;
         s.records_applied += u64::from(outcome.records);
-        s.missed_frames += outcome.missed_frames;
+        s.missed_frames = s.missed_frames.saturating_add(outcome.missed_frames);
         s.restarts += u64::from(outcome.restarted);
         s.duplicates += u64::from(outcome.duplicates);
         s.unknown_targets += u64::from(outcome.unknown_targets);
@@ -179,11 +169,6 @@ impl Fleet {
             return;
         }
         r.slot.load.peers.apply(change);
-        if let Change::Book(b, _) = change {
-            use std::sync::atomic::Ordering::Relaxed;
-            r.key.routed.fetch_add(1, Relaxed);
-            r.key.assigned_prefill.fetch_add(b.prefill, Relaxed);
-        }
         self.refresh(r);
     }
 }

@@ -17,9 +17,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::clock::nanos;
 use super::timing::attended;
 use crate::error::Error;
-use crate::replica::ReplicaStats;
+use crate::replica::{ReplicaConfig, ReplicaStats};
 use crate::tree::WorkerId;
 
 /// Frames a peer's number may go back within one incarnation before it counts as a
@@ -165,6 +166,18 @@ pub(crate) struct Limits {
     pub(crate) max_age_ns: u64,
     pub(crate) max_peers: usize,
     pub(crate) max_bookings: usize,
+}
+
+impl Limits {
+    /// The bounds `config` gives.
+    pub(crate) fn of(config: &ReplicaConfig) -> Self {
+        Self {
+            lease_ns: nanos(config.lease),
+            max_age_ns: nanos(config.max_age),
+            max_peers: config.max_peers,
+            max_bookings: config.max_bookings_per_peer,
+        }
+    }
 }
 
 /// One request of a peer, at or above its open watermark.

@@ -12,7 +12,7 @@ use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
 use super::learn::{CONFIGURED, fleet_ratios};
-use super::peers::PeerTable;
+use super::peers::{Limits, PeerTable};
 use super::registry::{Registered, Registry, check_id};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
@@ -58,7 +58,7 @@ impl Fleet {
             timings: AtomicU64::new(0),
             published: Mutex::new(CONFIGURED),
             shed: ShedCounts::default(),
-            peers: Mutex::new(PeerTable::new(super::booking::limits(
+            peers: Mutex::new(PeerTable::new(Limits::of(
                 &crate::replica::ReplicaConfig::new(0, 0),
             ))),
             heard: AtomicU64::new(0),
