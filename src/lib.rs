@@ -77,6 +77,12 @@
 //! policy of a dozen lines, and runs in the simulator and the benches like the built-in ones
 //! (see [`Policy`] for its contract, and `examples/custom_policy.rs`).
 //!
+//! ## Several replicas: [`replica`]
+//!
+//! Router replicas that share a fleet exchange sync records of what each routed
+//! ([`Router::drain_replica_sync`], [`Router::apply_replica_sync`]), carried by the host
+//! over a bus such as NATS: see `docs/replicas.md`.
+//!
 //! ## Keeping the mirror true: [`CacheSync`]
 //!
 //! Engine KV events ([`CacheEvent`], and vLLM's wire format in [`sync::vllm`] with the `vllm`
@@ -132,6 +138,9 @@
 //! | `CacheSync::apply_event` | duplicate, gapped or backwards sequence numbers | applied, reported as duplicates / [`Sequence::Gap`] / [`Sequence::Restart`] (mirror cleared) |
 //! | `CacheSync::apply_event` | unknown parent; removal of an unknown block | skipped and counted in [`SyncOutcome`] |
 //! | `sync::vllm::decode_batch` | truncated, wrong types, huge lengths, unknown tags, trailing bytes | [`Error::Decode`] |
+//! | `Router::apply_replica_sync` | truncated or garbage bytes; another layout version; a peer beyond `ReplicaConfig::max_peers` | [`Error::Decode`]; [`Error::ReplicaVersion`]; [`Error::ReplicaLimit`]; nothing applied |
+//! | `Router::apply_replica_sync` | a record naming an unknown target; duplicated, reordered or echoed records; an earlier incarnation's frame | skipped and counted in [`ReplicaOutcome`] |
+//! | `Router::apply_replica_sync` on a router without sync | any frame | [`Error::InvalidConfig`] (`replica_sync`) |
 //! | `sim::load_mooncake`, `parse_mooncake` | a malformed line; an unreadable file | [`Error::Trace`] with the line number (0 for the file) |
 //! | `sim::Simulation::new`, `with_fleet`, `run` | 0 workers, NaN rates, capacity below one block, a batch budget of 0, event sync with the simple engine, a worker speed that is not positive; a router whose mirror hashes another block size; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
 //! | `sim::ClusterConfig` (through `Simulation::new`) | event loss outside `0..=1`, a negative or non-finite event delay or scrape interval; a host tier smaller than one chunk, a chunk of 0 blocks, a reload bandwidth that is not positive | [`Error::InvalidConfig`] |
@@ -187,6 +196,8 @@ mod guides {
     struct Gateway;
     #[doc = include_str!("../docs/performance.md")]
     struct Performance;
+    #[doc = include_str!("../docs/replicas.md")]
+    struct Replicas;
 }
 
 mod bits;
