@@ -35,7 +35,7 @@
 //! | version | 1 byte | [`VERSION`] (1); a peer refuses another |
 //! | replica | `u64` | the sender's [`ReplicaConfig::replica`] |
 //! | incarnation | `u64` | the sender's [`ReplicaConfig::incarnation`]: a higher one is a restart |
-//! | seq | `u64` | frame number within the incarnation, from 0 |
+//! | seq | `u64` | frame number within the incarnation, from 0 (a frame without records, a heartbeat, takes the next frame's number without using it up) |
 //! | open | `var` | the sender's oldest open request (its next id when none is open) |
 //! | awaiting | `var` | its oldest request without a first token (likewise) |
 //! | count | `var` | records that follow, at most [`MAX_RECORDS`] |

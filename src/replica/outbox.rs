@@ -132,7 +132,8 @@ impl Outbox {
         for end in &mut p.ends {
             *end -= cut;
         }
-        p.seq += 1;
+        // A heartbeat carries no record: the next frame may take its number.
+        p.seq += u64::from(n > 0);
         p.stats.frames_sent += 1;
         p.stats.records_sent += n as u64;
         p.stats.bytes_sent += out.len() as u64;
@@ -205,6 +206,12 @@ mod tests {
         assert_eq!((f.seq, f.open, f.awaiting, d.records), (1, 3, 3, 1));
         let (f, d) = drain(&o, usize::MAX);
         assert_eq!((f.seq, d.records, f.records.len()), (2, 0, 0)); // a heartbeat
+        o.routed((0, 0), (16, 16, 1), &[]);
+        assert_eq!(
+            drain(&o, usize::MAX).0.seq,
+            2,
+            "a heartbeat's number is taken again"
+        );
     }
 
     #[test]
