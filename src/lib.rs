@@ -143,7 +143,7 @@
 //! | `Router::apply_replica_sync` on a router without sync | any frame | [`Error::InvalidConfig`] (`replica_sync`) |
 //! | `sim::load_mooncake`, `parse_mooncake` | a malformed line; an unreadable file | [`Error::Trace`] with the line number (0 for the file) |
 //! | `sim::Simulation::new`, `with_fleet`, `run` | 0 workers, NaN rates, capacity below one block, a batch budget of 0, event sync with the simple engine, a worker speed that is not positive; a router whose mirror hashes another block size; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
-//! | `sim::ClusterConfig` (through `Simulation::new`) | event loss outside `0..=1`, a negative or non-finite event delay or scrape interval; a host tier smaller than one chunk, a chunk of 0 blocks, a reload bandwidth that is not positive | [`Error::InvalidConfig`] |
+//! | `sim::ClusterConfig` (through `Simulation::new`) | event loss outside `0..=1`, a negative or non-finite event delay or scrape interval; a host tier smaller than one chunk, a chunk of 0 blocks, a reload bandwidth that is not positive; a replica sync delay that is negative or not finite, or replica sync with the simple engine | [`Error::InvalidConfig`] |
 //! | `sim::Simulation::run_replicas` | no router | [`Error::InvalidConfig`] (`replicas`) |
 //! | `sim::Fault::parse_schedule`, `Simulation::with_faults` | an entry that is not `W@DOWN-UP`; a worker outside the fleet, a return not after the leave, faults with the simple engine | [`Error::InvalidConfig`] (`faults`) |
 //! | `sim::Simulation::run` with faults | every worker out at once when a request arrives | [`Error::NoWorkers`] |

@@ -84,6 +84,11 @@
 //!     --prefill http://127.0.0.1:8101 --decode http://127.0.0.1:8201 --pd-decider always
 //! ```
 //!
+//! Several gateways in front of the same workers run as replicas of one router with `--nats
+//! URL --replica-id N` (`replica.rs`): each publishes what it routed on `--nats-subject`
+//! and applies what its peers routed, so that each predicts the prefixes the others just
+//! sent and counts their requests in the workers' load. Without NATS each routes alone.
+//!
 //! `--help` lists every flag with its default and exits 0; bad flags give a one-line error
 //! and exit code 2.
 

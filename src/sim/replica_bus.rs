@@ -39,7 +39,7 @@ impl ReplicaBus {
         Self {
             delay_s: config.replica_sync,
             loss: config.event_loss,
-            rng: Rng::new(config.seed ^ 0x7265_706c_6963_61),
+            rng: Rng::new(config.seed ^ 0x0072_6570_6c69_6361),
             in_flight: VecDeque::new(),
             sent: (0, 0),
             lost: 0,
