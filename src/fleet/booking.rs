@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use super::clock::nanos;
-use super::peers::{Begin, Booking, Change, Limits, Routed};
+use super::peers::{Begin, Booking, Change, Limits, PeerTable, Routed};
 use super::registry::Slots;
 use super::tracker::{Fleet, lock};
 use crate::error::Error;
@@ -28,7 +28,7 @@ impl Fleet {
             .peers
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *table = super::peers::PeerTable::new(Limits::of(config));
+        *table = PeerTable::new(Limits::of(config));
     }
 
     /// Applies `frame`, heard at `now`, to the load of the workers it names, for replica
@@ -77,43 +77,27 @@ impl Fleet {
             }
         }
         for record in frame.records() {
-            let news = match &record {
-                RecordView::Routed { request, shape, .. } => {
-                    let worker = target(shape.endpoint, shape.rank).ok();
-                    let Some(r) = worker.and_then(|w| slots.get(w.index())) else {
-                        outcome.unknown_targets += 1;
-                        continue;
-                    };
-                    let worker = worker.unwrap_or(WorkerId::new(0));
-                    let figures = (shape.prompt, shape.prefill, shape.output);
-                    let booking = Booking::new(worker, r.slot.epoch, figures);
-                    let routed = table.routed(h.replica, *request, booking, now_ns, out);
+            match record_into(
+                &mut table,
+                &slots,
+                (h.replica, now_ns),
+                &record,
+                target,
+                out,
+            ) {
+                Did::Unknown => outcome.unknown_targets += 1,
+                Did::Marked(news) => outcome.duplicates += u32::from(!news),
+                Did::Routed(worker, routed) => {
                     outcome.booked += u32::from(routed == Routed::Booked);
+                    outcome.duplicates += u32::from(routed != Routed::Booked);
                     if routed != Routed::Duplicate {
-                        if let Some(blocks) = blocks_of(&record) {
-                            credits.push((worker, blocks));
-                        }
+                        credits.extend(blocks_of(&record).map(|b| (worker, b)));
                     }
-                    routed == Routed::Booked
                 }
-                RecordView::FirstToken { request } => {
-                    table.marked(h.replica, *request, false, now_ns, out)
-                }
-                RecordView::Completed { request } => {
-                    table.marked(h.replica, *request, true, now_ns, out)
-                }
-            };
-            outcome.duplicates += u32::from(!news);
+            }
         }
         outcome.released = table.watermarks(h.replica, (h.open, h.awaiting), out);
-        let s = &mut table.stats;
-        s.frames_applied += 1;
-        s.records_applied += u64::from(outcome.records);
-        s.missed_frames = s.missed_frames.saturating_add(outcome.missed_frames);
-        s.restarts += u64::from(outcome.restarted);
-        s.duplicates += u64::from(outcome.duplicates);
-        s.unknown_targets += u64::from(outcome.unknown_targets);
-        s.released += u64::from(outcome.released);
+        count(&mut table.stats, &outcome);
         self.heard
             .store(table.peers() as u64, std::sync::atomic::Ordering::Relaxed);
         // The peer's lease runs out then unless another frame comes.
@@ -171,4 +155,58 @@ impl Fleet {
         r.slot.load.peers.apply(change);
         self.refresh(r);
     }
+}
+
+/// What one record did.
+enum Did {
+    /// A routed record named a target this router does not have.
+    Unknown,
+    /// A routed record, for this worker.
+    Routed(WorkerId, Routed),
+    /// A first token or completion: whether it was news.
+    Marked(bool),
+}
+
+/// Applies one record of `replica`, heard at `now_ns`, to `table`, its changes into `out`.
+fn record_into(
+    table: &mut PeerTable,
+    slots: &Slots,
+    (replica, now_ns): (u64, u64),
+    record: &RecordView<'_>,
+    target: &dyn Fn(u32, u32) -> Result<WorkerId, Error>,
+    out: &mut dyn FnMut(Change),
+) -> Did {
+    match record {
+        RecordView::Routed { request, shape, .. } => {
+            let Ok(worker) = target(shape.endpoint, shape.rank) else {
+                return Did::Unknown;
+            };
+            let Some(r) = slots.get(worker.index()) else {
+                return Did::Unknown;
+            };
+            let figures = (shape.prompt, shape.prefill, shape.output);
+            let booking = Booking::new(worker, r.slot.epoch, figures);
+            Did::Routed(
+                worker,
+                table.routed(replica, *request, booking, now_ns, out),
+            )
+        }
+        RecordView::FirstToken { request } => {
+            Did::Marked(table.marked(replica, *request, false, now_ns, out))
+        }
+        RecordView::Completed { request } => {
+            Did::Marked(table.marked(replica, *request, true, now_ns, out))
+        }
+    }
+}
+
+/// Adds one frame's `outcome` to the applying side's `stats`.
+fn count(s: &mut ReplicaStats, outcome: &ReplicaOutcome) {
+    s.frames_applied += 1;
+    s.records_applied += u64::from(outcome.records);
+    s.missed_frames = s.missed_frames.saturating_add(outcome.missed_frames);
+    s.restarts += u64::from(outcome.restarted);
+    s.duplicates += u64::from(outcome.duplicates);
+    s.unknown_targets += u64::from(outcome.unknown_targets);
+    s.released += u64::from(outcome.released);
 }
