@@ -48,9 +48,10 @@
 //! | completed | 3 | `var` request |
 //!
 //! A routed record costs about 10 bytes plus 8 per prompt block; the others 2 to 4 bytes;
-//! a frame's header 28 to 40. Trailing bytes, a truncated field, an unknown kind, a varint
-//! past 64 bits or a count past its bound make the frame an [`Error::Decode`]; another
-//! version an [`Error::ReplicaVersion`]. Nothing of a refused frame is applied.
+//! a frame's header 28 to 55 (under 40 in practice). Trailing bytes, a truncated field, an
+//! unknown kind, a varint past 64 bits or a count past its bound make the frame an
+//! [`Error::Decode`]; another version an [`Error::ReplicaVersion`]. Nothing of a refused
+//! frame is applied.
 //!
 //! [`Error::Decode`]: crate::Error::Decode
 //! [`Error::ReplicaVersion`]: crate::Error::ReplicaVersion
