@@ -254,7 +254,7 @@ impl Fleet {
         Candidate {
             worker: WorkerId::new(i as u32),
             epoch: r.slot.epoch,
-            in_flight: r.slot.load.in_flight.load(Relaxed),
+            in_flight: r.slot.load.in_flight.load(Relaxed) + r.slot.load.peers.load().in_flight,
             routed,
             assigned_prefill,
             estimate: self.estimate(r),
