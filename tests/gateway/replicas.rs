@@ -409,3 +409,35 @@ async fn gateways_route_on_their_own_while_nats_is_away_and_sync_again_when_it_r
     .await;
     running.await.unwrap();
 }
+
+#[test]
+fn the_nats_flags_go_together() {
+    let parse =
+        |flags: &[&str]| flags::parse_from(std::iter::once("gateway").chain(flags.iter().copied()));
+    let e = parse(&["--upstream", "http://u", "--nats", "nats://127.0.0.1:4222"]).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(cli::one_line(&e).contains("--replica-id"), "{e}");
+    let e = parse(&["--upstream", "http://u", "--replica-id", "3"]).unwrap_err();
+    assert!(cli::one_line(&e).contains("--nats"), "{e}");
+    let f = parse(&[
+        "--upstream",
+        "http://u",
+        "--nats",
+        "nats://127.0.0.1:4222",
+        "--replica-id",
+        "3",
+        "--replica-lease-ms",
+        "1500",
+    ])
+    .unwrap();
+    let nats = f.nats.unwrap();
+    assert_eq!(
+        (nats.replica_id, nats.subject.as_str()),
+        (3, "prefix-router.replicas")
+    );
+    assert_eq!(
+        (nats.lease, nats.interval),
+        (Duration::from_millis(1_500), Duration::from_millis(5))
+    );
+    assert!(parse(&["--upstream", "http://u"]).unwrap().nats.is_none());
+}
