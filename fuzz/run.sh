@@ -6,11 +6,11 @@
 # Without them (this project's machines have stable Rust only) the same binaries are built on
 # stable and run uninstrumented: libFuzzer still feeds them random and mutated inputs, with
 # no coverage guidance. The same properties also run as proptests in CI
-# (tests/tree_model.rs, tests/sync.rs, tests/stress.rs).
+# (tests/tree_model.rs, tests/sync.rs, tests/stress.rs, tests/replica.rs).
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds="${1:-60}"
-targets=(tree_ops vllm_decode router_api)
+targets=(tree_ops vllm_decode router_api replica_frame)
 if cargo +nightly fuzz --version >/dev/null 2>&1; then
     for target in "${targets[@]}"; do
         echo "== $target: coverage-guided, $seconds s"

@@ -104,6 +104,26 @@ pub enum Error {
         /// What it was asked to do.
         wanted: &'static str,
     },
+    /// A replica sync frame of a layout version this crate does not read
+    /// ([`replica`](crate::replica)).
+    #[error(
+        "replica sync frame of version {found}: this router reads version {supported}; run one version of the crate on every replica"
+    )]
+    ReplicaVersion {
+        /// The frame's version byte.
+        found: u8,
+        /// The version this crate writes and reads.
+        supported: u8,
+    },
+    /// Replica sync refused a frame beyond one of its memory bounds
+    /// ([`ReplicaConfig`](crate::ReplicaConfig)).
+    #[error("replica sync: more than {limit} {what}; raise the bound or check the replica ids")]
+    ReplicaLimit {
+        /// What is bounded (`peers`).
+        what: &'static str,
+        /// The bound.
+        limit: usize,
+    },
     /// No worker is registered and available to take the request.
     #[error("no worker is available: add a worker or mark one available")]
     NoWorkers,

@@ -77,6 +77,12 @@
 //! policy of a dozen lines, and runs in the simulator and the benches like the built-in ones
 //! (see [`Policy`] for its contract, and `examples/custom_policy.rs`).
 //!
+//! ## Several replicas: [`replica`]
+//!
+//! Router replicas that share a fleet exchange sync records of what each routed
+//! ([`Router::drain_replica_sync`], [`Router::apply_replica_sync`]), carried by the host
+//! over a bus such as NATS: see `docs/replicas.md`.
+//!
 //! ## Keeping the mirror true: [`CacheSync`]
 //!
 //! Engine KV events ([`CacheEvent`], and vLLM's wire format in [`sync::vllm`] with the `vllm`
@@ -132,9 +138,12 @@
 //! | `CacheSync::apply_event` | duplicate, gapped or backwards sequence numbers | applied, reported as duplicates / [`Sequence::Gap`] / [`Sequence::Restart`] (mirror cleared) |
 //! | `CacheSync::apply_event` | unknown parent; removal of an unknown block | skipped and counted in [`SyncOutcome`] |
 //! | `sync::vllm::decode_batch` | truncated, wrong types, huge lengths, unknown tags, trailing bytes | [`Error::Decode`] |
+//! | `Router::apply_replica_sync` | truncated or garbage bytes; another layout version; a peer beyond `ReplicaConfig::max_peers` | [`Error::Decode`]; [`Error::ReplicaVersion`]; [`Error::ReplicaLimit`]; nothing applied |
+//! | `Router::apply_replica_sync` | a record naming an unknown target; duplicated, reordered or echoed records; an earlier incarnation's frame | skipped and counted in [`ReplicaOutcome`] |
+//! | `Router::apply_replica_sync` on a router without sync | any frame | [`Error::InvalidConfig`] (`replica_sync`) |
 //! | `sim::load_mooncake`, `parse_mooncake` | a malformed line; an unreadable file | [`Error::Trace`] with the line number (0 for the file) |
 //! | `sim::Simulation::new`, `with_fleet`, `run` | 0 workers, NaN rates, capacity below one block, a batch budget of 0, event sync with the simple engine, a worker speed that is not positive; a router whose mirror hashes another block size; a router with more workers than the fleet | [`Error::InvalidConfig`]; [`Error::InvalidConfig`]; [`Error::UnknownWorker`] |
-//! | `sim::ClusterConfig` (through `Simulation::new`) | event loss outside `0..=1`, a negative or non-finite event delay or scrape interval; a host tier smaller than one chunk, a chunk of 0 blocks, a reload bandwidth that is not positive | [`Error::InvalidConfig`] |
+//! | `sim::ClusterConfig` (through `Simulation::new`) | event loss outside `0..=1`, a negative or non-finite event delay or scrape interval; a host tier smaller than one chunk, a chunk of 0 blocks, a reload bandwidth that is not positive; a replica sync delay that is negative or not finite, or replica sync with the simple engine | [`Error::InvalidConfig`] |
 //! | `sim::Simulation::run_replicas` | no router | [`Error::InvalidConfig`] (`replicas`) |
 //! | `sim::Fault::parse_schedule`, `Simulation::with_faults` | an entry that is not `W@DOWN-UP`; a worker outside the fleet, a return not after the leave, faults with the simple engine | [`Error::InvalidConfig`] (`faults`) |
 //! | `sim::Simulation::run` with faults | every worker out at once when a request arrives | [`Error::NoWorkers`] |
@@ -187,6 +196,8 @@ mod guides {
     struct Gateway;
     #[doc = include_str!("../docs/performance.md")]
     struct Performance;
+    #[doc = include_str!("../docs/replicas.md")]
+    struct Replicas;
 }
 
 mod bits;
@@ -201,6 +212,7 @@ mod list;
 mod pd;
 mod policies;
 mod ranks;
+pub mod replica;
 mod request;
 mod router;
 #[cfg(feature = "sim")]
@@ -227,6 +239,7 @@ pub use crate::{
         PowerOfTwoConfig, PowerOfTwoRouter, RoundRobin, RoundRobinRouter, Scoring,
     },
     ranks::RankLayout,
+    replica::{Drained, ReplicaConfig, ReplicaOutcome, ReplicaStats},
     request::{AdmissionConfig, LIMITS, Limit, Priority, RouteDecision, RouteRequest, Shed},
     router::{
         Admit, CandidateSet, Cost, CostTerm, Policy, PolicyRouter, Receipt, ReceiptLine,

@@ -448,3 +448,85 @@ fn row_simulated_fleet_settings() {
         Err(Error::NoWorkers)
     ));
 }
+
+#[test]
+fn row_replica_sync_frames_garbage_versions_and_too_many_peers() {
+    let r = BalancedRouter::new(2)
+        .unwrap()
+        .with_replica_sync(ReplicaConfig::new(0, 1).with_max_peers(1))
+        .unwrap();
+    let now = Duration::ZERO;
+    assert!(matches!(
+        r.apply_replica_sync(&[1, 2, 3], now),
+        Err(Error::Decode(_))
+    ));
+    let frame = |replica| {
+        let mut out = Vec::new();
+        replica::Frame {
+            replica,
+            incarnation: 1,
+            seq: 0,
+            open: 1,
+            awaiting: 1,
+            records: Vec::new(),
+        }
+        .encode(&mut out);
+        out
+    };
+    let mut other = frame(1);
+    other[0] = 2;
+    assert!(matches!(
+        r.apply_replica_sync(&other, now),
+        Err(Error::ReplicaVersion { found: 2, .. })
+    ));
+    r.apply_replica_sync(&frame(1), now).unwrap();
+    assert!(matches!(
+        r.apply_replica_sync(&frame(2), now),
+        Err(Error::ReplicaLimit { what: "peers", .. })
+    ));
+}
+
+#[test]
+fn row_replica_sync_records_skipped_and_counted() {
+    let r = BalancedRouter::new(2)
+        .unwrap()
+        .with_replica_sync(ReplicaConfig::new(0, 1))
+        .unwrap();
+    let mut out = Vec::new();
+    let routed = replica::Record::Routed {
+        request: 1,
+        endpoint: 7,
+        rank: 0,
+        prompt_tokens: 16,
+        prefill_tokens: 16,
+        output_tokens: 1,
+        blocks: Vec::new(),
+    };
+    replica::Frame {
+        replica: 1,
+        incarnation: 1,
+        seq: 0,
+        open: 1,
+        awaiting: 1,
+        records: vec![routed, replica::Record::Completed { request: 1 }],
+    }
+    .encode(&mut out);
+    let o = r.apply_replica_sync(&out, Duration::ZERO).unwrap();
+    assert_eq!((o.unknown_targets, o.booked), (1, 0));
+    let o = r.apply_replica_sync(&out, Duration::ZERO).unwrap();
+    assert_eq!(o.duplicates, 1);
+    r.drain_replica_sync(&mut out, 1 << 20);
+    assert!(r.apply_replica_sync(&out, Duration::ZERO).unwrap().echo);
+}
+
+#[test]
+fn row_replica_sync_off() {
+    let r = BalancedRouter::new(2).unwrap();
+    assert!(matches!(
+        r.apply_replica_sync(&[1], Duration::ZERO),
+        Err(Error::InvalidConfig {
+            field: "replica_sync",
+            ..
+        })
+    ));
+}

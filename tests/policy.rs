@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prefix_router::{
     Balanced, BalancedConfig, BalancedRouter, CacheEvent, CacheSync, Candidate, Cost, EngineLoad,
-    Error, IndexConfig, LoadConfig, Policy, PolicyRouter, ReloadConfig, RouteDecision,
-    RouteRequest, Router, Staleness, Tier, WorkerId, WorkerProfile, choose_min,
+    Error, IndexConfig, LoadConfig, Policy, PolicyRouter, ReloadConfig, ReplicaConfig,
+    RouteDecision, RouteRequest, Router, Staleness, Tier, WorkerId, WorkerProfile, choose_min,
 };
 
 /// Picks the candidate at a fixed index, records what it was offered.
@@ -209,6 +209,14 @@ enum Op {
         prefix: u32,
         host: bool,
     },
+    /// A peer replica routes a prompt of `blocks` blocks whose first two share `prefix`,
+    /// completes its oldest request when `complete`, and its sync frame is applied at `at` ms.
+    Peer {
+        prefix: u32,
+        blocks: u32,
+        complete: bool,
+        at: u64,
+    },
 }
 
 fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -228,6 +236,8 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         1 => (0u32..12, any::<bool>()).prop_map(|(worker, available)| Op::Available { worker, available }),
         1 => (1u32..12).prop_map(|worker| Op::Toggle { worker }),
         2 => (0u32..12, 0u32..6, any::<bool>()).prop_map(|(worker, prefix, host)| Op::Store { worker, prefix, host }),
+        2 => (0u32..6, 1u32..8, any::<bool>(), 0u64..20_000)
+            .prop_map(|(prefix, blocks, complete, at)| Op::Peer { prefix, blocks, complete, at }),
     ]
 }
 
@@ -242,7 +252,7 @@ fn apply(
     use std::time::Duration;
     let ms = Duration::from_millis;
     match *op {
-        Op::Route { .. } => {}
+        Op::Route { .. } | Op::Peer { .. } => {}
         Op::Complete => {
             if !open.is_empty() {
                 let [a, b] = open.remove(0);
@@ -375,6 +385,59 @@ fn a_faster_holder_behind_a_queue_is_reached() {
     );
 }
 
+/// A prompt of `blocks` blocks whose first two share `prefix`, the rest unique to step `i`.
+fn prompt_of(prefix: u32, blocks: u32, i: usize) -> Vec<u32> {
+    (0..blocks * 16)
+        .map(|t| {
+            if t < 32 {
+                prefix * 1000 + t
+            } else {
+                i as u32 * 1000 + t
+            }
+        })
+        .collect()
+}
+
+/// A peer replica of the routers under test: what it routes and completes reaches them as
+/// its sync frames.
+struct Peer {
+    router: BalancedRouter,
+    open: Mutex<Vec<RouteDecision>>,
+}
+
+impl Peer {
+    fn new(workers: u32, config: BalancedConfig) -> Self {
+        let router = BalancedRouter::with_config(workers, config)
+            .unwrap()
+            .with_replica_sync(ReplicaConfig::new(1, 0))
+            .unwrap();
+        Peer {
+            router,
+            open: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Routes `prompt`, completes the oldest open request when `complete`, and applies the
+    /// frame drained to each of `routers` at `at_ms`; what each made of it, as text.
+    fn step(
+        &self,
+        routers: [&dyn Router; 2],
+        (prompt, complete): (Vec<u32>, bool),
+        at_ms: u64,
+    ) -> [String; 2] {
+        let mut open = self.open.lock().unwrap();
+        open.push(self.router.route(&RouteRequest::new(&prompt)).unwrap());
+        if complete {
+            let oldest = open.remove(0);
+            self.router.complete(&oldest);
+        }
+        let mut frame = Vec::new();
+        self.router.drain_replica_sync(&mut frame, usize::MAX);
+        let now = std::time::Duration::from_millis(at_ms);
+        routers.map(|r| format!("{:?}", r.apply_replica_sync(&frame, now)))
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
 
@@ -384,7 +447,7 @@ proptest::proptest! {
     /// go, engine reports (fresh and stale, with and without pending prefill), host-tier
     /// hits and their reloads, timings the
     /// workers learn from, speeds and KV capacities told, few running slots, unavailable
-    /// workers, and workers removed and added again.
+    /// workers, workers removed and added again, and a peer replica's bookings and prompts.
     #[test]
     fn the_shortlist_decides_as_every_worker_does(
         ops in proptest::collection::vec(op(), 1..160),
@@ -400,24 +463,33 @@ proptest::proptest! {
         let mut reload = ReloadConfig::default();
         reload.host_bytes_per_s = host_gb_per_s * 1e9;
         let config = BalancedConfig::default().with_load(load).with_reload(reload);
-        let shortlist = BalancedRouter::with_config(workers, config).unwrap();
+        let shortlist = BalancedRouter::with_config(workers, config)
+            .unwrap()
+            .with_replica_sync(ReplicaConfig::new(0, 0))
+            .unwrap();
         let every = PolicyRouter::with_policy_and_load(
             workers,
             EveryWorker(Balanced::new(config).unwrap()),
             IndexConfig::default(),
             load,
         )
+        .unwrap()
+        .with_replica_sync(ReplicaConfig::new(0, 0))
         .unwrap();
+        let peer = Peer::new(workers, config);
         let routers: [&dyn Router; 2] = [&shortlist, &every];
         let mut open: Vec<[RouteDecision; 2]> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
+            if let Op::Peer { prefix, blocks, complete, at } = *op {
+                let outcomes = peer.step(routers, (prompt_of(prefix, blocks, i), complete), at);
+                proptest::prop_assert_eq!(&outcomes[0], &outcomes[1]);
+                continue;
+            }
             let Op::Route { prefix, blocks, output, at } = *op else {
                 apply(routers, &mut open, (op, i as u64), workers);
                 continue;
             };
-            let prompt: Vec<u32> = (0..blocks * 16)
-                .map(|t| if t < 32 { prefix * 1000 + t } else { i as u32 * 1000 + t })
-                .collect();
+            let prompt = prompt_of(prefix, blocks, i);
             let mut request = RouteRequest::new(&prompt);
             if let Some(output) = output {
                 request = request.with_expected_output(output);

@@ -324,3 +324,85 @@ fn calibration_finds_workers_slower_than_configured() {
     assert!((1.3..3.0).contains(&factor), "{factor}: {speeds:?}");
     assert!(report.ttft_error_p50 < 0.35, "{}", report.ttft_error_p50);
 }
+
+fn synced(workers: u32, replicas: u64) -> Vec<BalancedRouter> {
+    (0..replicas)
+        .map(|id| {
+            BalancedRouter::new(workers)
+                .unwrap()
+                .with_replica_sync(ReplicaConfig::new(id, 1))
+                .unwrap()
+        })
+        .collect()
+}
+
+/// With sync, replicas hear each other's routes: frames go over the bus, each replica
+/// books its peers' requests (and releases them all by the end), and the replicas reuse
+/// at least as much of the cache as without it.
+#[test]
+fn replica_sync_carries_every_replicas_routes_to_the_others() {
+    let config = batched(4).with_sync(SyncMode::Events);
+    let plain = Simulation::new(conversations(), config).unwrap();
+    let without = plain.run_replicas(&as_dyn(&synced(4, 3))).unwrap();
+    assert_eq!(without.replica_sync_frames, 0);
+    let sim = Simulation::new(conversations(), config.with_replica_sync(Some(0.001))).unwrap();
+    let replicas = synced(4, 3);
+    let with = sim.run_replicas(&as_dyn(&replicas)).unwrap();
+    assert!(with.replica_sync_frames > 0 && with.replica_sync_bytes > 0);
+    assert!(
+        with.hit_ratio >= without.hit_ratio,
+        "{} < {}",
+        with.hit_ratio,
+        without.hit_ratio
+    );
+    for r in &replicas {
+        let stats = r.replica_sync_stats().unwrap();
+        assert_eq!((stats.peers, stats.bookings), (2, 0), "{stats:?}");
+        assert!(stats.frames_applied > 0);
+        assert_eq!(stats.rejected_frames + stats.unknown_targets, 0);
+    }
+    assert!(with.to_json().contains("\"replica_sync_bytes\":"));
+}
+
+/// Frames lost on the bus are counted, and the next heartbeats leave no booking behind.
+#[test]
+fn lost_sync_frames_leave_no_booking_behind() {
+    let config = batched(4)
+        .with_sync(SyncMode::Events)
+        .with_replica_sync(Some(0.0))
+        .with_event_loss(0.3)
+        .with_seed(5);
+    let sim = Simulation::new(conversations(), config).unwrap();
+    let replicas = synced(4, 2);
+    let report = sim.run_replicas(&as_dyn(&replicas)).unwrap();
+    assert!(report.lost_sync_frames > 0);
+    // The run ends with the last completion; the heartbeats that follow it (lost here or
+    // not sent yet) carry the watermarks that release what lost records left booked.
+    // At time zero (behind every replica's clock): no lease runs out, the watermarks do it.
+    let end = std::time::Duration::ZERO;
+    for (k, r) in replicas.iter().enumerate() {
+        let mut frame = Vec::new();
+        r.drain_replica_sync(&mut frame, 1 << 20);
+        replicas[1 - k].apply_replica_sync(&frame, end).unwrap();
+    }
+    for r in &replicas {
+        let stats = r.replica_sync_stats().unwrap();
+        assert_eq!((stats.bookings, stats.expired_peers), (0, 0), "{stats:?}");
+    }
+}
+
+#[test]
+fn replica_sync_needs_the_batched_engine_and_a_delay() {
+    let simple = ClusterConfig::default().with_replica_sync(Some(0.001));
+    assert!(matches!(
+        simple.validate(),
+        Err(Error::InvalidConfig {
+            field: "replica_sync",
+            ..
+        })
+    ));
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let c = batched(2).with_replica_sync(Some(bad));
+        assert!(c.validate().is_err(), "{bad}");
+    }
+}

@@ -6,7 +6,7 @@ use prefix_router::{
     AffinityConfig, AffinityRouter, AlwaysSplit, BalancedConfig, BalancedRouter, ByCost,
     CacheAwareConfig, CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Decide, Error,
     IndexConfig, LeastLoadedRouter, NeverSplit, Policy, PolicyRouter, PowerOfTwoRouter,
-    RoundRobinRouter, Router, Scoring, StepModel,
+    ReplicaConfig, RoundRobinRouter, Router, Scoring, StepModel,
 };
 
 #[path = "peers/mod.rs"]
@@ -69,6 +69,8 @@ pub(crate) struct PolicyOptions {
     /// Whether the workers' requests report their prefix hit again
     /// (`kv_cache_report_mode=full`).
     pub(crate) full_reports: bool,
+    /// Replica sync: this replica's id, incarnation and lease (`None`: off).
+    pub(crate) replica: Option<ReplicaConfig>,
 }
 
 impl Default for PolicyOptions {
@@ -83,13 +85,21 @@ impl Default for PolicyOptions {
             miss_weight: None,
             host_chunk_blocks: 1,
             full_reports: false,
+            replica: None,
         }
     }
 }
 
-/// Boxes a freshly built router.
-fn arc<R: Router + 'static>(r: Result<R, Error>) -> Result<Arc<dyn Router>, Error> {
-    r.map(|r| Arc::new(r) as Arc<dyn Router>)
+/// Boxes a freshly built router, syncing with its peers when `o` says so.
+fn arc<P: Policy + 'static>(
+    r: Result<PolicyRouter<P>, Error>,
+    o: &PolicyOptions,
+) -> Result<Arc<dyn Router>, Error> {
+    let r = match o.replica {
+        Some(config) => r?.with_replica_sync(config)?,
+        None => r?,
+    };
+    Ok(Arc::new(r))
 }
 
 /// A peer project's policy (see `peers/`) over the mirror `index`.
@@ -97,8 +107,9 @@ fn peer<P: Policy + 'static>(
     workers: u32,
     policy: P,
     index: IndexConfig,
+    o: &PolicyOptions,
 ) -> Result<Arc<dyn Router>, Error> {
-    arc(PolicyRouter::with_policy(workers, policy, index))
+    arc(PolicyRouter::with_policy(workers, policy, index), o)
 }
 
 /// The balanced policy's settings for `o` (also a pair router's).
@@ -137,20 +148,20 @@ pub(crate) fn build(
     let mut affinity = AffinityConfig::default();
     affinity.ring = ring;
     Some(match name {
-        "round_robin" => arc(RoundRobinRouter::new(workers)),
-        "least_loaded" => arc(LeastLoadedRouter::new(workers)),
-        "power_of_two" => arc(PowerOfTwoRouter::new(workers)),
-        "consistent_hash" => arc(ConsistentHashRouter::with_config(workers, ring)),
-        "affinity" => arc(AffinityRouter::with_config(workers, affinity)),
-        "cache_aware" => arc(CacheAwareRouter::with_config(workers, cache_aware)),
+        "round_robin" => arc(RoundRobinRouter::new(workers), o),
+        "least_loaded" => arc(LeastLoadedRouter::new(workers), o),
+        "power_of_two" => arc(PowerOfTwoRouter::new(workers), o),
+        "consistent_hash" => arc(ConsistentHashRouter::with_config(workers, ring), o),
+        "affinity" => arc(AffinityRouter::with_config(workers, affinity), o),
+        "cache_aware" => arc(CacheAwareRouter::with_config(workers, cache_aware), o),
         "balanced_weighted" => {
             balanced.scoring = Scoring::Weighted;
-            arc(BalancedRouter::with_config(workers, balanced))
+            arc(BalancedRouter::with_config(workers, balanced), o)
         }
-        "llmd" => peer(workers, Llmd::new(o.block_size), index),
-        "dynamo" => peer(workers, Dynamo::new(o.block_size), index),
-        "aibrix" => peer(workers, Aibrix::new(o.block_size), index),
-        "balanced" => arc(BalancedRouter::with_config(workers, balanced)),
+        "llmd" => peer(workers, Llmd::new(o.block_size), index, o),
+        "dynamo" => peer(workers, Dynamo::new(o.block_size), index, o),
+        "aibrix" => peer(workers, Aibrix::new(o.block_size), index, o),
+        "balanced" => arc(BalancedRouter::with_config(workers, balanced), o),
         _ => return None,
     })
 }

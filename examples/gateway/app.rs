@@ -94,6 +94,8 @@ pub(crate) struct Gateway {
     shed: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
     /// The gateway's own metrics (`GET /metrics`).
     telemetry: Telemetry,
+    /// Replica sync's counters (`replica.rs`), when it runs.
+    sync: Arc<super::replica::SyncStatus>,
 }
 
 /// How a gateway handles requests, beside its router and upstreams.
@@ -163,7 +165,13 @@ impl Gateway {
             draining: AtomicBool::new(false),
             shed: std::sync::Mutex::default(),
             telemetry: Telemetry::new(targets),
+            sync: Arc::default(),
         })
+    }
+
+    /// Replica sync's counters.
+    pub(crate) fn sync_status(&self) -> &Arc<super::replica::SyncStatus> {
+        &self.sync
     }
 
     /// The gateway stops taking requests: `/ready` says so from now on.
@@ -727,6 +735,7 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
                 "rank": gw.layout.rank(w),
                 "available": load.map(|l| l.available),
                 "in_flight": load.map(|l| l.in_flight),
+                "peer_in_flight": load.map(|l| l.peer_in_flight),
                 "routed": load.map(|l| l.routed),
                 "predicted_cached_tokens": s.predicted_cached_tokens.load(Relaxed),
                 "reported_cached_tokens": s.reported_cached_tokens.load(Relaxed),
@@ -758,6 +767,7 @@ async fn stats(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         "workers": workers,
         "shed": shed,
         "tokenize_cache": cache,
+        "replica_sync": gw.router.replica_sync_stats().map(|_| gw.sync.json(&gw)),
     }))
 }
 

@@ -48,6 +48,18 @@ pub(crate) struct Flags {
     pub(crate) engine_settings: Vec<EngineFlag>,
     /// For a mock worker: publish KV events on this host.
     pub(crate) kv_events_host: Option<String>,
+    /// Replica sync over NATS, when asked (`--nats`).
+    pub(crate) nats: Option<NatsFlags>,
+}
+
+/// Replica sync's flags (`replica.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct NatsFlags {
+    pub(crate) url: String,
+    pub(crate) subject: String,
+    pub(crate) replica_id: u64,
+    pub(crate) lease: Duration,
+    pub(crate) interval: Duration,
 }
 
 /// The flags as clap reads them; [`parse_from`] makes them [`Flags`]. Each flag's doc
@@ -164,6 +176,31 @@ struct Cli {
     /// A mock worker publishes its cache's changes as KV events on this host (zmq).
     #[arg(long, value_name = "HOST")]
     kv_events_host: Option<String>,
+    /// Run as one of several replicas, syncing what each routed over this NATS server.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "replica_id",
+        conflicts_with = "prefill"
+    )]
+    nats: Option<String>,
+    /// The NATS subject every replica of the fleet publishes its sync frames on.
+    #[arg(
+        long,
+        value_name = "SUBJECT",
+        default_value = "prefix-router.replicas",
+        requires = "nats"
+    )]
+    nats_subject: String,
+    /// This replica's id, unique among the fleet's replicas (with --nats).
+    #[arg(long, value_name = "N", requires = "nats")]
+    replica_id: Option<u64>,
+    /// Milliseconds a silent peer's requests stay booked.
+    #[arg(long, value_name = "N", default_value_t = 10_000, requires = "nats")]
+    replica_lease_ms: u64,
+    /// Milliseconds between two publications of this replica's records.
+    #[arg(long, value_name = "N", default_value_t = 5, requires = "nats")]
+    sync_interval_ms: u64,
     /// Last: its help heading holds for the flags after it.
     #[command(flatten)]
     engines: EngineArgs,
@@ -213,6 +250,13 @@ impl From<Cli> for Flags {
             kv_events: c.kv_events,
             engine_settings: c.engines.engines,
             kv_events_host: c.kv_events_host,
+            nats: c.nats.map(|url| NatsFlags {
+                url,
+                subject: c.nats_subject,
+                replica_id: c.replica_id.unwrap_or(0),
+                lease: Duration::from_millis(c.replica_lease_ms.max(3)),
+                interval: millis(c.sync_interval_ms),
+            }),
         }
     }
 }

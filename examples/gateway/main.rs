@@ -84,6 +84,11 @@
 //!     --prefill http://127.0.0.1:8101 --decode http://127.0.0.1:8201 --pd-decider always
 //! ```
 //!
+//! Several gateways in front of the same workers run as replicas of one router with `--nats
+//! URL --replica-id N` (`replica.rs`): each publishes what it routed on `--nats-subject`
+//! and applies what its peers routed, so that each predicts the prefixes the others just
+//! sent and counts their requests in the workers' load. Without NATS each routes alone.
+//!
 //! `--help` lists every flag with its default and exits 0; bad flags give a one-line error
 //! and exit code 2.
 
@@ -120,6 +125,7 @@ mod pd_wire;
 mod policy;
 mod probe;
 mod prompt;
+mod replica;
 mod signals;
 mod stream;
 mod telemetry;
@@ -146,12 +152,23 @@ fn prompts(f: &Flags) -> Result<Option<Arc<prompt::Prompts>>, String> {
     Ok(Some(Arc::new(prompts)))
 }
 
-/// The gateway for `f` with its background tasks (health probes, metrics scraper) started.
-fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
+/// The gateway for `f` with its background tasks (health probes, metrics scraper, replica
+/// sync) started.
+async fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
     if f.upstreams.is_empty() {
         return Err("give at least one --upstream".to_owned());
     }
     let targets = layout.targets(f.upstreams.len() as u32);
+    let mut f = f;
+    if let Some(nats) = &f.nats {
+        // Every start a new incarnation, so that peers drop what the last one booked.
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let config =
+            prefix_router::ReplicaConfig::new(nats.replica_id, incarnation).with_lease(nats.lease);
+        f.options.replica = Some(config);
+    }
     let router = match policy::build(&f.policy, targets, &f.options) {
         Some(r) => r.map_err(|e| e.to_string())?,
         None => return Err(format!("unknown policy {:?}", f.policy)),
@@ -179,6 +196,15 @@ fn gateway(f: Flags, layout: RankLayout) -> Result<Arc<app::Gateway>, String> {
     }
     let gw = app::Gateway::new(router, f.upstreams, layout, options);
     follow_events(&gw, &f.kv_events, &layout, endpoints)?;
+    if let Some(nats) = f.nats {
+        let options = replica::SyncOptions {
+            url: nats.url,
+            subject: nats.subject,
+            interval: nats.interval,
+            heartbeat: nats.lease / 3,
+        };
+        replica::start(Arc::clone(&gw), options).await?;
+    }
     tokio::spawn(probe::probe_forever(Arc::clone(&gw), f.health_interval));
     if let Some(path) = f.metrics_path {
         tokio::spawn(metrics::scrape_forever(
@@ -302,7 +328,7 @@ async fn build(flags: Flags) -> Result<(String, axum::Router, Option<Drain>), St
         let app = pd::app(Arc::clone(&gw));
         return Ok((listen, app, Some(Box::new(move || gw.drain()))));
     }
-    let gw = gateway(flags, layout)?;
+    let gw = gateway(flags, layout).await?;
     let app = app::app(Arc::clone(&gw));
     Ok((listen, app, Some(Box::new(move || gw.drain()))))
 }

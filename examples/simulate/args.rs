@@ -226,9 +226,15 @@ struct RouterFlags {
     /// Seconds from a batch of engine events leaving a worker to reaching the routers.
     #[arg(long, value_name = "S", default_value_t = cluster().event_delay_s)]
     event_delay: f64,
-    /// Probability that a replica never receives a batch of engine events.
+    /// Probability that a replica never receives a batch of engine events (or, with
+    /// --replica-sync, a frame of another replica's records).
     #[arg(long, value_name = "P", default_value_t = cluster().event_loss)]
     event_loss: f64,
+    /// Replica sync: seconds from a replica's route, first token or completion to its
+    /// record reaching the other replicas; off: none (the batched engine).
+    #[arg(long, value_name = "off|S", default_value = "off", value_parser = replica_sync)]
+    // Fully qualified so that clap takes the value as it is, not the flag as optional.
+    replica_sync: ::std::option::Option<f64>,
     /// Whether a lost batch is replayed from the engine, or left for the mirror to carry.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     event_replay: OnOff,
@@ -351,6 +357,19 @@ fn known_tokens(v: &str) -> Result<Option<usize>, String> {
         .map_err(|_| format!("{v:?} is neither a number nor unknown"))
 }
 
+/// Parses `--replica-sync`: `off` or a delay in seconds.
+fn replica_sync(v: &str) -> Result<Option<f64>, String> {
+    if v == "off" {
+        return Ok(None);
+    }
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(Some(s)),
+        _ => Err(format!(
+            "{v:?} is neither off nor a delay of zero or more seconds"
+        )),
+    }
+}
+
 /// Parses `--priorities`.
 fn priorities(v: &str) -> Result<PriorityMix, String> {
     PriorityMix::parse(v).map_err(|e| e.to_string())
@@ -396,6 +415,7 @@ impl From<Cli> for Args {
         cluster.scrape_interval_s = r.scrape_interval;
         cluster.event_delay_s = r.event_delay;
         cluster.event_loss = r.event_loss;
+        cluster.replica_sync = r.replica_sync;
         cluster.event_replay = matches!(r.event_replay, OnOff::On);
         cluster.admission = matches!(r.admission, OnOff::On);
         cluster.priorities = r.priorities;

@@ -7,7 +7,8 @@
 //! 4× with events with 4 router replicas, with half the fleet at half speed (the routers
 //! not told, then told), with a worker out for a quarter of the trace, with a host tier
 //! four times each worker's KV (the pooled reference then holds both tiers) and with load
-//! reports every 5 s, and the agentic workload at 4× with 4 replicas; then the
+//! reports every 5 s, and the agentic workload at 4× with 4 replicas; the replica sync
+//! cells (`replica_sync_cells`); then the
 //! disaggregated cells ([`matrix_pd`](super::matrix_pd)). A policy that reads
 //! no cache routes alike under every sync mode: it runs once per workload and load, and its
 //! report stands in the three sync cells. A cell where every
@@ -297,6 +298,65 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
         plain: false,
     });
     cells.extend(admission_cells(args, workloads.len()));
+    cells.extend(replica_sync_cells(args, workloads));
+    cells
+}
+
+/// The replica sync cells, beside one router on the same arrivals: the conversation trace
+/// at 4× with events and arrivals spread, one router, then 4 replicas with sync off and at
+/// 1 ms, then 4 replicas at 1 ms on a fleet of half at half speed; the agentic workload at
+/// 4× with 4 replicas at 1 ms (its one router is the plain 4× events cell). The
+/// recommended policy, round robin and the peers' policies that read the cache.
+fn replica_sync_cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
+    const ONLY: &[&str] = &["round_robin", "llmd", "dynamo", RECOMMENDED];
+    let mut base = args.clone();
+    base.cluster.speedup = 4.0;
+    base.cluster.sync = SyncMode::Events;
+    let mut spread = base.clone();
+    spread.cluster.arrivals = prefix_router::sim::Arrivals::Spread;
+    let replicas = |from: &Args, sync: Option<f64>| {
+        let mut a = from.clone();
+        a.replicas = 4;
+        a.cluster.replica_sync = sync;
+        a
+    };
+    let workers = base.cluster.workers;
+    let mut mixed = spread.clone();
+    mixed.fleet = Some(format!("{}x1.0,{}x0.5", workers - workers / 2, workers / 2));
+    let agentic = workloads.iter().position(|(name, _)| name == "agentic");
+    let cell = |workload, label: &str, args| Cell {
+        workload,
+        label: label.to_owned(),
+        args,
+        sync_sibling: None,
+        only: Some(ONLY),
+        plain: false,
+    };
+    let mut cells = vec![
+        cell(0, "4× events, spread, 1 router", spread.clone()),
+        cell(
+            0,
+            "4× events, spread, 4 replicas, sync off",
+            replicas(&spread, None),
+        ),
+        cell(
+            0,
+            "4× events, spread, 4 replicas, sync 1 ms",
+            replicas(&spread, Some(0.001)),
+        ),
+        cell(
+            0,
+            "4× events, spread, fleet half at half speed, 4 replicas, sync 1 ms",
+            replicas(&mixed, Some(0.001)),
+        ),
+    ];
+    if let Some(agentic) = agentic {
+        cells.push(cell(
+            agentic,
+            "4× events, 4 replicas, sync 1 ms",
+            replicas(&base, Some(0.001)),
+        ));
+    }
     cells
 }
 

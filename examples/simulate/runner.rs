@@ -67,7 +67,7 @@ fn pair_router(
         unreachable!("decider names are checked when parsing");
     };
     let roles: Vec<Role> = sim.fleet().iter().map(|w| w.role).collect();
-    let mut balanced = policy::balanced_config(&options(args));
+    let mut balanced = policy::balanced_config(&options(args, 0));
     // As `PdConfig::default()` reads reports.
     balanced.load.prefill_from_report = PdConfig::default().balanced.load.prefill_from_report;
     let config = PdConfig::default()
@@ -79,8 +79,8 @@ fn pair_router(
     PdRouter::with_decider(&roles, config, decide)
 }
 
-/// The routers' settings from `args`.
-fn options(args: &Args) -> PolicyOptions {
+/// The routers' settings from `args`, for replica `k` (its id in replica sync).
+fn options(args: &Args, k: u32) -> PolicyOptions {
     let c = &args.cluster;
     PolicyOptions {
         block_size: c.block_size,
@@ -91,13 +91,16 @@ fn options(args: &Args) -> PolicyOptions {
         alpha: args.alpha,
         miss_weight: args.miss_weight,
         host_chunk_blocks: c.batch.host_chunk_blocks,
+        replica: c
+            .replica_sync
+            .map(|_| prefix_router::ReplicaConfig::new(u64::from(k), 1)),
         ..PolicyOptions::default()
     }
 }
 
-/// One router replica of `policy` for `args`' fleet.
-fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
-    let Some(router) = policy::build(policy, args.cluster.workers, &options(args)) else {
+/// Router replica `k` of `policy` for `args`' fleet.
+fn router(policy: &str, args: &Args, k: u32) -> Result<Arc<dyn Router>, Error> {
+    let Some(router) = policy::build(policy, args.cluster.workers, &options(args, k)) else {
         unreachable!("policy names are checked when parsing");
     };
     router
@@ -110,7 +113,7 @@ fn router(policy: &str, args: &Args) -> Result<Arc<dyn Router>, Error> {
 pub(crate) fn reads_cache(policies: &[&str], args: &Args) -> Result<Vec<bool>, Error> {
     policies
         .iter()
-        .map(|p| Ok(router(p, args)?.cache_sync().is_some()))
+        .map(|p| Ok(router(p, args, 0)?.cache_sync().is_some()))
         .collect()
 }
 
@@ -175,7 +178,7 @@ pub(crate) fn run_with(
         return Ok(report);
     }
     let replicas = (0..args.replicas)
-        .map(|_| router(policy, args))
+        .map(|k| router(policy, args, k))
         .collect::<Result<Vec<_>, Error>>()?;
     if args.router_speeds_known {
         for r in &replicas {

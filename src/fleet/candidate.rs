@@ -82,7 +82,8 @@ impl Candidate {
         self.worker
     }
 
-    /// Requests routed to it by this router and not completed.
+    /// Requests routed to it by this router and not completed, and with replica sync its
+    /// peers' (see [`Router::apply_replica_sync`](crate::Router::apply_replica_sync)).
     #[inline]
     #[must_use]
     pub fn in_flight(&self) -> u64 {

@@ -81,7 +81,11 @@ pub struct LoadConfig {
     /// 1). Between two reports, each replica sees only its own requests; the others send
     /// about as many, so what this router routed, prefilled and completed since a report
     /// counts this many times over. Without it replicas herd: every one of them sends the
-    /// next second's requests to the worker the last report showed least loaded.
+    /// next second's requests to the worker the last report showed least loaded. With
+    /// replica sync ([`PolicyRouter::with_replica_sync`](crate::PolicyRouter::with_replica_sync))
+    /// the peers' requests count themselves, and the counts since a report are multiplied
+    /// by `max(replicas, 1 + peers heard) / (1 + peers heard)` instead: 1 once every
+    /// replica is heard, so sync needs no multiplier.
     pub replicas: u32,
     /// Whether a fresh report's pending prefill replaces this router's own count of its
     /// requests' prefill, which counts each prompt whole until its first token and so

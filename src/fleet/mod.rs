@@ -16,12 +16,15 @@
 //!   the bound under every worker's step terms (`floor.rs`),
 //!   the [`Fleet`](tracker::Fleet) that composes them (`tracker.rs`) and what a route
 //!   charges and a completion releases (`charge.rs`).
+//! - Peer replicas' requests (`peers.rs`): each worker's counts of them beside its own,
+//!   and the table of every peer's bookings that their sync frames change (`booking.rs`).
 //! - What a policy is offered of a worker ([`Candidate`], `candidate.rs`) and what a host
 //!   or an autoscaler reads ([`WorkerLoad`], [`FleetSignals`], `signals.rs`).
 //!
 //! Rule: nothing here imports the router, a policy, admission or the pair router. What a
 //! prediction is bound by and a refusal's shape come from [`crate::request`], below.
 
+mod booking;
 mod candidate;
 mod charge;
 mod clock;
@@ -30,6 +33,7 @@ mod estimate;
 mod floor;
 mod learn;
 mod least;
+mod peers;
 mod predict;
 mod registry;
 mod reload;

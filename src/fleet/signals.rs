@@ -64,8 +64,14 @@ pub struct WorkerLoad {
     /// Uncached prompt tokens of those requests whose prefill is not known to be done
     /// (prefill work queued or running on it; see [`Router::first_token`](crate::Router::first_token)).
     pub prefill_tokens: u64,
-    /// Requests on the worker as the router estimates them: the engine's last report
-    /// reconciled with this router's counts since (see [`EngineLoad`]).
+    /// Peer replicas' requests booked on it and not completed (replica sync, see
+    /// [`Router::apply_replica_sync`](crate::Router::apply_replica_sync)).
+    pub peer_in_flight: u64,
+    /// Uncached prompt tokens of those whose prefill is not known to be done.
+    pub peer_prefill_tokens: u64,
+    /// Requests on the worker as the router estimates them: this router's and its peers'
+    /// in flight, or the engine's last report reconciled with their counts since (see
+    /// [`EngineLoad`]), whichever is more.
     pub estimated_requests: u64,
     /// Of those, requests decoding (past their first token).
     pub estimated_decoding: u64,
@@ -123,6 +129,8 @@ impl WorkerLoad {
             available: s.available.load(Relaxed),
             in_flight: s.load.in_flight.load(Relaxed),
             prefill_tokens: s.load.prefill_tokens.load(Relaxed),
+            peer_in_flight: s.load.peers.load().in_flight,
+            peer_prefill_tokens: s.load.peers.load().prefill_tokens,
             estimated_requests: e.requests,
             estimated_decoding: e.decoding,
             estimated_prefill_tokens: e.prefill_tokens,

@@ -21,6 +21,7 @@ use super::clock::nanos;
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
 use super::learn::WorkerLearner;
+use super::peers::PeerCounts;
 use super::report::{EngineLoad, Staleness};
 use super::timing::{TERMS, Terms, Timing, attended};
 
@@ -53,6 +54,8 @@ pub(crate) struct LoadState {
     /// `timing`'s speed relative to the configured terms (f64 bits), kept with it.
     speed_bits: AtomicU64,
     kv_capacity_tokens: AtomicU64,
+    /// Peer replicas' requests here, counted as this router's own are (`peers.rs`).
+    pub(crate) peers: PeerCounts,
     /// What the worker's timings taught (see `learn.rs`); taken only to learn and to
     /// publish the terms, never on the route path.
     learner: Mutex<WorkerLearner>,
@@ -97,6 +100,7 @@ impl Default for LoadState {
                 .to_array()
                 .map(|t| AtomicU64::new(t.to_bits())),
             kv_capacity_tokens: AtomicU64::new(0),
+            peers: PeerCounts::default(),
             learner: Mutex::new(WorkerLearner::default()),
         }
     }
@@ -149,6 +153,7 @@ impl LoadState {
             .store(load.prefill_tokens.unwrap_or(NO_PREFILL), Relaxed);
         r.measured_ns.store(nanos(load.measured_at), Relaxed);
         r.present.store(true, Relaxed);
+        self.peers.reported();
         for counter in [
             &self.since.routed,
             &self.since.first_tokens,
@@ -267,24 +272,27 @@ impl LoadState {
     /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
     /// `mean_prefill` is the uncached tokens of an average request routed here, for a
     /// report that counts waiting requests but not their tokens; `block_size` turns the
-    /// reported KV blocks into tokens.
+    /// reported KV blocks into tokens; `scale` (a fraction) multiplies the counts since the
+    /// report (see [`reconcile`](Self::reconcile)). Peers' requests count as this router's.
     pub(crate) fn estimate(
         &self,
         config: &LoadConfig,
         now_ns: u64,
         (mean_prefill, block_size): (u64, u64),
+        scale: (u64, u64),
     ) -> Estimate {
-        let in_flight = self.in_flight.load(Relaxed);
-        let awaiting = self.awaiting_first.load(Relaxed).min(in_flight);
-        let local_prefill = self.prefill_tokens.load(Relaxed);
+        let peers = self.peers.load();
+        let in_flight = self.in_flight.load(Relaxed) + peers.in_flight;
+        let awaiting = (self.awaiting_first.load(Relaxed) + peers.awaiting_first).min(in_flight);
+        let local_prefill = self.prefill_tokens.load(Relaxed) + peers.prefill_tokens;
         let timing = self.timing();
         let mut e = Estimate {
             requests: in_flight,
             decoding: in_flight - awaiting,
             prefill_tokens: local_prefill,
-            prefill_pairs: self.prefill_pairs.load(Relaxed),
-            context_tokens: self.context_tokens.load(Relaxed),
-            kv_tokens: self.kv_tokens.load(Relaxed),
+            prefill_pairs: self.prefill_pairs.load(Relaxed) + peers.prefill_pairs,
+            context_tokens: self.context_tokens.load(Relaxed) + peers.context_tokens,
+            kv_tokens: self.kv_tokens.load(Relaxed) + peers.kv_tokens,
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
             timing,
@@ -307,25 +315,30 @@ impl LoadState {
         self.reconcile(
             &mut e,
             (mean_prefill, block_size),
-            (u64::from(config.replicas), report_prefill),
+            (scale, peers.since, report_prefill),
         );
         e
     }
 
-    /// Adds the report and this router's counts since it, `replicas` times over, to `e`
-    /// (the router's own counts); with `report_prefill` (a fresh report, read as
-    /// [`LoadConfig::prefill_from_report`] asks), its pending prefill replaces the router's.
+    /// Adds the report and the counts since it (this router's and its peers', times
+    /// `scale.0 / scale.1`: the replicas routing for the fleet over those heard) to `e`
+    /// (the router's and its peers' own counts); with `report_prefill` (a fresh report,
+    /// read as [`LoadConfig::prefill_from_report`] asks), its pending prefill replaces the
+    /// router's.
     fn reconcile(
         &self,
         e: &mut Estimate,
         (mean_prefill, block_size): (u64, u64),
-        (replicas, report_prefill): (u64, bool),
+        ((times, over), peers, report_prefill): ((u64, u64), [u64; 5], bool),
     ) {
         let (r, s) = (&self.report, &self.since);
-        let since = |c: &AtomicU64| c.load(Relaxed).saturating_mul(replicas);
-        let routed = since(&s.routed);
-        let first = since(&s.first_tokens);
-        let done = since(&s.completed);
+        let scaled = |c: &AtomicU64, peer: u64| {
+            let all = c.load(Relaxed).saturating_add(peer);
+            all.saturating_mul(times) / over.max(1)
+        };
+        let routed = scaled(&s.routed, peers[0]);
+        let first = scaled(&s.first_tokens, peers[1]);
+        let done = scaled(&s.completed, peers[2]);
         let waiting = (r.waiting.load(Relaxed) + routed).saturating_sub(first);
         let running = (r.running.load(Relaxed) + first).saturating_sub(done);
         e.requests = e.requests.max(waiting + running);
@@ -334,7 +347,8 @@ impl LoadState {
         e.prefill_tokens = match r.prefill.load(Relaxed) {
             NO_PREFILL => e.prefill_tokens.max(waiting.saturating_mul(mean_prefill)),
             p => {
-                let reported = (p + since(&s.prefill)).saturating_sub(since(&s.prefilled));
+                let reported = (p + scaled(&s.prefill, peers[3]))
+                    .saturating_sub(scaled(&s.prefilled, peers[4]));
                 if report_prefill {
                     reported
                 } else {

@@ -14,6 +14,7 @@ use super::estimate::Estimate;
 use super::floor::Floor;
 use super::learn::{CONFIGURED, fleet_ratios};
 use super::least::{Tie, Widened};
+use super::peers::{Limits, PeerTable};
 use super::registry::{Registered, Registry, check_id};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
@@ -38,6 +39,10 @@ pub(crate) struct Fleet {
     shed: ShedCounts,
     /// The least step terms and greatest speed of any worker.
     floor: Floor,
+    /// Peer replicas' requests (`booking.rs` applies their frames).
+    pub(super) peers: Mutex<PeerTable>,
+    /// Peers heard now (the table's count, read without its lock).
+    pub(super) heard: AtomicU64,
 }
 
 impl Fleet {
@@ -58,6 +63,10 @@ impl Fleet {
             published: Mutex::new(CONFIGURED),
             shed: ShedCounts::default(),
             floor: Floor::default(),
+            peers: Mutex::new(PeerTable::new(Limits::of(
+                &crate::replica::ReplicaConfig::new(0, 0),
+            ))),
+            heard: AtomicU64::new(0),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -117,7 +126,7 @@ impl Fleet {
     #[cold]
     fn expire(&self, now: u64) {
         let max_age = nanos(self.config.max_report_age);
-        let mut next = u64::MAX;
+        let mut next = self.expire_peers(now);
         let slots = self.registry.read();
         for (_, r) in slots.iter() {
             if let Some(at) = r.slot.load.report_ns() {
@@ -165,9 +174,12 @@ impl Fleet {
         let routed = r.key.routed.load(Relaxed).max(1);
         let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
         let context = (mean_prefill, self.block_size);
+        // Replicas not heard through sync are guessed from `replicas` (see `booking.rs`).
+        let heard = self.heard.load(Relaxed) + 1;
+        let scale = (u64::from(self.config.replicas).max(heard), heard);
         r.slot
             .load
-            .estimate(&self.config, self.clock.now_ns(), context)
+            .estimate(&self.config, self.clock.now_ns(), context, scale)
     }
 
     /// Recomputes worker `r`'s load key after its load changed.
@@ -266,7 +278,7 @@ impl Fleet {
         Candidate {
             worker: WorkerId::new(i as u32),
             epoch: r.slot.epoch,
-            in_flight: r.slot.load.in_flight.load(Relaxed),
+            in_flight: r.slot.load.in_flight.load(Relaxed) + r.slot.load.peers.load().in_flight,
             routed,
             assigned_prefill,
             load_ns,
@@ -342,7 +354,7 @@ const PUBLISH_EVERY: u64 = 16;
 
 /// `mutex`, locked; nothing panics while holding it, so a poisoned one still holds valid
 /// data.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

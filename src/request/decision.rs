@@ -32,6 +32,8 @@ pub struct RouteDecision {
     output_tokens: u32,
     /// `RELEASED`, `PREFILLED` and `DECODED` bits: each set once, by one atomic operation.
     state: AtomicU8,
+    /// The request's number in the router's replica sync records (0: none).
+    sync: u64,
 }
 
 const RELEASED: u8 = 1;
@@ -59,6 +61,7 @@ impl RouteDecision {
             terms: ([0.0; 5], [0.0; 5]),
             output_tokens: 0,
             state: AtomicU8::new(0),
+            sync: 0,
         }
     }
 
@@ -107,6 +110,17 @@ impl RouteDecision {
     #[must_use]
     pub fn predicted_tpot_s(&self) -> f64 {
         self.predicted_s.1
+    }
+
+    /// The same decision, numbered `sync` in the router's replica sync records.
+    pub(crate) fn with_sync(mut self, sync: u64) -> Self {
+        self.sync = sync;
+        self
+    }
+
+    /// The decision's number in the router's replica sync records (0: none).
+    pub(crate) fn sync(&self) -> u64 {
+        self.sync
     }
 
     /// The same decision for a worker at data-parallel rank `rank`.

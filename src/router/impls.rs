@@ -6,6 +6,7 @@ use super::policy_router::PolicyRouter;
 use crate::error::Error;
 use crate::fleet::{Candidates, EngineLoad, FleetSignals, WorkerLoad, WorkerProfile};
 use crate::hash::TokenId;
+use crate::replica::{Drained, ReplicaOutcome, ReplicaStats};
 use crate::request::{RouteDecision, RouteRequest};
 use crate::router::{Receipt, ReceiptLine};
 use crate::sync::{CacheEvent, CacheSync, EngineSettings, SyncOutcome};
@@ -13,7 +14,8 @@ use crate::tree::{Tier, WorkerId};
 
 impl<P: Policy> Router for PolicyRouter<P> {
     fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
-        self.route_among(request, &mut Candidates::new())
+        let decision = self.route_among(request, &mut Candidates::new())?;
+        Ok(self.record_route(request, decision))
     }
 
     fn route_with_receipt(
@@ -22,6 +24,7 @@ impl<P: Policy> Router for PolicyRouter<P> {
     ) -> Result<(RouteDecision, Receipt), Error> {
         let mut candidates = Candidates::new();
         let decision = self.route_among(request, &mut candidates)?;
+        let decision = self.record_route(request, decision);
         let lines = candidates
             .iter()
             .map(|c| ReceiptLine {
@@ -43,14 +46,17 @@ impl<P: Policy> Router for PolicyRouter<P> {
 
     fn complete(&self, decision: &RouteDecision) {
         self.fleet.release(decision);
+        self.record_mark(decision, true);
     }
 
     fn first_token(&self, decision: &RouteDecision) {
         self.fleet.prefilled(decision, None);
+        self.record_mark(decision, false);
     }
 
     fn first_token_after(&self, decision: &RouteDecision, elapsed: std::time::Duration) {
         self.fleet.prefilled(decision, Some(elapsed));
+        self.record_mark(decision, false);
     }
 
     fn tokens_after(&self, decision: &RouteDecision, tokens: u32, elapsed: std::time::Duration) {
@@ -107,6 +113,22 @@ impl<P: Policy> Router for PolicyRouter<P> {
 
     fn cache_sync(&self) -> Option<&dyn CacheSync> {
         self.policy.reads_cache().then_some(self as &dyn CacheSync)
+    }
+
+    fn drain_replica_sync(&self, out: &mut Vec<u8>, max_bytes: usize) -> Drained {
+        self.drain(out, max_bytes)
+    }
+
+    fn apply_replica_sync(
+        &self,
+        frame: &[u8],
+        now: std::time::Duration,
+    ) -> Result<ReplicaOutcome, Error> {
+        self.apply(frame, now)
+    }
+
+    fn replica_sync_stats(&self) -> Option<ReplicaStats> {
+        self.stats()
     }
 }
 

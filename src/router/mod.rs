@@ -1,7 +1,8 @@
 //! Routing: the [`Router`] trait a gateway holds, the policy seam ([`Policy`], `policy.rs`)
 //! with its admission gate (`admission.rs`), and [`PolicyRouter`], which makes a router of
 //! any policy (`policy_router.rs`, its route path in `route.rs` and `shortlist.rs`, its trait
-//! implementations in `impls.rs`); receipts explain a route (`receipt.rs`).
+//! implementations in `impls.rs`); receipts explain a route (`receipt.rs`); replica sync
+//! records routes and applies peers' frames (`replica.rs`).
 //!
 //! Rule: the router reads the fleet model (`crate::fleet`), the mirror (`crate::index`) and
 //! the request vocabulary (`crate::request`); none of them reads it. The built-in policies
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::fleet::{EngineLoad, FleetSignals, WorkerLoad, WorkerProfile, WorkerSignals};
+use crate::replica::{Drained, ReplicaOutcome, ReplicaStats};
 use crate::request::{RouteDecision, RouteRequest};
 use crate::tree::WorkerId;
 
@@ -19,6 +21,7 @@ mod impls;
 mod policy;
 mod policy_router;
 mod receipt;
+mod replica;
 mod route;
 mod shortlist;
 
@@ -205,6 +208,47 @@ pub trait Router: Send + Sync {
     /// so that a host holding an `Arc<dyn Router>` can feed events and feedback to it.
     /// The default: `None`.
     fn cache_sync(&self) -> Option<&dyn crate::sync::CacheSync> {
+        None
+    }
+
+    /// Replica sync, sending: replaces `out` with one frame (see
+    /// [`replica`](crate::replica)) of the records of what this router routed, prefilled
+    /// and completed since the last drain, oldest first, as many as fit in `max_bytes`
+    /// (at least one; NATS's default limit is 1 MiB). Publish it to the peers; with no
+    /// records it is a heartbeat, worth publishing at least every third of the
+    /// [lease](crate::ReplicaConfig::lease). The default (a router without sync) leaves
+    /// `out` empty and drains nothing.
+    fn drain_replica_sync(&self, out: &mut Vec<u8>, max_bytes: usize) -> Drained {
+        let _ = max_bytes;
+        out.clear();
+        Drained::default()
+    }
+
+    /// Replica sync, receiving: applies a peer's `frame`, heard at `now` (the clock
+    /// requests' [`with_time`](RouteRequest::with_time) uses). Its routed prompts are
+    /// predicted cached on their workers until the engines' events say otherwise, and its
+    /// requests count in their workers' load until it says they completed or its lease
+    /// runs out. Applying is idempotent: duplicates, reordered records and this router's
+    /// own frames (echoes) change nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] for bytes that are not one whole frame; [`Error::ReplicaVersion`]
+    /// for another layout version; [`Error::ReplicaLimit`] for a peer beyond
+    /// [`ReplicaConfig::max_peers`](crate::ReplicaConfig::max_peers); nothing of the frame
+    /// is applied then. [`Error::InvalidConfig`] (`replica_sync`) from a router without
+    /// sync (the default).
+    fn apply_replica_sync(&self, frame: &[u8], now: Duration) -> Result<ReplicaOutcome, Error> {
+        let _ = (frame, now);
+        Err(crate::config::invalid(
+            "replica_sync",
+            "off",
+            "a router built with replica sync",
+        ))
+    }
+
+    /// What replica sync did so far; `None` without sync (the default).
+    fn replica_sync_stats(&self) -> Option<ReplicaStats> {
         None
     }
 }

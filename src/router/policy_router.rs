@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::fleet::{Fleet, LoadConfig};
 use crate::index::{CacheIndex, IndexConfig};
 use crate::ranks::RankLayout;
+use crate::replica::{Outbox, ReplicaConfig};
 #[cfg(doc)]
 use crate::sync::CacheSync;
 
@@ -26,6 +27,8 @@ pub struct PolicyRouter<P> {
     pub(super) index: CacheIndex,
     pub(super) policy: P,
     pub(super) layout: RankLayout,
+    /// Replica sync's sending side, when on ([`with_replica_sync`](Self::with_replica_sync)).
+    pub(super) replica: Option<Outbox>,
 }
 
 impl<P: Policy> PolicyRouter<P> {
@@ -59,6 +62,7 @@ impl<P: Policy> PolicyRouter<P> {
             index: CacheIndex::new(index)?,
             policy,
             layout: RankLayout::default(),
+            replica: None,
         };
         for worker in router.fleet.workers() {
             router.index.reset_worker(worker);
@@ -73,6 +77,22 @@ impl<P: Policy> PolicyRouter<P> {
     pub fn with_rank_layout(mut self, layout: RankLayout) -> Self {
         self.layout = layout;
         self
+    }
+
+    /// The same router syncing with peer replicas as `config` says: it records what it
+    /// routes for [`Router::drain_replica_sync`] and applies its peers' frames with
+    /// [`Router::apply_replica_sync`] (see the [`replica`](crate::replica) module and
+    /// `docs/replicas.md`). Every replica must hash as this one does (block size,
+    /// algorithm, seed) and lay its targets out alike.
+    ///
+    /// # Errors
+    ///
+    /// As [`ReplicaConfig::validate`].
+    pub fn with_replica_sync(mut self, config: ReplicaConfig) -> Result<Self, Error> {
+        config.validate()?;
+        self.fleet.set_replica_config(&config);
+        self.replica = Some(Outbox::new(config));
+        Ok(self)
     }
 
     /// How the router's targets map to endpoints and ranks.

@@ -15,6 +15,7 @@
 use super::clock::{Clock, Tick};
 use super::config::SyncMode;
 use super::events::{DELIVER, EventBus, REPLAY};
+use super::replica_bus::{ReplicaBus, SYNC};
 use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::rng::Rng;
@@ -83,6 +84,8 @@ struct Run<'s> {
     sim: &'s Simulation,
     replicas: Replicas<'s>,
     bus: EventBus<'s>,
+    /// Replica sync's frames between the replicas.
+    sync: ReplicaBus,
     workers: Vec<Worker>,
     seqs: Vec<Option<Seq>>,
     flights: Vec<Option<Flight>>,
@@ -121,6 +124,7 @@ impl<'s> Run<'s> {
                 .map(|w| Self::fresh_worker(sim, w, bus.is_listened()))
                 .collect(),
             bus,
+            sync: ReplicaBus::new(cfg),
             seqs: (0..n).map(|_| None).collect(),
             flights: (0..n).map(|_| None).collect(),
             clock: Clock::default(),
@@ -193,6 +197,7 @@ impl<'s> Run<'s> {
             Tick::Timed(SCRAPE, _) => self.scrape(now),
             Tick::Timed(DOWN, k) => self.down(k, now),
             Tick::Timed(HANDOFF, i) => self.handoff(i, now),
+            Tick::Timed(SYNC, _) => self.sync.deliver(&self.replicas, now),
             Tick::Timed(_, k) => self.up(k),
         }
     }
@@ -210,6 +215,8 @@ impl<'s> Run<'s> {
             return Ok(());
         };
         let w = routed.worker;
+        self.sync
+            .send(&self.replicas, routed.replica, now, false, &mut self.clock);
         if self.workers[w].down {
             self.replicas
                 .router(routed.replica)
@@ -309,6 +316,8 @@ impl<'s> Run<'s> {
                     self.replicas
                         .router(f.replica)
                         .first_token_after(&f.decision, elapsed);
+                    self.sync
+                        .send(&self.replicas, f.replica, now, false, &mut self.clock);
                 }
             }
             Outcome::Finished(i) => {
@@ -322,22 +331,24 @@ impl<'s> Run<'s> {
                         .router(f.replica)
                         .tokens_after(&f.decision, output - 1, elapsed);
                 }
-                self.release(i);
+                self.release(i, now);
             }
             Outcome::Preempted(i) => self.tally.preempted(i),
             Outcome::Rejected(i) => {
                 self.tally.rejected(i);
-                self.release(i);
+                self.release(i, now);
             }
         }
         Ok(())
     }
 
-    /// Request `i` leaves its worker: its replica completes its decision.
-    fn release(&mut self, i: usize) {
+    /// Request `i` leaves its worker at `now`: its replica completes its decision.
+    fn release(&mut self, i: usize, now: f64) {
         self.seqs[i] = None;
         if let Some(f) = self.flights[i].take() {
             self.replicas.router(f.replica).complete(&f.decision);
+            self.sync
+                .send(&self.replicas, f.replica, now, false, &mut self.clock);
         }
     }
 
@@ -363,6 +374,11 @@ impl<'s> Run<'s> {
                 let load = worker.scheduler.load(&self.seqs, now);
                 self.replicas.report_load(WorkerId::new(w as u32), load)?;
             }
+        }
+        for r in 0..self.replicas.len() {
+            let r = self.replicas.nth(r);
+            self.sync
+                .send(&self.replicas, r, now, true, &mut self.clock);
         }
         let n = self.sim.requests().len();
         let moving = self.pd.as_ref().is_some_and(pd::PdHost::moving);
@@ -393,7 +409,7 @@ impl<'s> Run<'s> {
         worker.prefill_tokens = old.prefill_tokens;
         worker.busy_s = old.busy_s - unspent;
         for i in lost {
-            self.release(i);
+            self.release(i, now);
             self.dispatch(i, now)?;
         }
         Ok(())
@@ -415,6 +431,7 @@ impl<'s> Run<'s> {
             busy_s: self.workers.iter().map(|w| w.busy_s).collect(),
         };
         self.tally.lost_event_batches = self.bus.lost();
+        self.tally.replica_sync = (self.sync.sent.0, self.sync.sent.1, self.sync.lost);
         self.sim.report(&self.replicas, self.tally, workers)
     }
 }

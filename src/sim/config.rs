@@ -408,6 +408,13 @@ pub struct ClusterConfig {
     ///
     /// [`event_delay_s`]: Self::event_delay_s
     pub event_replay: bool,
+    /// Router replicas' sync ([`Router::drain_replica_sync`](crate::Router::drain_replica_sync)):
+    /// the seconds from a replica's route, first token or completion to its record reaching
+    /// the other replicas, each frame lost on the way with the probability
+    /// [`event_loss`](Self::event_loss); `None`: off. The routers must be built with
+    /// replica sync ([`PolicyRouter::with_replica_sync`](crate::PolicyRouter::with_replica_sync)),
+    /// each with its own replica id; only the batched engine runs it. Default `None`.
+    pub replica_sync: Option<f64>,
     /// Seed of the simulator's own randomness (a random front, event loss, priorities).
     /// Default 0.
     pub seed: u64,
@@ -552,6 +559,8 @@ impl ClusterConfig {
         with_event_loss: event_loss: f64;
         /// Sets [`event_replay`](Self::event_replay).
         with_event_replay: event_replay: bool;
+        /// Sets [`replica_sync`](Self::replica_sync).
+        with_replica_sync: replica_sync: Option<f64>;
         /// Sets [`seed`](Self::seed).
         with_seed: seed: u64;
         /// Sets [`kv_bytes_per_token`](Self::kv_bytes_per_token).
@@ -614,6 +623,21 @@ impl ClusterConfig {
             0.0..=1.0,
             "a probability between 0 and 1",
         )?;
+        if let Some(delay) = self.replica_sync {
+            float(
+                "replica_sync",
+                delay,
+                0.0..=f64::MAX,
+                "zero or more seconds",
+            )?;
+            if self.engine == Engine::Simple {
+                return Err(crate::config::invalid(
+                    "replica_sync",
+                    delay,
+                    "replica sync needs the batched engine",
+                ));
+            }
+        }
         if self.sync == SyncMode::Events && self.engine == Engine::Simple {
             return Err(crate::config::invalid(
                 "sync",
@@ -664,6 +688,7 @@ impl Default for ClusterConfig {
             event_delay_s: 0.0,
             event_loss: 0.0,
             event_replay: true,
+            replica_sync: None,
             seed: 0,
             admission: false,
             priorities: PriorityMix::default(),

@@ -62,6 +62,7 @@ mod pool;
 mod profile;
 mod publish;
 mod references;
+mod replica_bus;
 mod replicas;
 mod report;
 mod rng;

@@ -71,6 +71,16 @@ impl<'s> Replicas<'s> {
         })
     }
 
+    /// How many replicas there are.
+    pub(super) fn len(&self) -> usize {
+        self.routers.len()
+    }
+
+    /// Replica `i` (below [`len`](Self::len)).
+    pub(super) fn nth(&self, i: usize) -> Replica {
+        Replica(i)
+    }
+
     /// Replica `r`'s router.
     pub(super) fn router(&self, r: Replica) -> &'s dyn Router {
         self.routers[r.0]

@@ -73,6 +73,13 @@ pub struct SimReport {
     /// Batches of engine events lost, counted once per router replica that missed one
     /// ([`ClusterConfig::event_loss`](super::ClusterConfig::event_loss)).
     pub lost_event_batches: u64,
+    /// Replica sync frames the replicas sent ([`ClusterConfig::replica_sync`](super::ClusterConfig::replica_sync)),
+    /// each once to the bus.
+    pub replica_sync_frames: u64,
+    /// Their bytes: over [`requests`](Self::requests), sync's cost on the wire per request.
+    pub replica_sync_bytes: u64,
+    /// Frames lost on the way to a replica, counted once per replica that missed one.
+    pub lost_sync_frames: u64,
     /// Each worker's busy time over the makespan.
     pub worker_utilisation: Vec<f64>,
     /// What happened to each request, in trace order.
@@ -128,6 +135,7 @@ impl SimReport {
                 "\"shed_sheddable\":{},\"shed_standard\":{},\"shed_critical\":{},",
                 "\"preemptions\":{},\"rejected\":{},\"retried\":{},",
                 "\"lost_event_batches\":{},",
+                "\"replica_sync_frames\":{},\"replica_sync_bytes\":{},\"lost_sync_frames\":{},",
                 "\"makespan_s\":{:.6},\"throughput_rps\":{:.6},\"decision_ns\":{:.1},",
                 "\"transfers\":{},\"transfer_bytes\":{},\"pd_decider\":{},",
                 "\"ttft_error_p50\":{:.6},\"ttft_error_p90\":{:.6},",
@@ -163,6 +171,9 @@ impl SimReport {
             self.rejected,
             self.retried,
             self.lost_event_batches,
+            self.replica_sync_frames,
+            self.replica_sync_bytes,
+            self.lost_sync_frames,
             self.makespan_s,
             self.throughput_rps,
             self.decision_ns,

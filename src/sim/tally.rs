@@ -14,6 +14,8 @@ pub(super) struct Tally {
     routed: Vec<bool>,
     /// Batches of engine events lost on their way to a replica.
     pub(super) lost_event_batches: u64,
+    /// Replica sync: frames sent, their bytes, frames lost on the way to a replica.
+    pub(super) replica_sync: (u64, u64, u64),
     /// Wall-clock time spent in `route()`.
     pub(super) decision_ns: u128,
     /// The last completion's time.
@@ -80,6 +82,7 @@ impl Tally {
             targets,
             routed: vec![false; requests],
             lost_event_batches: 0,
+            replica_sync: (0, 0, 0),
             decision_ns: 0,
             last_completion: 0.0,
             pd_decider: None,
@@ -234,6 +237,9 @@ impl Tally {
             rejected: self.records.iter().filter(|r| r.rejected).count(),
             retried: self.records.iter().filter(|r| r.retries > 0).count(),
             lost_event_batches: self.lost_event_batches,
+            replica_sync_frames: self.replica_sync.0,
+            replica_sync_bytes: self.replica_sync.1,
+            lost_sync_frames: self.replica_sync.2,
             worker_utilisation: workers.busy_s.iter().map(|&b| ratio(b, makespan)).collect(),
             makespan_s: makespan,
             throughput_rps: ratio(requests as f64, makespan),

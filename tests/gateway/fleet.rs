@@ -45,6 +45,8 @@ pub mod policy;
 pub mod probe;
 #[path = "../../examples/gateway/prompt.rs"]
 pub mod prompt;
+#[path = "../../examples/gateway/replica.rs"]
+pub mod replica;
 #[path = "../../examples/gateway/signals.rs"]
 pub mod signals;
 #[path = "../../examples/gateway/stream.rs"]

@@ -19,4 +19,6 @@ mod pd;
 mod pd_telemetry;
 mod pd_vllm;
 mod prompts;
+#[cfg(feature = "zmq")]
+mod replicas;
 mod telemetry;
