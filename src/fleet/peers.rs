@@ -15,9 +15,10 @@
 //! most `max_peers` peers.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use super::clock::nanos;
+use super::estimate::Estimate;
 use super::timing::attended;
 use crate::error::Error;
 use crate::replica::{ReplicaConfig, ReplicaStats};
@@ -85,6 +86,9 @@ pub(crate) struct PeerCounts {
     /// Since the worker's last engine report: routed, first tokens, completed, prefill
     /// routed, prefill done.
     since: [AtomicU64; 5],
+    /// Set at the worker's first booking: until then every count is 0, and a read of the
+    /// counts (on every route) is one load.
+    booked: AtomicBool,
 }
 
 /// A snapshot of [`PeerCounts`].
@@ -100,6 +104,20 @@ pub(crate) struct PeerLoad {
     pub(crate) since: [u64; 5],
 }
 
+impl PeerLoad {
+    /// Counts these requests in `e` as the router's own, whose own requests awaiting their
+    /// first token are `own_awaiting`.
+    pub(crate) fn add_to(&self, e: &mut Estimate, own_awaiting: u64) {
+        e.requests += self.in_flight;
+        let awaiting = (own_awaiting + self.awaiting_first).min(e.requests);
+        e.decoding = e.requests - awaiting;
+        e.prefill_tokens += self.prefill_tokens;
+        e.prefill_pairs += self.prefill_pairs;
+        e.context_tokens += self.context_tokens;
+        e.kv_tokens += self.kv_tokens;
+    }
+}
+
 impl PeerCounts {
     /// Applies `change` (its booking's worker is this one).
     pub(crate) fn apply(&self, change: Change) {
@@ -107,6 +125,7 @@ impl PeerCounts {
         let sub = |c: &AtomicU64, v: u64| c.fetch_sub(v, Relaxed);
         match change {
             Change::Book(b, awaiting) => {
+                self.booked.store(true, Relaxed);
                 add(&self.in_flight, 1);
                 add(&self.context_tokens, b.prompt + u64::from(b.output));
                 add(&self.kv_tokens, b.prefill + u64::from(b.output));
@@ -144,10 +163,24 @@ impl PeerCounts {
         }
     }
 
-    /// The counts now.
-    pub(crate) fn load(&self) -> PeerLoad {
+    /// The peers' requests in flight here.
+    #[inline]
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+
+    /// The peers' prompt tokens here still to prefill.
+    pub(crate) fn prefill_tokens(&self) -> u64 {
+        self.prefill_tokens.load(Relaxed)
+    }
+
+    /// The counts now; `None` before the worker's first booking (every count 0).
+    pub(crate) fn load(&self) -> Option<PeerLoad> {
+        if !self.booked.load(Relaxed) {
+            return None;
+        }
         let get = |c: &AtomicU64| c.load(Relaxed);
-        PeerLoad {
+        Some(PeerLoad {
             in_flight: get(&self.in_flight),
             awaiting_first: get(&self.awaiting_first),
             prefill_tokens: get(&self.prefill_tokens),
@@ -155,7 +188,7 @@ impl PeerCounts {
             context_tokens: get(&self.context_tokens),
             kv_tokens: get(&self.kv_tokens),
             since: self.since.each_ref().map(get),
-        }
+        })
     }
 }
 

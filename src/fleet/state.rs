@@ -269,35 +269,39 @@ impl LoadState {
         self.learner().timings()
     }
 
-    /// The worker's load at `now_ns` (the router's clock), as `config` reads reports;
-    /// `mean_prefill` is the uncached tokens of an average request routed here, for a
-    /// report that counts waiting requests but not their tokens; `block_size` turns the
-    /// reported KV blocks into tokens; `scale` (a fraction) multiplies the counts since the
-    /// report (see [`reconcile`](Self::reconcile)). Peers' requests count as this router's.
+    /// The worker's load at `now_ns` (the router's clock), as `config` reads reports.
+    /// Peers' requests count as this router's. Reading a report needs `context`: the
+    /// uncached tokens of an average request routed here (for a report that counts waiting
+    /// requests but not their tokens), the block size (to turn reported KV blocks into
+    /// tokens) and the fraction that multiplies the counts since the report (see
+    /// [`reconcile`](Self::reconcile)); it is not called for a worker without one.
     pub(crate) fn estimate(
         &self,
         config: &LoadConfig,
         now_ns: u64,
-        (mean_prefill, block_size): (u64, u64),
-        scale: (u64, u64),
+        context: impl FnOnce() -> ((u64, u64), (u64, u64)),
     ) -> Estimate {
-        let peers = self.peers.load();
-        let in_flight = self.in_flight.load(Relaxed) + peers.in_flight;
-        let awaiting = (self.awaiting_first.load(Relaxed) + peers.awaiting_first).min(in_flight);
-        let local_prefill = self.prefill_tokens.load(Relaxed) + peers.prefill_tokens;
-        let timing = self.timing();
+        let in_flight = self.in_flight.load(Relaxed);
+        let awaiting = self.awaiting_first.load(Relaxed);
         let mut e = Estimate {
             requests: in_flight,
-            decoding: in_flight - awaiting,
-            prefill_tokens: local_prefill,
-            prefill_pairs: self.prefill_pairs.load(Relaxed) + peers.prefill_pairs,
-            context_tokens: self.context_tokens.load(Relaxed) + peers.context_tokens,
-            kv_tokens: self.kv_tokens.load(Relaxed) + peers.kv_tokens,
+            decoding: in_flight - awaiting.min(in_flight),
+            prefill_tokens: self.prefill_tokens.load(Relaxed),
+            prefill_pairs: self.prefill_pairs.load(Relaxed),
+            context_tokens: self.context_tokens.load(Relaxed),
+            kv_tokens: self.kv_tokens.load(Relaxed),
             kv_usage: 0.0,
             kv_capacity_tokens: self.kv_capacity_tokens.load(Relaxed),
-            timing,
+            timing: self.timing(),
             speed: self.speed(),
             saturated: false,
+        };
+        let since = match self.peers.load() {
+            Some(peers) => {
+                peers.add_to(&mut e, awaiting);
+                peers.since
+            }
+            None => [0; 5],
         };
         let r = &self.report;
         if !r.present.load(Relaxed) {
@@ -312,10 +316,11 @@ impl LoadState {
             }
         }
         let report_prefill = config.prefill_from_report && age <= nanos(config.max_report_age);
+        let ((mean_prefill, block_size), scale) = context();
         self.reconcile(
             &mut e,
             (mean_prefill, block_size),
-            (scale, peers.since, report_prefill),
+            (scale, since, report_prefill),
         );
         e
     }

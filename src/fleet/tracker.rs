@@ -171,15 +171,17 @@ impl Fleet {
     /// Worker `r`'s load as estimated now.
     #[inline]
     pub(super) fn estimate(&self, r: Registered<'_>) -> Estimate {
-        let routed = r.key.routed.load(Relaxed).max(1);
-        let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
-        let context = (mean_prefill, self.block_size);
-        // Replicas not heard through sync are guessed from `replicas` (see `booking.rs`).
-        let heard = self.heard.load(Relaxed) + 1;
-        let scale = (u64::from(self.config.replicas).max(heard), heard);
+        let context = || {
+            let routed = r.key.routed.load(Relaxed).max(1);
+            let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
+            // Replicas not heard through sync are guessed from `replicas` (see `booking.rs`).
+            let heard = self.heard.load(Relaxed) + 1;
+            let scale = (u64::from(self.config.replicas).max(heard), heard);
+            ((mean_prefill, self.block_size), scale)
+        };
         r.slot
             .load
-            .estimate(&self.config, self.clock.now_ns(), context, scale)
+            .estimate(&self.config, self.clock.now_ns(), context)
     }
 
     /// Recomputes worker `r`'s load key after its load changed.
@@ -278,7 +280,7 @@ impl Fleet {
         Candidate {
             worker: WorkerId::new(i as u32),
             epoch: r.slot.epoch,
-            in_flight: r.slot.load.in_flight.load(Relaxed) + r.slot.load.peers.load().in_flight,
+            in_flight: r.slot.load.in_flight.load(Relaxed) + r.slot.load.peers.in_flight(),
             routed,
             assigned_prefill,
             load_ns,

@@ -112,10 +112,9 @@ impl RouteDecision {
         self.predicted_s.1
     }
 
-    /// The same decision, numbered `sync` in the router's replica sync records.
-    pub(crate) fn with_sync(mut self, sync: u64) -> Self {
+    /// Numbers the decision `sync` in the router's replica sync records.
+    pub(crate) fn set_sync(&mut self, sync: u64) {
         self.sync = sync;
-        self
     }
 
     /// The decision's number in the router's replica sync records (0: none).

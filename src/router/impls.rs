@@ -14,8 +14,7 @@ use crate::tree::{Tier, WorkerId};
 
 impl<P: Policy> Router for PolicyRouter<P> {
     fn route(&self, request: &RouteRequest<'_>) -> Result<RouteDecision, Error> {
-        let decision = self.route_among(request, &mut Candidates::new())?;
-        Ok(self.record_route(request, decision))
+        self.route_among(request, &mut Candidates::new())
     }
 
     fn route_with_receipt(
@@ -24,7 +23,6 @@ impl<P: Policy> Router for PolicyRouter<P> {
     ) -> Result<(RouteDecision, Receipt), Error> {
         let mut candidates = Candidates::new();
         let decision = self.route_among(request, &mut candidates)?;
-        let decision = self.record_route(request, decision);
         let lines = candidates
             .iter()
             .map(|c| ReceiptLine {

@@ -9,8 +9,8 @@ use super::policy::Policy;
 use super::policy_router::PolicyRouter;
 use crate::error::Error;
 use crate::index::Blocks;
-use crate::replica::{Drained, FrameView, RecordView, ReplicaOutcome, ReplicaStats};
-use crate::request::{RouteDecision, RouteRequest};
+use crate::replica::{Drained, FrameView, Outbox, RecordView, ReplicaOutcome, ReplicaStats};
+use crate::request::RouteDecision;
 
 /// The error of a replica sync call on a router built without it.
 fn sync_off() -> Error {
@@ -22,21 +22,14 @@ fn sync_off() -> Error {
 }
 
 impl<P: Policy> PolicyRouter<P> {
-    /// Records `decision` of `request` for the peers, when sync is on, and numbers it.
+    /// Records `decision` in `outbox` for the peers and numbers it; `blocks` are its
+    /// prompt's block hashes (none for a policy that does not read the cache).
     pub(super) fn record_route(
         &self,
-        request: &RouteRequest<'_>,
-        decision: RouteDecision,
+        outbox: &Outbox,
+        blocks: &Blocks,
+        mut decision: RouteDecision,
     ) -> RouteDecision {
-        let Some(outbox) = &self.replica else {
-            return decision;
-        };
-        // The route path hashed the prompt too; hashing again keeps that path as it is.
-        let blocks = if self.policy.reads_cache() {
-            self.hash(request)
-        } else {
-            Blocks::new()
-        };
         let w = decision.worker();
         let target = (self.layout.endpoint(w), self.layout.rank(w));
         let figures = (
@@ -44,8 +37,8 @@ impl<P: Policy> PolicyRouter<P> {
             decision.prefill_tokens() as u64,
             decision.output_tokens(),
         );
-        let number = outbox.routed(target, figures, &blocks);
-        decision.with_sync(number)
+        decision.set_sync(outbox.routed(target, figures, blocks));
+        decision
     }
 
     /// Records `decision`'s first token (`completed`: its completion) for the peers.

@@ -204,7 +204,11 @@ impl<P: Policy> PolicyRouter<P> {
         for _ in 0..4 {
             let (chosen, deepest) = self.choose(request, &blocks, candidates)?;
             if let Some(decision) = self.fleet.commit(&candidates[chosen], request, deepest) {
-                return Ok(decision.with_rank(self.layout.rank(candidates[chosen].worker)));
+                let decision = decision.with_rank(self.layout.rank(candidates[chosen].worker));
+                return Ok(match &self.replica {
+                    None => decision,
+                    Some(outbox) => self.record_route(outbox, &blocks, decision),
+                });
             }
         }
         Err(Error::NoWorkers)
