@@ -1,5 +1,5 @@
 //! Peer replicas' frames applied to the fleet (impl Fleet): each record through the
-//! [`PeerTable`](super::peers::PeerTable), each change it makes to the worker it names (if
+//! [`PeerTable`], each change it makes to the worker it names (if
 //! still the same registration), and the worker's load key refreshed.
 //!
 //! How peers and [`LoadConfig::replicas`](super::config::LoadConfig::replicas) combine:

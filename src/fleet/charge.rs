@@ -113,7 +113,7 @@ impl Fleet {
         });
     }
 
-    /// Whether the router learns from timings ([`LoadConfig::learning_rate`] above 0).
+    /// Whether the router learns from timings ([`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate) above 0).
     fn learns(&self) -> bool {
         self.config.learning_rate > 0.0
     }

@@ -28,6 +28,6 @@ pub(crate) struct Estimate {
     pub(crate) timing: Timing,
     /// The prefill speed of `timing` relative to the configured rate.
     pub(crate) speed: f32,
-    /// The report is past its age and counts as saturation ([`Staleness::Saturated`]).
+    /// The report is past its age and counts as saturation ([`Staleness::Saturated`](crate::Staleness::Saturated)).
     pub(crate) saturated: bool,
 }

@@ -1,6 +1,6 @@
 //! [`Floor`]: the fleet's least step terms and greatest speed, a bound under every worker's,
 //! for the idle worker the shortlist prices a class of holders at (see
-//! [`Fleet::floor_candidate`](super::tracker::Fleet::floor_candidate)).
+//! [`Fleet::floor`](super::tracker::Fleet::floor)).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 

@@ -14,7 +14,7 @@
 //! - The registry of workers and their load keys (`registry.rs`), the router's clock
 //!   (`clock.rs`), the least-loaded pass and the tie-break every policy shares (`least.rs`),
 //!   the bound under every worker's step terms (`floor.rs`),
-//!   the [`Fleet`](tracker::Fleet) that composes them (`tracker.rs`) and what a route
+//!   the [`Fleet`] that composes them (`tracker.rs`) and what a route
 //!   charges and a completion releases (`charge.rs`).
 //! - Peer replicas' requests (`peers.rs`): each worker's counts of them beside its own,
 //!   and the table of every peer's bookings that their sync frames change (`booking.rs`).

@@ -1,6 +1,6 @@
 //! [`Fleet`]: the registry of workers and what the router believes of each one's load, shared
 //! by every policy. It composes the parts below it: the [`Registry`], the [`Clock`], each
-//! worker's [`LoadState`](super::state::LoadState), the learned [`Reference`] and the
+//! worker's [`LoadState`](super::state::LoadState), the learned timings and the
 //! refusal counts; a route's charges are in `charge.rs`.
 
 use std::sync::Mutex;

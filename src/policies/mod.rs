@@ -1,7 +1,7 @@
 //! The built-in policies, each a [`Policy`](crate::Policy) that [`PolicyRouter`](crate::PolicyRouter)
-//! makes a router: [`Balanced`](crate::Balanced) (the recommended one: predicted time to
-//! first token and decode), [`CacheAware`](crate::CacheAware), [`ConsistentHash`](crate::ConsistentHash),
-//! [`Affinity`](crate::Affinity), and the baselines (round robin, least loaded, power of two).
+//! makes a router: [`Balanced`] (the recommended one: predicted time to
+//! first token and decode), [`CacheAware`], [`ConsistentHash`],
+//! [`Affinity`], and the baselines (round robin, least loaded, power of two).
 //!
 //! Rule: a policy reads its candidates and the fleet model's predictions through them; it
 //! never reaches into the fleet's registry or the mirror. The pair router builds on

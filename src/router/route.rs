@@ -166,7 +166,7 @@ impl<P: Policy> PolicyRouter<P> {
         blocks
     }
 
-    /// Charges `candidate`'s worker with `request` (see [`Fleet::commit`]), with its rank.
+    /// Charges `candidate`'s worker with `request` (see [`Fleet::commit`](crate::fleet::Fleet::commit)), with its rank.
     pub(crate) fn commit(
         &self,
         candidate: &Candidate,

@@ -17,7 +17,7 @@
 //! given by the key (the last refresh that passed through it, its depth): a later refresh
 //! is more recent, and within one refresh the shallower chunk is.
 //!
-//! Invariants (checked by [`ChainLru::validate`] in tests):
+//! Invariants (checked by `ChainLru::validate` in tests):
 //! - the held chunks are closed under parents: a refresh inserts the whole path up to its
 //!   end, and only leaves are dropped (a held chunk's held descendants are all less recent
 //!   than it, so the least recently used chunk is always a leaf); hence on any path the

@@ -176,7 +176,7 @@ impl Fault {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a malformed entry.
+    /// [`Error::InvalidConfig`] for a malformed entry.
     pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, crate::error::Error> {
         spec.split(',')
             .map(|entry| {

@@ -15,7 +15,7 @@
 //! full, without checking whether another block holds the same hash (both stay cached, the
 //! first one cached is the one a hit takes, and each one's eviction is reported).
 //!
-//! Invariants (checked by [`BlockPool::validate`]): a block is in the free queue exactly
+//! Invariants (checked by `BlockPool::validate`): a block is in the free queue exactly
 //! when it has no references; the hash index names every block with a hash, and only those.
 
 use crate::fold::FoldMap;
