@@ -529,273 +529,184 @@ impl WorkerSync {
 mod tests {
     use super::*;
 
+    /// One worker's sync state over a tree, with a 64-token prompt of 4 blocks (engine
+    /// hashes 1–4) whose router hashes are `routers`.
+    struct Fixture {
+        hasher: PrefixHasher,
+        tree: RadixTree,
+        w: WorkerId,
+        ws: WorkerSync,
+        scratch: Scratch,
+        outcome: SyncOutcome,
+        tokens: Vec<u32>,
+        routers: Vec<BlockHash>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let hasher = PrefixHasher::new(16).unwrap();
+            let mut tree = RadixTree::new();
+            tree.track_positions();
+            let tokens: Vec<u32> = (1..=64).collect();
+            let mut routers = Vec::new();
+            hasher.hash_into(&tokens, &mut routers);
+            Fixture {
+                hasher,
+                tree,
+                w: WorkerId::new(0),
+                ws: WorkerSync::default(),
+                scratch: Scratch::default(),
+                outcome: SyncOutcome::default(),
+                tokens,
+                routers,
+            }
+        }
+
+        /// Stores engine blocks `blocks` from the root, the prompt's first tokens, on `tier`.
+        fn store(&mut self, blocks: &[u64], tier: Tier) {
+            let stored = Stored {
+                parent: None,
+                blocks,
+                tokens: &self.tokens[..16 * blocks.len()],
+                tier,
+                salt: &[],
+                keys: &[],
+                copies: true,
+            };
+            let Fixture {
+                hasher,
+                tree,
+                w,
+                ws,
+                scratch,
+                outcome,
+                ..
+            } = self;
+            ws.store(hasher, tree, *w, &stored, scratch, outcome);
+        }
+
+        /// Stores `blocks` on `tier` as a placeholder of chunks of `chunk` blocks.
+        fn placeholder(&mut self, blocks: &[u64], tier: Tier, chunk: usize) {
+            let Fixture {
+                tree,
+                w,
+                ws,
+                scratch,
+                outcome,
+                ..
+            } = self;
+            ws.store_placeholder(tree, *w, blocks, tier, chunk, scratch, outcome);
+        }
+
+        /// Removes `blocks` from `tier`, one by one.
+        fn remove(&mut self, blocks: &[u64], tier: Tier) {
+            let Fixture {
+                tree,
+                w,
+                ws,
+                scratch,
+                outcome,
+                ..
+            } = self;
+            for &b in blocks {
+                ws.remove(tree, *w, b, tier, &mut scratch.path, outcome);
+            }
+        }
+    }
+
     /// A block the device dropped, brought back for a host copy reported late, is recorded
     /// under its old parent link: linked to nothing it would stand at the root, and a
     /// device store below it that the tree cannot place by position (a block inside a
     /// longer run whose kept position went stale) was placed at the root, so the prompt's
-    /// hit stopped before it (found by the conformance grid: placeholder CPU chunks, a
-    /// device pool small enough to evict blocks before their copies are reported).
+    /// hit stopped before it (placeholder CPU chunks, a device pool small enough to evict
+    /// blocks before their copies are reported).
     #[test]
     fn a_record_brought_back_for_a_late_host_copy_keeps_its_parent() {
-        let hasher = PrefixHasher::new(16).unwrap();
-        let mut tree = RadixTree::new();
-        tree.track_positions();
-        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
-        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
-        let tokens: Vec<u32> = (1..=64).collect();
-        let mut routers = Vec::new();
-        hasher.hash_into(&tokens, &mut routers);
-        let device = |blocks: &'static [u64], tokens| Stored {
-            parent: None,
-            blocks,
-            tokens,
-            tier: Tier::Device,
-            salt: &[],
-            keys: &[],
-            copies: true,
-        };
-        ws.store(
-            &hasher,
-            &mut tree,
-            w,
-            &device(&[1, 2, 3, 4], &tokens),
-            &mut scratch,
-            &mut outcome,
-        );
+        let mut f = Fixture::new();
+        f.store(&[1, 2, 3, 4], Tier::Device);
         // A host copy of block 1 (the worker now has a lower tier); the device drops
         // blocks 2-4; the host copy of block 4 is reported after that.
-        ws.store_placeholder(
-            &mut tree,
-            w,
-            &[1],
-            Tier::Host,
-            1,
-            &mut scratch,
-            &mut outcome,
-        );
-        for b in [4, 3, 2] {
-            ws.remove(
-                &mut tree,
-                w,
-                b,
-                Tier::Device,
-                &mut scratch.path,
-                &mut outcome,
-            );
-        }
-        ws.store_placeholder(
-            &mut tree,
-            w,
-            &[4],
-            Tier::Host,
-            1,
-            &mut scratch,
-            &mut outcome,
-        );
-        assert_eq!(outcome.unknown_blocks, 0);
-        assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
+        f.placeholder(&[1], Tier::Host, 1);
+        f.remove(&[4, 3, 2], Tier::Device);
+        f.placeholder(&[4], Tier::Host, 1);
+        assert_eq!(f.outcome.unknown_blocks, 0);
+        assert_eq!(f.ws.blocks.link(4), Some((f.routers[3], Some(3))));
         let mut path = Vec::new();
         assert!(
-            !ws.blocks.path_to(4, &mut path),
+            !f.ws.blocks.path_to(4, &mut path),
             "its parent is not recorded"
         );
         // The device computes blocks 1-3 again: block 4's path runs from the root.
-        ws.store(
-            &hasher,
-            &mut tree,
-            w,
-            &device(&[1, 2, 3], &tokens[..48]),
-            &mut scratch,
-            &mut outcome,
-        );
-        assert!(ws.blocks.path_to(4, &mut path));
-        assert_eq!(path, routers);
+        f.store(&[1, 2, 3], Tier::Device);
+        assert!(f.ws.blocks.path_to(4, &mut path));
+        assert_eq!(path, f.routers);
     }
 
     /// A device cleared (a prefix-cache reset that keeps the CPU copies) while host copies
     /// were in flight: vLLM reports them after the clear, naming blocks whose records the
-    /// clear dropped; they are kept among the gone, so the copies are followed (found by
-    /// the conformance grid: a reset with `reset_connector=False` under placeholder chunks
-    /// of 4 blocks, where the mirror missed the last chunk's copy).
+    /// clear dropped; they are kept among the gone, so the copies are followed (a reset
+    /// with `reset_connector=False` under placeholder chunks of 4 blocks).
     #[test]
     fn copies_reported_after_a_clear_are_followed() {
-        let hasher = PrefixHasher::new(16).unwrap();
-        let mut tree = RadixTree::new();
-        tree.track_positions();
-        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
-        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
-        let tokens: Vec<u32> = (1..=64).collect();
-        let mut routers = Vec::new();
-        hasher.hash_into(&tokens, &mut routers);
-        let stored = Stored {
-            parent: None,
-            blocks: &[1, 2, 3, 4],
-            tokens: &tokens,
-            tier: Tier::Device,
-            salt: &[],
-            keys: &[],
-            copies: true,
-        };
-        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
-        ws.store_placeholder(
-            &mut tree,
-            w,
-            &[1],
-            Tier::Host,
-            1,
-            &mut scratch,
-            &mut outcome,
-        );
-        tree.clear_tier(w, Tier::Device);
-        ws.cleared_device();
-        ws.store_placeholder(
-            &mut tree,
-            w,
-            &[4],
-            Tier::Host,
-            1,
-            &mut scratch,
-            &mut outcome,
-        );
-        assert_eq!(outcome.unknown_blocks, 0);
-        assert!(ws.lower_holds(routers[3]));
-        assert_eq!(ws.blocks.link(4), Some((routers[3], Some(3))));
+        let mut f = Fixture::new();
+        f.store(&[1, 2, 3, 4], Tier::Device);
+        f.placeholder(&[1], Tier::Host, 1);
+        f.tree.clear_tier(f.w, Tier::Device);
+        f.ws.cleared_device();
+        f.placeholder(&[4], Tier::Host, 1);
+        assert_eq!(f.outcome.unknown_blocks, 0);
+        assert!(f.ws.lower_holds(f.routers[3]));
+        assert_eq!(f.ws.blocks.link(4), Some((f.routers[3], Some(3))));
     }
 
     /// A self-describing engine stores a chunk as a placeholder when it lacks the chunk's
     /// metadata (vLLM keeps it only while the chunk is held, and takes it again on a CPU
     /// hit), then removes the chunk with every block's hash: the blocks before the last,
-    /// which the device dropped, are removed as known, not counted as unknown (found by
-    /// the conformance grid: self-describing chunks of 4 blocks).
+    /// which the device dropped, are removed as known, not counted as unknown
+    /// (self-describing chunks of 4 blocks).
     #[test]
     fn a_chunk_stored_as_a_placeholder_may_be_removed_block_by_block() {
-        let hasher = PrefixHasher::new(16).unwrap();
-        let mut tree = RadixTree::new();
-        tree.track_positions();
-        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
-        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
-        let tokens: Vec<u32> = (1..=64).collect();
-        let mut routers = Vec::new();
-        hasher.hash_into(&tokens, &mut routers);
-        let mut stored = Stored {
-            parent: None,
-            blocks: &[1, 2, 3, 4],
-            tokens: &tokens,
-            tier: Tier::Device,
-            salt: &[],
-            keys: &[],
-            copies: true,
-        };
-        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
-        stored.tier = Tier::Host;
-        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
-        let mut remove = |ws: &mut WorkerSync, tree: &mut RadixTree, blocks: &[u64], tier| {
-            for &b in blocks {
-                ws.remove(tree, w, b, tier, &mut scratch.path, &mut outcome);
-            }
-        };
-        remove(&mut ws, &mut tree, &[1, 2, 3, 4], Tier::Host);
-        remove(&mut ws, &mut tree, &[4, 3, 2, 1], Tier::Device);
-        let mut placeholder = Scratch::default();
-        let mut stored_again = SyncOutcome::default();
-        ws.store_placeholder(
-            &mut tree,
-            w,
-            &[4],
-            Tier::Host,
-            4,
-            &mut placeholder,
-            &mut stored_again,
-        );
-        assert_eq!(stored_again.unknown_blocks, 0);
-        assert!(ws.lower_holds(routers[3]));
-        let mut removed = SyncOutcome::default();
-        for b in [1, 2, 3, 4] {
-            ws.remove(
-                &mut tree,
-                w,
-                b,
-                Tier::Host,
-                &mut placeholder.path,
-                &mut removed,
-            );
-        }
+        let mut f = Fixture::new();
+        f.store(&[1, 2, 3, 4], Tier::Device);
+        f.store(&[1, 2, 3, 4], Tier::Host);
+        f.remove(&[1, 2, 3, 4], Tier::Host);
+        f.remove(&[4, 3, 2, 1], Tier::Device);
+        f.outcome = SyncOutcome::default();
+        f.placeholder(&[4], Tier::Host, 4);
+        assert_eq!(f.outcome.unknown_blocks, 0);
+        assert!(f.ws.lower_holds(f.routers[3]));
+        f.outcome = SyncOutcome::default();
+        f.remove(&[1, 2, 3, 4], Tier::Host);
         assert_eq!(
-            (removed.unknown_removed_blocks, removed.removed_blocks),
+            (f.outcome.unknown_removed_blocks, f.outcome.removed_blocks),
             (0, 4)
         );
-        assert!(!ws.lower_holds(routers[3]));
-        assert!(!ws.has_lower());
+        assert!(!f.ws.lower_holds(f.routers[3]));
+        assert!(!f.ws.has_lower());
     }
 
     /// The device drops blocks before the worker's first copy to a lower tier is reported
     /// (the copy began before the drop): the records are kept on probation, so the copy is
     /// followed; a worker that drops more than [`PROBATION`] records with no lower tier
-    /// keeps none (found by the conformance grid: a worker whose first CPU copies, in
-    /// chunks of 1 and 4 blocks, named blocks its GPU had dropped in the same batch).
+    /// keeps none (a worker whose first CPU copies, in chunks of 1 and 4 blocks, named
+    /// blocks its GPU had dropped in the same batch).
     #[test]
     fn first_copies_reported_after_the_device_dropped_their_blocks_are_followed() {
-        let hasher = PrefixHasher::new(16).unwrap();
-        let mut tree = RadixTree::new();
-        tree.track_positions();
-        let (w, mut ws) = (WorkerId::new(0), WorkerSync::default());
-        let (mut scratch, mut outcome) = (Scratch::default(), SyncOutcome::default());
-        let tokens: Vec<u32> = (1..=64).collect();
-        let mut routers = Vec::new();
-        hasher.hash_into(&tokens, &mut routers);
-        let stored = Stored {
-            parent: None,
-            blocks: &[1, 2, 3, 4],
-            tokens: &tokens,
-            tier: Tier::Device,
-            salt: &[],
-            keys: &[],
-            copies: true,
-        };
-        ws.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
-        for b in [4, 3] {
-            ws.remove(
-                &mut tree,
-                w,
-                b,
-                Tier::Device,
-                &mut scratch.path,
-                &mut outcome,
-            );
-        }
-        ws.store_placeholder(
-            &mut tree,
-            w,
-            &[4],
-            Tier::Host,
-            1,
-            &mut scratch,
-            &mut outcome,
-        );
-        assert_eq!(outcome.unknown_blocks, 0);
-        assert!(ws.lower_holds(routers[3]));
+        let mut f = Fixture::new();
+        f.store(&[1, 2, 3, 4], Tier::Device);
+        f.remove(&[4, 3], Tier::Device);
+        f.placeholder(&[4], Tier::Host, 1);
+        assert_eq!(f.outcome.unknown_blocks, 0);
+        assert!(f.ws.lower_holds(f.routers[3]));
 
         // A worker with no lower tier keeps no dropped record past its probation.
-        let mut plain = WorkerSync::default();
-        let many: Vec<u32> = (1..=16 * (PROBATION + 1)).collect();
+        let mut f = Fixture::new();
+        f.tokens = (1..=16 * (PROBATION + 1)).collect();
         let engine: Vec<u64> = (1..=u64::from(PROBATION) + 1).collect();
-        let stored = Stored {
-            blocks: &engine,
-            tokens: &many,
-            ..stored
-        };
-        plain.store(&hasher, &mut tree, w, &stored, &mut scratch, &mut outcome);
-        for &b in engine.iter().rev() {
-            plain.remove(
-                &mut tree,
-                w,
-                b,
-                Tier::Device,
-                &mut scratch.path,
-                &mut outcome,
-            );
-        }
-        assert_eq!(plain.gone.router(engine[0]), None);
-        assert_eq!(plain.gone.allocation_size(), 0);
+        f.store(&engine, Tier::Device);
+        let reversed: Vec<u64> = engine.iter().rev().copied().collect();
+        f.remove(&reversed, Tier::Device);
+        assert_eq!(f.ws.gone.router(engine[0]), None);
+        assert_eq!(f.ws.gone.allocation_size(), 0);
     }
 }
