@@ -27,9 +27,9 @@ impl Estimate {
     /// plus the fixed and decode part of every step they take (a step's budget is shared
     /// with the worker's decodes, one token each), plus its wait for admission
     /// ([`admission_wait`](Self::admission_wait), the running requests generating `output`
-    /// tokens). Each uncached token weighs `miss_weight`, or one more than the requests
-    /// waiting there when they are more (each waits for it too). A saturated worker takes an
-    /// hour more. Decode time: see [`decode_s`](Self::decode_s).
+    /// tokens). The request's own prefill is weighted as
+    /// [`own_prefill_s`](Self::own_prefill_s) says (`miss_weight` 1: its time). A saturated
+    /// worker takes an hour more. Decode time: see [`decode_s`](Self::decode_s).
     pub(crate) fn times(
         &self,
         config: &LoadConfig,
@@ -41,12 +41,12 @@ impl Estimate {
         let (prompt, miss, output) = request;
         let t = &self.timing;
         let steps = self.prefill_steps(config, miss);
-        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
-        let weighted = self.prefill_tokens as f64 + miss_weight * miss as f64;
-        let pairs = self.prefill_pairs as f64 + attended(prompt, miss) as f64;
+        let queue = t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64);
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let overhead = t.step_s(0.0, decodes, context);
-        let mut ttft = t.prefill_s(weighted, pairs) + steps as f64 * overhead;
+        let mut ttft = queue
+            + self.own_prefill_s(config, (prompt, miss), miss_weight)
+            + steps as f64 * overhead;
         if self.saturated {
             ttft += 3_600.0;
         }
@@ -56,6 +56,28 @@ impl Estimate {
         let per_step = (decodes + 1.0) * t.step_s_per_decode
             + (context + prompt as f64) * t.step_s_per_context_token;
         (ttft, f64::from(output) * per_step)
+    }
+
+    /// The weighted time of a request's own prefill here (`prompt` tokens, `miss` of them
+    /// uncached): its uncached tokens at the worker's rate, once for the request and once
+    /// for each request waiting there (each waits for them too), and `miss_weight − 1`
+    /// times more at the configured rate (what recomputing them costs the rest of the
+    /// fleet, in capacity and in the cache it evicts). That price is the same on every
+    /// worker: charged at the worker's own learned rate, it would multiply the noise of
+    /// what each worker learned by the weight, and the workers learned a little faster
+    /// would draw every cold prompt.
+    #[inline]
+    fn own_prefill_s(
+        &self,
+        config: &LoadConfig,
+        (prompt, miss): (u64, u64),
+        miss_weight: f64,
+    ) -> f64 {
+        let local = (self.requests - self.decoding) as f64 + 1.0;
+        let fleet = (miss_weight - 1.0).max(0.0) * miss as f64 / config.prefill_tokens_per_s;
+        self.timing
+            .prefill_s(local * miss as f64, attended(prompt, miss) as f64)
+            + fleet
     }
 
     /// A request's predicted time per output token on this worker (`request` is its prompt
@@ -233,8 +255,7 @@ impl Estimate {
         miss_weight: f64,
     ) -> f64 {
         let t = &self.timing;
-        let miss_weight = miss_weight.max((self.requests - self.decoding) as f64 + 1.0);
-        let own = t.prefill_s(miss_weight * miss as f64, attended(prompt, miss) as f64);
+        let own = self.own_prefill_s(config, (prompt, miss), miss_weight);
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let overhead = t.step_s(0.0, decodes, context);
         let more_steps = (self.prefill_steps(config, miss) - 1) as f64 * overhead;

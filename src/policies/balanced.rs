@@ -13,9 +13,10 @@ use crate::router::{CandidateSet, Cost, Policy, PolicyRouter, choose_min};
 pub enum Scoring {
     /// `alpha · cache_score + (1 − alpha) · load_score`, highest wins.
     Weighted,
-    /// Predicted time: the request's time to first token on the worker (its queue and
-    /// `miss_weight ×` its uncached tokens at the worker's speed, the steps they take among
-    /// the worker's decodes, the wait for a running slot or KV), then its decode in the
+    /// Predicted time: the request's time to first token on the worker (its queue, its
+    /// uncached tokens at the worker's speed, once more for each request waiting there and
+    /// `miss_weight − 1` times more at the configured speed, the steps they take among the
+    /// worker's decodes, the wait for a running slot or KV), then its decode in the
     /// worker's batch; lowest wins; equal costs go to the worker handed the least prefill
     /// work so far. The default, and the crate's recommended policy (see the README's
     /// simulator results).
@@ -36,8 +37,9 @@ pub struct BalancedConfig {
     /// ages, learned speeds), for [`Scoring::PredictedTtft`].
     pub load: LoadConfig,
     /// For [`Scoring::PredictedTtft`]: how much a token the worker must recompute weighs
-    /// against a token already queued there, at least 1.0 (and at least one more than the
-    /// requests waiting on the worker). Above 1 the router accepts some
+    /// against a token already queued there, at least 1.0: its prefill at the worker's
+    /// speed (once more for each request waiting there), and `miss_weight − 1` times more
+    /// at the configured speed, the same on every worker. Above 1 the router accepts some
     /// queueing for locality, since every recomputed token also costs the fleet capacity
     /// and evicts someone else's cache. Default 10 (the README's simulator results compare
     /// it with other weights: `examples/simulate.rs --miss-weight`).
