@@ -46,6 +46,7 @@ mod args;
 mod cli;
 mod matrix;
 mod matrix_pd;
+mod needless;
 mod output;
 #[path = "../common/policy.rs"]
 mod policy;
