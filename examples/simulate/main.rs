@@ -15,7 +15,8 @@
 //!   `few_shot`, `document_qa`, `mix` or `agentic`; not with `--trace`),
 //!   `--policy NAME|all` (`llmd`, `dynamo`, `aibrix`: peer projects' policies, see
 //!   `common/peers/`), `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
-//!   policy in every cell of the results matrix, as Markdown);
+//!   policy in every cell of the results matrix, as Markdown), `--matrix-profiles` (its
+//!   engine-profile cells);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X` (or `--load-sweep X,X,...`: each policy at each load), `--engine batched|simple`, `--max-num-batched-tokens N`,
 //!   `--max-num-seqs N`, `--host-capacity-tokens N` and `--host-chunk-blocks N` (a host
@@ -46,6 +47,7 @@ mod args;
 mod cli;
 mod matrix;
 mod matrix_pd;
+mod matrix_profiles;
 mod needless;
 mod output;
 #[path = "../common/policy.rs"]
@@ -66,6 +68,8 @@ fn main() -> ExitCode {
     };
     let result = if args.matrix {
         matrix::run(&args)
+    } else if args.matrix_profiles {
+        matrix_profiles::run(&args)
     } else {
         compare(&args)
     };
