@@ -51,6 +51,7 @@ fn simulate_defaults_are_the_documented_ones() {
     assert_eq!(a.router_capacity_tokens, None);
     assert!(!a.router_speeds_known);
     assert!(!a.matrix);
+    assert!(!a.matrix_profiles);
     assert_eq!(a.trace, None);
     assert_eq!(a.workload, None);
     assert_eq!((a.alpha, a.miss_weight), (None, None));
@@ -289,6 +290,26 @@ fn simulate_rejects_what_it_cannot_run() {
     for flags in [&["--help"][..], &["-h"]] {
         let e = simulate_args(flags).unwrap_err();
         assert_eq!((e.kind(), e.exit_code()), (ErrorKind::DisplayHelp, 0));
+    }
+}
+
+/// `--matrix-profiles` runs the engine-profile axis, which sets the loads and profiles
+/// itself: it takes neither `--matrix`, `--load-sweep` nor `--engine-profile`.
+#[test]
+fn simulate_matrix_profiles_runs_alone() {
+    let a = simulate_args(&["--matrix-profiles"]).unwrap();
+    assert!(a.matrix_profiles && !a.matrix);
+    assert_eq!(a.engine_profile, "default");
+    let kind = |flags: &[&str]| simulate_args(flags).err().map(|e| e.kind());
+    for other in [
+        &["--matrix"][..],
+        &["--load-sweep", "1,2"],
+        &["--engine-profile", "llama3-8b-a100"],
+    ] {
+        let flags: Vec<&str> = std::iter::once("--matrix-profiles")
+            .chain(other.iter().copied())
+            .collect();
+        assert_eq!(kind(&flags), Some(ErrorKind::ArgumentConflict), "{flags:?}");
     }
 }
 
@@ -578,6 +599,7 @@ fn simulate_help_exits_0_and_lists_every_flag() {
         "--fleet <SPEC>",
         "--engine <ENGINE>",
         "--matrix",
+        "--matrix-profiles",
         "--format <FORMAT>",
         "--requests-out <FILE>",
         "--router-speeds <ROUTER_SPEEDS>",

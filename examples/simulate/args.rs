@@ -46,6 +46,8 @@ pub(crate) struct Args {
     pub(crate) matrix: bool,
     /// Only the matrix's disaggregated cells.
     pub(crate) matrix_pd: bool,
+    /// The results matrix's engine-profile cells instead (`--matrix-profiles`).
+    pub(crate) matrix_profiles: bool,
     /// The engines' profile's name (`--engine-profile`).
     pub(crate) engine_profile: String,
 }
@@ -128,6 +130,11 @@ struct RunFlags {
     /// Run only the results matrix's disaggregated cells (every prefill/decode decider).
     #[arg(long, conflicts_with = "matrix")]
     matrix_pd: bool,
+    /// Run the results matrix's engine-profile cells instead (each built-in engine profile
+    /// but default, which the routers are not told, on the conversation trace and the
+    /// agentic workload; as Markdown).
+    #[arg(long, conflicts_with_all = ["matrix", "engine_profile"])]
+    matrix_profiles: bool,
 }
 
 /// The modelled fleet.
@@ -165,7 +172,7 @@ struct ClusterFlags {
         long,
         value_name = "X,X,...",
         value_delimiter = ',',
-        conflicts_with_all = ["speedup", "matrix"]
+        conflicts_with_all = ["speedup", "matrix", "matrix_profiles"]
     )]
     load_sweep: Option<Vec<f64>>,
     /// How workers run requests: vLLM-like batches, or the FIFO model.
@@ -451,6 +458,7 @@ impl From<Cli> for Args {
             router_speeds_known: matches!(r.router_speeds, Known::Known),
             matrix: run.matrix,
             matrix_pd: run.matrix_pd,
+            matrix_profiles: run.matrix_profiles,
             engine_profile: c.engine_profile,
         }
     }
@@ -489,9 +497,7 @@ fn check(args: &mut Args) -> Result<(), String> {
             return Err(format!("--load-sweep: {bad} is not a positive load"));
         }
     }
-    let profile = engine_profile(&args.engine_profile)?;
-    args.cluster.batch.profile = (profile.name != "default").then_some(profile.step);
-    args.engine_profile = profile.name;
+    set_engine_profile(args, engine_profile(&args.engine_profile)?);
     if !(args.cluster.batch.step_jitter.is_finite() && args.cluster.batch.step_jitter >= 0.0) {
         return Err(format!(
             "--step-jitter: {} is not a deviation of 0 or more",
@@ -507,6 +513,13 @@ fn check(args: &mut Args) -> Result<(), String> {
         args.cluster.workers = u32::try_from(fleet.len()).unwrap_or(u32::MAX);
     }
     Ok(())
+}
+
+/// Runs `args`' engines by `profile`: `default`, the router's own step model, as no
+/// profile (the step model at the configured prefill rate, the same times).
+pub(crate) fn set_engine_profile(args: &mut Args, profile: EngineProfile) {
+    args.cluster.batch.profile = (profile.name != "default").then_some(profile.step);
+    args.engine_profile = profile.name;
 }
 
 /// The engine profile `--engine-profile` names: a built-in one, else a JSON file.

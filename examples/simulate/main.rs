@@ -16,7 +16,7 @@
 //!   `--policy NAME|all` (`llmd`, `dynamo`, `aibrix`: peer projects' policies, see
 //!   `common/peers/`), `--alpha X`, `--miss-weight X`, `--seed N`, `--matrix` (every
 //!   policy in every cell of the results matrix, as Markdown), `--matrix-pd` (its
-//!   disaggregated cells alone);
+//!   disaggregated cells alone), `--matrix-profiles` (its engine-profile cells);
 //! - the fleet: `--workers N`, `--capacity-tokens N` (per worker), `--block-size N`,
 //!   `--speedup X` (or `--load-sweep X,X,...`: each policy at each load), `--engine batched|simple`, `--max-num-batched-tokens N`,
 //!   `--max-num-seqs N`, `--host-capacity-tokens N` and `--host-chunk-blocks N` (a host
@@ -47,6 +47,8 @@ mod args;
 mod cli;
 mod matrix;
 mod matrix_pd;
+mod matrix_profiles;
+mod needless;
 mod output;
 #[path = "../common/policy.rs"]
 mod policy;
@@ -68,6 +70,8 @@ fn main() -> ExitCode {
         matrix::run(&args)
     } else if args.matrix_pd {
         matrix_pd::run(&args)
+    } else if args.matrix_profiles {
+        matrix_profiles::run(&args)
     } else {
         compare(&args)
     };

@@ -17,35 +17,46 @@
 
 use super::Failure;
 use super::args::Args;
+use super::needless::needless_shed;
 use super::policy::POLICIES;
 use super::runner;
 use prefix_router::sim::{PriorityMix, Request, SimReport, SyncMode, Workload, load_mooncake};
 
 /// The recommended policy, whose bar each cell checks.
-const RECOMMENDED: &str = "balanced";
+pub(super) const RECOMMENDED: &str = "balanced";
 
 /// Policies run in the admission cells at 8×: the recommended one and the peers', each
 /// with its own admission rule.
-const ADMISSION_POLICIES: [&str; 3] = [RECOMMENDED, "llmd", "dynamo"];
+pub(super) const ADMISSION_POLICIES: [&str; 3] = [RECOMMENDED, "llmd", "dynamo"];
 
 /// Priorities drawn in the admission cells: sheddable 0.3, standard 0.6, critical 0.1.
-const ADMISSION_PRIORITIES: PriorityMix = PriorityMix {
+pub(super) const ADMISSION_PRIORITIES: PriorityMix = PriorityMix {
     shares: [0.3, 0.6, 0.1],
 };
 
+/// The most of all requests an admission cell may shed needlessly (requests its run
+/// without admission served within the target they were held to): checked at 1× and 4× in
+/// the matrix, at 8× on the engine-profile axis.
+const NEEDLESS_SHED_BAR: f64 = 0.005;
+
 /// One cell: a workload under one setting.
-struct Cell {
-    workload: usize,
-    label: String,
-    args: Args,
+pub(super) struct Cell {
+    /// Index of the cell's workload in the matrix's workloads.
+    pub(super) workload: usize,
+    pub(super) label: String,
+    pub(super) args: Args,
     /// The cell that differs from this one in its sync mode only: a policy reading no cache
     /// routes alike under every sync mode, so its run there stands for this cell's.
-    sync_sibling: Option<usize>,
+    pub(super) sync_sibling: Option<usize>,
     /// The policies the cell runs: every one of `POLICIES` when `None`.
-    only: Option<&'static [&'static str]>,
+    pub(super) only: Option<&'static [&'static str]>,
     /// Whether the cell is the workload's fleet at one load (no replicas, faults or other
     /// fleet): its goodput counts toward the fleet's peak.
-    plain: bool,
+    pub(super) plain: bool,
+    /// For a cell with admission: the cell that differs from it in admission alone (and the
+    /// priorities, which only admission reads), running at least the same policies, against
+    /// which its sheds are joined ([`needless_shed`]).
+    pub(super) twin: Option<usize>,
 }
 
 impl Cell {
@@ -56,10 +67,10 @@ impl Cell {
 }
 
 /// The bar of the recommended policy in a cell.
-struct Bar {
+pub(super) struct Bar {
     /// Every policy's TTFT p50 exceeds the TTFT target: the cell is past the fleet's
     /// capacity, and the bar does not apply (admission is what it needs).
-    past_capacity: bool,
+    pub(super) past_capacity: bool,
     /// Hit ratio over the pooled reference's, at least 0.95.
     pooled: f64,
     /// TTFT p99 over the best policy's, at most 1.10.
@@ -71,7 +82,9 @@ struct Bar {
 }
 
 impl Bar {
-    fn of(reports: &[SimReport], ttft_target_s: f64) -> Option<Bar> {
+    /// The recommended policy's bar among `reports` (one cell's, round robin's among them);
+    /// `None` when either is missing.
+    pub(super) fn of(reports: &[SimReport], ttft_target_s: f64) -> Option<Bar> {
         let rec = reports.iter().find(|r| r.policy == RECOMMENDED)?;
         let rr = reports.iter().find(|r| r.policy == "round_robin")?;
         let best_ttft = reports
@@ -89,29 +102,57 @@ impl Bar {
         })
     }
 
-    /// Each figure with a mark: met or missed (or past capacity: –).
-    fn cells(&self) -> [String; 4] {
-        let past = self.past_capacity;
-        let mark = |ok: bool| match (past, ok) {
+    /// The mark of a figure of the bar that is `ok` or not: met or missed (or past
+    /// capacity: –).
+    pub(super) fn mark(&self, ok: bool) -> &'static str {
+        match (self.past_capacity, ok) {
             (true, _) => "–",
             (false, true) => "✓",
             (false, false) => "✗",
-        };
+        }
+    }
+
+    /// Whether each figure meets its bar, in the order of [`cells`](Self::cells).
+    pub(super) fn checks(&self) -> [bool; 4] {
         [
-            format!("{:.1} % {}", self.pooled * 100.0, mark(self.pooled >= 0.95)),
-            format!("{:.2}× {}", self.ttft, mark(self.ttft <= 1.10)),
-            format!("{:.2}× {}", self.tpot, mark(self.tpot <= 1.10)),
-            format!("{:.2}× {}", self.goodput, mark(self.goodput >= 0.95)),
+            self.pooled >= 0.95,
+            self.ttft <= 1.10,
+            self.tpot <= 1.10,
+            self.goodput >= 0.95,
+        ]
+    }
+
+    /// Each figure with a mark: met or missed (or past capacity: –).
+    pub(super) fn cells(&self) -> [String; 4] {
+        let [p, t, d, g] = self.checks().map(|ok| self.mark(ok));
+        [
+            format!("{:.1} % {p}", self.pooled * 100.0),
+            format!("{:.2}× {t}", self.ttft),
+            format!("{:.2}× {d}", self.tpot),
+            format!("{:.2}× {g}", self.goodput),
         ]
     }
 }
 
-/// Runs the matrix and prints it: every (cell, policy) run is one job of one queue over
-/// the machine's cores (the simulations first, each built once), so that no core waits for
-/// a cell's last policy.
+/// Runs the matrix and prints it, then the disaggregated cells.
 pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     let workloads = workloads(args)?;
     let cells = cells(args, &workloads);
+    let results = run_cells(args, &workloads, &cells)?;
+    let needless = needless_sheds(&cells, &results)?;
+    print(&workloads, &cells, &results, &needless);
+    super::matrix_pd::run(args)
+}
+
+/// Runs every policy of every cell: every (cell, policy) run is one job of one queue over
+/// the machine's cores (the simulations first, each built once and shared by the cell's
+/// policies), so that no core waits for a cell's last policy. Each cell's reports in the
+/// order of `POLICIES`, those it does not run left out.
+pub(super) fn run_cells(
+    args: &Args,
+    workloads: &[(String, Vec<Request>)],
+    cells: &[Cell],
+) -> Result<Vec<Vec<SimReport>>, Failure> {
     let sims = runner::run_queue(cells.len(), &|c| {
         let cell = &cells[c];
         runner::simulation(workloads[cell.workload].1.clone(), &cell.args)
@@ -120,7 +161,7 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     .collect::<Result<Vec<_>, _>>()
     .map_err(|e| (e.to_string(), 2))?;
     let reads_cache = runner::reads_cache(&POLICIES, args).map_err(|e| (e.to_string(), 2))?;
-    let jobs = jobs(&workloads, &cells, &reads_cache);
+    let jobs = jobs(workloads, cells, &reads_cache);
     let done = std::sync::atomic::AtomicUsize::new(0);
     let reports = runner::run_queue(jobs.len(), &|j| {
         let (c, k) = jobs[j];
@@ -150,12 +191,10 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
             }
         }
     }
-    let results: Vec<Vec<SimReport>> = results
+    Ok(results
         .into_iter()
         .map(|cell| cell.into_iter().flatten().collect())
-        .collect();
-    print(&workloads, &cells, &results);
-    super::matrix_pd::run(args)
+        .collect())
 }
 
 /// Every (cell, policy) pair to run, the longest first as far as can be told before
@@ -186,21 +225,28 @@ fn jobs(
         .collect()
 }
 
-/// The matrix's workloads: both Mooncake traces (from `data/`) and the agentic one.
+/// The matrix's workloads: both Mooncake traces and the agentic one.
 fn workloads(args: &Args) -> Result<Vec<(String, Vec<Request>)>, Failure> {
-    let mut out = Vec::new();
-    for trace in ["conversation", "synthetic"] {
+    ["mooncake conversation", "mooncake synthetic", "agentic"]
+        .into_iter()
+        .map(|name| workload(name, args))
+        .collect()
+}
+
+/// The matrix's workload called `name` with its requests: `mooncake conversation` and
+/// `mooncake synthetic` are the Mooncake traces in `data/`, `agentic` the built-in
+/// workload at the workloads' seed.
+pub(super) fn workload(name: &str, args: &Args) -> Result<(String, Vec<Request>), Failure> {
+    if let Some(trace) = name.strip_prefix("mooncake ") {
         let path = format!("data/mooncake_{trace}_trace.jsonl");
         let requests = load_mooncake(&path).map_err(|e| (format!("{path}: {e}"), 2))?;
-        out.push((format!("mooncake {trace}"), requests));
+        return Ok((name.to_owned(), requests));
     }
-    let agentic = Workload::builtin()
+    Workload::builtin()
         .into_iter()
-        .find(|(name, _)| *name == "agentic")
-        .map(|(_, w)| w.generate(args.seed))
-        .ok_or_else(|| ("no built-in agentic workload".to_owned(), 2))?;
-    out.push(("agentic".to_owned(), agentic));
-    Ok(out)
+        .find(|(builtin, _)| *builtin == name)
+        .map(|(_, w)| (name.to_owned(), w.generate(args.seed)))
+        .ok_or_else(|| (format!("no built-in {name} workload"), 2))
 }
 
 /// Every cell, in print order.
@@ -226,6 +272,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
                     sync_sibling: (cells.len() > first).then_some(first),
                     only: None,
                     plain: true,
+                    twin: None,
                 });
             }
         }
@@ -285,6 +332,7 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
             sync_sibling: None,
             only: None,
             plain: false,
+            twin: None,
         });
     }
     let mut agentic = base.clone();
@@ -296,8 +344,10 @@ fn cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<Cell> {
         sync_sibling: None,
         only: None,
         plain: false,
+        twin: None,
     });
-    cells.extend(admission_cells(args, workloads.len()));
+    let admission = admission_cells(args, workloads.len(), &cells);
+    cells.extend(admission);
     cells.extend(replica_sync_cells(args, workloads));
     cells
 }
@@ -331,6 +381,7 @@ fn replica_sync_cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<
         sync_sibling: None,
         only: Some(ONLY),
         plain: false,
+        twin: None,
     };
     let mut cells = vec![
         cell(0, "4× events, spread, 1 router", spread.clone()),
@@ -362,14 +413,17 @@ fn replica_sync_cells(args: &Args, workloads: &[(String, Vec<Request>)]) -> Vec<
 
 /// The admission cells: every workload at each load with engine events, admission on and
 /// priorities drawn; the recommended policy alone at 1× and 4× (what it sheds that a
-/// worker could serve), the peers' rules beside it at 8×.
-fn admission_cells(args: &Args, workloads: usize) -> Vec<Cell> {
+/// worker could serve), the peers' rules beside it at 8×. Each is joined to its twin among
+/// `plain` (the cells so far): the same workload and load with engine events, without
+/// admission.
+fn admission_cells(args: &Args, workloads: usize, plain: &[Cell]) -> Vec<Cell> {
     let mut cells = Vec::new();
     for workload in 0..workloads {
         for load in [1.0, 4.0, 8.0] {
             let mut a = args.clone();
             a.cluster.speedup = load;
             a.cluster.sync = SyncMode::Events;
+            let twin = twin_of(plain, workload, &a);
             a.cluster.admission = true;
             a.cluster.priorities = ADMISSION_PRIORITIES;
             let only: &'static [&'static str] = if load < 8.0 {
@@ -384,14 +438,72 @@ fn admission_cells(args: &Args, workloads: usize) -> Vec<Cell> {
                 sync_sibling: None,
                 only: Some(only),
                 plain: true,
+                twin,
             });
         }
     }
     cells
 }
 
+/// The plain cell of `cells` on `workload` whose settings are `args`' as far as the cell
+/// knows them (load, sync mode, admission, engine profile, arrivals; a plain cell has no
+/// replicas, faults or other fleet), running every policy; `None` when there is none.
+pub(super) fn twin_of(cells: &[Cell], workload: usize, args: &Args) -> Option<usize> {
+    cells.iter().position(|c| {
+        let (a, b) = (&c.args.cluster, &args.cluster);
+        c.plain
+            && c.only.is_none()
+            && c.workload == workload
+            && a.speedup == b.speedup
+            && a.sync == b.sync
+            && a.admission == b.admission
+            && a.arrivals == b.arrivals
+            && a.batch.profile == b.batch.profile
+    })
+}
+
+/// Each admission cell's needless sheds per policy (in the order of its reports), joined
+/// with its twin's run of the same policy; `None` for a cell without admission or a policy
+/// its twin does not run.
+///
+/// # Errors
+///
+/// A failure when a cell and its twin ran different requests (a bug of the matrix).
+pub(super) fn needless_sheds(
+    cells: &[Cell],
+    results: &[Vec<SimReport>],
+) -> Result<Vec<Vec<Option<f64>>>, Failure> {
+    let admission = prefix_router::LoadConfig::default().admission;
+    cells
+        .iter()
+        .zip(results)
+        .map(|(cell, reports)| {
+            reports
+                .iter()
+                .map(|r| {
+                    let Some(twin) = cell.twin.filter(|_| cell.args.cluster.admission) else {
+                        return Ok(None);
+                    };
+                    let Some(off) = results[twin].iter().find(|o| o.policy == r.policy) else {
+                        return Ok(None);
+                    };
+                    let target = cell.args.cluster.ttft_target_s;
+                    needless_shed(&r.request_records, &off.request_records, target, &admission)
+                        .map(Some)
+                        .map_err(|e| (format!("{}: {e}", cell.label), 2))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The summary (the recommended policy's bar per cell), then every cell's policies.
-fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<SimReport>]) {
+fn print(
+    workloads: &[(String, Vec<Request>)],
+    cells: &[Cell],
+    results: &[Vec<SimReport>],
+    needless: &[Vec<Option<f64>>],
+) {
     println!(
         "| workload | cell | hit / pooled (≥ 95 %) | TTFT p99 / best (≤ 1.10) | TPOT p99 / round robin (≤ 1.10) | goodput / best (≥ 0.95) |"
     );
@@ -405,51 +517,70 @@ fn print(workloads: &[(String, Vec<Request>)], cells: &[Cell], results: &[Vec<Si
             );
         }
     }
-    print_admission(workloads, cells, results);
+    print_admission(workloads, cells, results, needless);
     for (cell, reports) in cells.iter().zip(results) {
         println!("\n**{}, {}**\n", workloads[cell.workload].0, cell.label);
+        print_policies(reports, false);
+    }
+}
+
+/// One cell's policies as a table, a line each, the recommended one marked ◀; with
+/// `errors`, each policy's TTFT prediction error too (median and 90th percentile).
+pub(super) fn print_policies(reports: &[SimReport], errors: bool) {
+    let (head, rule) = if errors {
+        (" TTFT error p50 | TTFT error p90 |", "---|---|")
+    } else {
+        ("", "")
+    };
+    println!(
+        "| policy | hit | / pooled | TTFT p50 | TTFT p99 | TPOT p99 | e2e p99 | goodput | preempted | shed |{head}"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|{rule}");
+    for r in reports {
+        let name = if r.policy == RECOMMENDED {
+            format!("**{}** ◀", r.policy)
+        } else {
+            r.policy.clone()
+        };
+        let error = if errors {
+            format!(
+                " {:.1} % | {:.1} % |",
+                r.ttft_error_p50 * 100.0,
+                r.ttft_error_p90 * 100.0
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "| policy | hit | / pooled | TTFT p50 | TTFT p99 | TPOT p99 | e2e p99 | goodput | preempted | shed |"
+            "| {name} | {:.3} | {:.1} % | {:.3} s | {:.3} s | {:.4} s | {:.2} s | {:.3} | {} | {} |{error}",
+            r.hit_ratio,
+            r.ratio_to_pooled() * 100.0,
+            r.ttft_p50_s,
+            r.ttft_p99_s,
+            r.tpot_p99_s,
+            r.e2e_p99_s,
+            r.goodput,
+            r.preemptions,
+            r.shed
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
-        for r in reports {
-            let name = if r.policy == RECOMMENDED {
-                format!("**{}** ◀", r.policy)
-            } else {
-                r.policy.clone()
-            };
-            println!(
-                "| {name} | {:.3} | {:.1} % | {:.3} s | {:.3} s | {:.4} s | {:.2} s | {:.3} | {} | {} |",
-                r.hit_ratio,
-                r.ratio_to_pooled() * 100.0,
-                r.ttft_p50_s,
-                r.ttft_p99_s,
-                r.tpot_p99_s,
-                r.e2e_p99_s,
-                r.goodput,
-                r.preemptions,
-                r.shed
-            );
-        }
     }
 }
 
 /// The admission summary: per admission cell and policy, the goodput per second against
 /// the fleet's peak (the highest any policy reaches on the workload's fleet at any load),
-/// the share shed, the critical requests shed and the admitted requests' TTFT p99.
+/// the shares shed and shed needlessly, the critical requests shed and the admitted
+/// requests' TTFT p99.
 fn print_admission(
     workloads: &[(String, Vec<Request>)],
     cells: &[Cell],
     results: &[Vec<SimReport>],
+    needless: &[Vec<Option<f64>>],
 ) {
     println!(
-        "\nAdmission (priorities sheddable 0.3, standard 0.6, critical 0.1; peak: the highest goodput per second of any policy on the fleet at 1×–8×)\n"
+        "\nAdmission (priorities sheddable 0.3, standard 0.6, critical 0.1; peak: the highest goodput per second of any policy on the fleet at 1×–8×; {NEEDLESS_SHED_NOTE})\n"
     );
-    println!(
-        "| workload | cell | policy | goodput | / peak (≥ 0.90 at 8×) | shed (≤ 0.5 % at 1×, 4×) | critical shed | admitted TTFT p99 (≤ target) | TPOT p99 |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for (cell, reports) in cells.iter().zip(results) {
+    println!("{}", admission_header("at 1×, 4×"));
+    for (c, (cell, reports)) in cells.iter().zip(results).enumerate() {
         if !cell.args.cluster.admission {
             continue;
         }
@@ -459,35 +590,70 @@ fn print_admission(
             .filter(|(c, _)| c.plain && c.workload == cell.workload)
             .flat_map(|(_, reports)| reports.iter().map(|r| r.goodput_rps))
             .fold(0.0, f64::max);
-        let at_8 = cell.args.cluster.speedup >= 8.0;
-        for r in reports {
-            let ratio = if peak > 0.0 {
-                r.goodput_rps / peak
-            } else {
-                0.0
-            };
-            let share = r.shed as f64 / r.requests.max(1) as f64;
-            let target = cell.args.cluster.ttft_target_s;
-            let mark = |checked: bool, ok: bool| match (checked && r.policy == RECOMMENDED, ok) {
-                (false, _) => "",
-                (true, true) => " ✓",
-                (true, false) => " ✗",
-            };
-            println!(
-                "| {} | {} | {} | {:.2}/s | {:.3}{} | {:.2} %{} | {} | {:.3} s{} | {:.4} s |",
-                workloads[cell.workload].0,
-                cell.label,
-                r.policy,
-                r.goodput_rps,
-                ratio,
-                mark(at_8, ratio >= 0.90),
-                share * 100.0,
-                mark(!at_8, share <= 0.005),
-                r.shed_by_priority[2],
-                r.ttft_p99_s,
-                mark(at_8, r.ttft_p99_s <= target),
-                r.tpot_p99_s,
-            );
+        for (r, &needless) in reports.iter().zip(&needless[c]) {
+            let row = (r, peak, needless);
+            let at_8 = cell.args.cluster.speedup >= 8.0;
+            let workload = &workloads[cell.workload].0;
+            println!("{}", admission_row(workload, cell, row, !at_8));
         }
     }
+}
+
+/// What the admission tables' needless sheds are.
+pub(super) const NEEDLESS_SHED_NOTE: &str = "needless shed: the requests shed, of all requests, that the same run without admission served within the target they were held to";
+
+/// The admission tables' header, the needless sheds' bar checked `needless_where` (such as
+/// `at 1×, 4×`).
+pub(super) fn admission_header(needless_where: &str) -> String {
+    format!(
+        "| workload | cell | policy | goodput | / peak (≥ 0.90 at 8×) | shed | needless shed (≤ 0.5 % {needless_where}) | critical shed (none) | admitted TTFT p99 (≤ target at 8×) | TPOT p99 |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+}
+
+/// One policy's line of an admission table: its report `r` in `cell` on `workload`, the
+/// fleet's `peak` goodput per second and its needless sheds (`None`: not joined). The
+/// recommended policy's figures are marked against their bars: at 8× its goodput against
+/// the peak and its admitted TTFT p99 against the target, with `check_needless` its
+/// needless sheds, at every load its critical requests shed (none).
+pub(super) fn admission_row(
+    workload: &str,
+    cell: &Cell,
+    (r, peak, needless): (&SimReport, f64, Option<f64>),
+    check_needless: bool,
+) -> String {
+    let at_8 = cell.args.cluster.speedup >= 8.0;
+    let ratio = if peak > 0.0 {
+        r.goodput_rps / peak
+    } else {
+        0.0
+    };
+    let share = r.shed as f64 / r.requests.max(1) as f64;
+    let target = cell.args.cluster.ttft_target_s;
+    let mark = |checked: bool, ok: bool| match (checked && r.policy == RECOMMENDED, ok) {
+        (false, _) => "",
+        (true, true) => " ✓",
+        (true, false) => " ✗",
+    };
+    let needless = match needless {
+        Some(n) => format!(
+            "{:.2} %{}",
+            n * 100.0,
+            mark(check_needless, n <= NEEDLESS_SHED_BAR)
+        ),
+        None => "–".to_owned(),
+    };
+    let critical = r.shed_by_priority[2];
+    format!(
+        "| {workload} | {} | {} | {:.2}/s | {:.3}{} | {:.2} % | {needless} | {critical}{} | {:.3} s{} | {:.4} s |",
+        cell.label,
+        r.policy,
+        r.goodput_rps,
+        ratio,
+        mark(at_8, ratio >= 0.90),
+        share * 100.0,
+        mark(true, critical == 0),
+        r.ttft_p99_s,
+        mark(at_8, r.ttft_p99_s <= target),
+        r.tpot_p99_s,
+    )
 }
