@@ -229,13 +229,8 @@ impl Balanced {
     /// ([`Candidate::predicted_decode_s`]) plus the reload.
     #[inline]
     fn beyond_load_ns(&self, request: &RouteRequest<'_>, c: &Candidate) -> u64 {
-        let load = &self.config.load;
-        let tokens = request.tokens().len();
-        let miss = tokens.saturating_sub(c.cached_tokens());
-        let output = request
-            .expected_output()
-            .unwrap_or(load.default_output_tokens);
-        let miss_weight = self.config.miss_weight;
+        let (tokens, miss, output) = self.figures(request, c);
+        let (load, miss_weight) = (&self.config.load, self.config.miss_weight);
         let beyond = c.predicted_beyond_load_s(load, tokens, miss, output, miss_weight);
         // Both parts grow with the worker's figures and fall with its speed, as the
         // contract of `cost_above_load_ns` asks; the cast is monotone too.
@@ -245,13 +240,21 @@ impl Balanced {
     /// The load model's time to first token and decode time of `c` for `request`.
     #[inline]
     fn terms(&self, request: &RouteRequest<'_>, c: &Candidate) -> (f64, f64) {
+        let (tokens, miss, output) = self.figures(request, c);
         let load = &self.config.load;
+        c.predicted_times(load, tokens, miss, output, self.config.miss_weight)
+    }
+
+    /// `request`'s prompt tokens, those of them `c` lacks, and its output tokens (the
+    /// configured default when it expects none).
+    #[inline]
+    fn figures(&self, request: &RouteRequest<'_>, c: &Candidate) -> (usize, usize, u32) {
         let tokens = request.tokens().len();
         let miss = tokens.saturating_sub(c.cached_tokens());
         let output = request
             .expected_output()
-            .unwrap_or(load.default_output_tokens);
-        c.predicted_times(load, tokens, miss, output, self.config.miss_weight)
+            .unwrap_or(self.config.load.default_output_tokens);
+        (tokens, miss, output)
     }
 
     /// Seconds to reload the candidate's hits below the device tier.

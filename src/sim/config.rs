@@ -577,6 +577,14 @@ impl ClusterConfig {
     /// less than one block, a non-positive or NaN rate, speedup or KV transfer bandwidth, or
     /// 0 bytes of KV per token; [`Error::InvalidBlockSize`] for a bad block size.
     pub fn validate(&self) -> Result<(), Error> {
+        self.validate_figures()?;
+        self.validate_engine()?;
+        self.priorities.validate()?;
+        self.batch.validate()
+    }
+
+    /// The fleet's sizes, rates, targets and delays, each within its range.
+    fn validate_figures(&self) -> Result<(), Error> {
         int(
             "workers",
             self.workers,
@@ -630,6 +638,14 @@ impl ClusterConfig {
                 0.0..=f64::MAX,
                 "zero or more seconds",
             )?;
+        }
+        Ok(())
+    }
+
+    /// What needs the batched engine (event sync, replica sync, engine profiles, a host
+    /// tier of whole chunks) asks of the engine and its settings.
+    fn validate_engine(&self) -> Result<(), Error> {
+        if let Some(delay) = self.replica_sync {
             if self.engine == Engine::Simple {
                 return Err(crate::config::invalid(
                     "replica_sync",
@@ -662,8 +678,7 @@ impl ClusterConfig {
                 "0 (no host tier) or at least one chunk of blocks",
             ));
         }
-        self.priorities.validate()?;
-        self.batch.validate()
+        Ok(())
     }
 }
 
