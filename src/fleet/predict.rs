@@ -388,6 +388,29 @@ mod tests {
 
     use super::*;
 
+    /// A worker of relative `speed` at its configured terms with `requests` requests,
+    /// `decoding` of them decoding, and `prefill` queued tokens (each attending to 3,000),
+    /// `context` tokens of context, `kv` tokens of KV of `capacity` (0: unknown).
+    fn busy(
+        (requests, decoding): (u64, u64),
+        (prefill, context, kv, capacity): (u64, u64, u64, u64),
+        speed: f64,
+    ) -> Estimate {
+        Estimate {
+            requests,
+            decoding,
+            prefill_tokens: prefill,
+            prefill_pairs: prefill * 3_000,
+            context_tokens: context,
+            kv_tokens: kv,
+            kv_usage: 0.0,
+            kv_capacity_tokens: capacity,
+            timing: Timing::configured(&LoadConfig::default(), speed),
+            speed: speed as f32,
+            saturated: false,
+        }
+    }
+
     proptest! {
         /// `times` sums what `ttft_parts` splits: with no request waiting (each uncached
         /// token then weighs 1) the two agree.
@@ -403,17 +426,8 @@ mod tests {
             (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 1u32..4_000),
         ) {
             let e = Estimate {
-                requests: decoding,
-                decoding,
-                prefill_tokens: prefill,
-                prefill_pairs: prefill * 3_000,
-                context_tokens: context,
-                kv_tokens: kv,
-                kv_usage: 0.0,
-                kv_capacity_tokens: capacity,
-                timing: Timing::configured(&LoadConfig::default(), speed),
-                speed: speed as f32,
                 saturated,
+                ..busy((decoding, decoding), (prefill, context, kv, capacity), speed)
             };
             let config = LoadConfig::default();
             let request = (prompt, miss.min(prompt), output);
@@ -455,20 +469,9 @@ mod tests {
             (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 0u32..4_000),
             miss_weight in 1.0f64..20.0,
         ) {
-            let timing = Timing::configured(&LoadConfig::default(), speed);
-            let e = Estimate {
-                requests,
-                decoding: (requests as f64 * decoding_share) as u64,
-                prefill_tokens: prefill,
-                prefill_pairs: prefill * 3_000,
-                context_tokens: context,
-                kv_tokens: kv,
-                kv_usage: 0.0,
-                kv_capacity_tokens: capacity,
-                timing,
-                speed: speed as f32,
-                saturated: false,
-            };
+            let decoding = (requests as f64 * decoding_share) as u64;
+            let e = busy((requests, decoding), (prefill, context, kv, capacity), speed);
+            let timing = e.timing;
             let terms = timing.to_array();
             let floor = Estimate {
                 timing: Timing::from_array(core::array::from_fn(|i| terms[i] * lesser[i])),

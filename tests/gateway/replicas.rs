@@ -259,16 +259,21 @@ impl<'a> RoundRobin<'a> {
     }
 }
 
+/// Two mock workers of 4,096 tokens of KV that publish KV events.
+fn two_workers() -> [Upstream; 2] {
+    [
+        Upstream::with_events(4_096, None),
+        Upstream::with_events(4_096, None),
+    ]
+}
+
 /// The first turn of a conversation goes through one gateway; while it runs, and before
 /// its worker's KV event reaches anyone (the mock keeps it off its PUB socket), the next
 /// turn comes to the other gateway, which sends it to the same worker and predicts the
 /// prefix cached there, as the worker then reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_routed_by_one_gateway_is_predicted_by_the_other() {
-    let ups = [
-        Upstream::with_events(4_096, None),
-        Upstream::with_events(4_096, None),
-    ];
+    let ups = two_workers();
     let refs: Vec<&Upstream> = ups.iter().collect();
     let nats = Nats::start();
     let lease = Duration::from_secs(3);
@@ -315,10 +320,7 @@ async fn a_prefix_routed_by_one_gateway_is_predicted_by_the_other() {
 /// booking on its peer once its lease has run out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_gateway_leaves_no_booking_after_its_lease() {
-    let ups = [
-        Upstream::with_events(4_096, None),
-        Upstream::with_events(4_096, None),
-    ];
+    let ups = two_workers();
     let refs: Vec<&Upstream> = ups.iter().collect();
     let nats = Nats::start();
     let lease = Duration::from_millis(900);
@@ -361,10 +363,7 @@ async fn a_killed_gateway_leaves_no_booking_after_its_lease() {
 /// the server returns they sync again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateways_route_on_their_own_while_nats_is_away_and_sync_again_when_it_returns() {
-    let ups = [
-        Upstream::with_events(4_096, None),
-        Upstream::with_events(4_096, None),
-    ];
+    let ups = two_workers();
     let refs: Vec<&Upstream> = ups.iter().collect();
     let mut nats = Nats::start();
     let lease = Duration::from_secs(3);
