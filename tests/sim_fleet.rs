@@ -304,7 +304,8 @@ fn a_host_tier_turns_device_evictions_into_host_hits() {
 /// workers slower than both full-speed ones, and predicts the times to first token within
 /// about a third at the median. What it learns are absolute times, so queueing the model
 /// does not see slows every worker's, most of all the full-speed workers', which take the
-/// larger share of the traffic: the factor learned (about 1.2) is below the truth's 2.
+/// larger share of the traffic, and a worker's own factor counts only beyond a dead zone of
+/// about 16 %: the factor learned (about 1.4) is below the truth's 2.
 #[test]
 fn calibration_finds_workers_slower_than_configured() {
     let fleet = vec![
@@ -322,7 +323,7 @@ fn calibration_finds_workers_slower_than_configured() {
     let (fast, slow) = (speeds[0].min(speeds[2]), speeds[1].max(speeds[3]));
     assert!(fast > slow, "{speeds:?}");
     let factor = (speeds[0] + speeds[2]) / (speeds[1] + speeds[3]);
-    assert!((1.15..3.0).contains(&factor), "{factor}: {speeds:?}");
+    assert!((1.25..3.0).contains(&factor), "{factor}: {speeds:?}");
     assert!(report.ttft_error_p50 < 0.35, "{}", report.ttft_error_p50);
 }
 

@@ -1,32 +1,43 @@
 //! What the router learns of each worker's absolute times from the timings its host
 //! reports: the [`Timing`] terms (per prefill token, a step's fixed time, per decode and
-//! per context token in a step, per pair a prefill attends to), per worker with a
-//! fleet-wide prior.
+//! per context token in a step, per pair a prefill attends to), the fleet's shape with one
+//! factor per worker.
 //!
 //! A prediction is a dot product of [`Terms`] with a worker's [`Timing`]. A measured time
 //! (a time to first token, or output tokens over time) is an observation `y ≈ Σ r_i z_i`,
 //! `z_i` being the time term `i` contributes at its reference (the configured term at the
 //! speed the host told; for attention, which the configured step model lacks, a prefill
 //! token's cost over [`ATTENTION_REFERENCE`] tokens) and `r_i` how many times that is the
-//! truth (1 as configured; 0 for attention). The ratios are
-//! `r = fleet + deviation`: the fleet's ratios, learned from every worker's timings (a fleet
-//! uniformly slower than configured), and the worker's deviation from them, learned from
-//! its own with a prior of none (one worker slower, or slower at decoding only). Both are
-//! recursive least squares over the four ratios, on relative errors (each observation's
-//! noise taken as a share of the time predicted, since a time to first token is as noisy as
-//! it is long), residuals far beyond their recent size weighing less (a request that waited
-//! behind a burst the router could not see teaches little) and a small drift per observation
-//! (the fleet changes), the variance of each ratio held at or below its prior's. Deterministic: the same timings in
-//! the same order give the same terms.
+//! truth (1 as configured; 0 for attention).
+//!
+//! Each worker fits its own ratios by recursive least squares on relative errors (each
+//! observation's noise taken as a share of the time predicted, since a time to first token is
+//! as noisy as it is long), residuals far beyond their recent size weighing less (a request
+//! that waited behind a burst the router could not see teaches little) and a small drift per
+//! observation (the fleet changes), the variance of each ratio held at or below its prior's.
+//! A worker predicts with the fleet's ratios (each the median of the workers': a fleet
+//! uniformly slower than configured, or slower at attention than the step model says) times
+//! one factor of its own: how much longer its own ratios predict the requests it served than
+//! the fleet's do (one worker slower than the others). That factor counts only beyond a dead
+//! zone ([`DEAD_ZONE`]): a worker's timings include the queueing its own traffic causes, which
+//! no term counts, so identical workers fit ratios some ten percent apart, and a worker that
+//! looked faster would draw the cold prompts that make it slower. Deterministic: the same
+//! timings in the same order give the same terms.
 
 use super::timing::{TERMS, Terms, Timing};
 
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
 /// configured.
 const PRIOR_VARIANCE: f64 = 4.0;
-/// How far a worker's ratios spread around the fleet's (a variance): the weight of the
-/// fleet's ratios as a worker's prior.
-const FLEET_SPREAD: f64 = 0.25;
+/// A worker's own factor (the log of its own ratios' time over the fleet's) counts only for
+/// what lies beyond this: a worker up to about 16 % slower or faster than the fleet predicts
+/// as the fleet does. On a fleet of identical workers the factors the workers' own traffic
+/// teaches spread about this far; a worker at half speed (a log of 0.69) is still learned
+/// about 1.7 times slower.
+const DEAD_ZONE: f64 = 0.15;
+/// Weight of a new timing in a worker's decayed times predicted by its own ratios and by the
+/// fleet's: the factor follows about the last 50 timings.
+const FACTOR_RATE: f64 = 0.02;
 /// Timings a worker needs before its ratios count in the fleet's.
 const MIN_FLEET: u64 = 8;
 /// A measured time's noise, as a share of the time predicted.
@@ -166,6 +177,10 @@ pub(crate) struct WorkerLearner {
     predicted: f64,
     /// Timings learned from.
     timings: u64,
+    /// Decayed times of the timings learned from, as the worker's own ratios and as the
+    /// fleet's predicted them (after learning from each).
+    own_time: f64,
+    fleet_time: f64,
 }
 
 impl Default for WorkerLearner {
@@ -175,21 +190,23 @@ impl Default for WorkerLearner {
             observed: 0.0,
             predicted: 0.0,
             timings: 0,
+            own_time: 0.0,
+            fleet_time: 0.0,
         }
     }
 }
 
 impl WorkerLearner {
-    /// The worker's ratios, with the fleet's as its prior: each ratio the worker's own and
-    /// the fleet's weighed by their precisions (a worker that learned little takes the
-    /// fleet's, one that learned much its own), kept within limits.
+    /// The worker's ratios: the fleet's, times the worker's own factor beyond the dead zone
+    /// (see [`DEAD_ZONE`]; 1 before [`MIN_FLEET`] timings), kept within limits.
     fn ratios(&self, fleet: &[f64; TERMS]) -> [f64; TERMS] {
-        core::array::from_fn(|i| {
-            let own = 1.0 / self.rls.covariance[i][i];
-            let shared = 1.0 / FLEET_SPREAD;
-            let ratio = (own * self.rls.ratios[i] + shared * fleet[i]) / (own + shared);
-            limit(i, ratio)
-        })
+        let factor = if self.timings >= MIN_FLEET && self.fleet_time > 0.0 {
+            let log = (self.own_time / self.fleet_time).ln();
+            (log.signum() * (log.abs() - DEAD_ZONE).max(0.0)).exp()
+        } else {
+            1.0
+        };
+        core::array::from_fn(|i| limit(i, fleet[i] * factor))
     }
 
     /// The worker's timing: its reference terms (the configured ones at the speed the host
@@ -243,6 +260,10 @@ impl WorkerLearner {
         };
         self.rls.observe(z, measured, NOISE_SHARE * own, bound);
         self.timings += 1;
+        let fleet: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet[i]));
+        let keep = 1.0 - FACTOR_RATE;
+        self.own_time = self.own_time * keep + FACTOR_RATE * dot(&self.rls.ratios);
+        self.fleet_time = self.fleet_time * keep + FACTOR_RATE * dot(&fleet);
         if first_token && predicted > 0.0 {
             let decay = 1.0 - REPORT_RATE;
             self.observed = self.observed * decay + REPORT_RATE * measured;
@@ -309,6 +330,37 @@ mod tests {
         let new = WorkerLearner::default().timing(&configured, fleet);
         let (terms, _) = terms(1_001);
         assert!((new.of(&terms) / truth.of(&terms) - 1.0).abs() < 0.25);
+    }
+
+    /// One worker of four twice as slow as configured, one 10 % slower: the first is learned
+    /// slower than the fleet by its factor beyond the dead zone (2 / e^0.15, about 1.72), the
+    /// second, within the dead zone, predicts as the fleet does, as the configured ones do.
+    #[test]
+    fn a_slow_worker_is_learned_and_a_small_difference_is_not() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let truth = |slowdown: f64| Timing::from_array(configured.to_array().map(|t| slowdown * t));
+        let slowdowns = [2.0, 1.1, 1.0, 1.0];
+        let mut workers = vec![WorkerLearner::default(); 4];
+        let mut fleet = CONFIGURED;
+        for n in 0..1_600u32 {
+            let (terms, first) = terms(n);
+            let w = (n / 2 % 4) as usize;
+            let measured = truth(slowdowns[w]).of(&terms);
+            workers[w].learn(&fleet, &configured, (&terms, measured), first);
+            fleet = fleet_ratios(workers.iter().map(WorkerLearner::learned));
+        }
+        let (terms, _) = terms(1_000);
+        let predicted = |w: usize| workers[w].timing(&configured, fleet).of(&terms);
+        let expected = 2.0 / DEAD_ZONE.exp();
+        let slow = predicted(0) / predicted(3);
+        assert!(
+            (slow / expected - 1.0).abs() < 0.05,
+            "{slow} against {expected}"
+        );
+        assert!((predicted(1) / predicted(3) - 1.0).abs() < 1e-9);
+        // The fleet's ratios are the median of the workers' (here between 1 and 1.1).
+        let fleet_slowdown = predicted(3) / configured.of(&terms);
+        assert!((1.0..1.1).contains(&fleet_slowdown), "{fleet_slowdown}");
     }
 
     /// The same timings in the same order teach the same terms.
