@@ -17,8 +17,10 @@
 //! observation (the fleet changes), the variance of each ratio held at or below its prior's.
 //! A worker predicts with the fleet's ratios (each the median of the workers': a fleet
 //! uniformly slower than configured, or slower at attention than the step model says) times
-//! one factor of its own: how much longer its own ratios predict the requests it served than
-//! the fleet's do (one worker slower than the others). That factor counts only beyond a dead
+//! two factors of its own, one on the prefill terms and one on the step terms: how many times
+//! longer its own ratios predict its times to first token, and its other timings, than the
+//! fleet's do, a mean over those timings in the log (one worker slower than the others, or
+//! slower at decoding only). A factor counts only beyond a dead
 //! zone ([`DEAD_ZONE`]): a worker's timings include the queueing its own traffic causes, which
 //! no term counts, so identical workers fit ratios some ten percent apart, and a worker that
 //! looked faster would draw the cold prompts that make it slower. Deterministic: the same
@@ -29,14 +31,13 @@ use super::timing::{TERMS, Terms, Timing};
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
 /// configured.
 const PRIOR_VARIANCE: f64 = 4.0;
-/// A worker's own factor (the log of its own ratios' time over the fleet's) counts only for
+/// A worker's own factors (the mean log of its own ratios' times over the fleet's) count only for
 /// what lies beyond this: a worker up to about 16 % slower or faster than the fleet predicts
 /// as the fleet does. On a fleet of identical workers the factors the workers' own traffic
 /// teaches spread about this far; a worker at half speed (a log of 0.69) is still learned
 /// about 1.7 times slower.
 const DEAD_ZONE: f64 = 0.15;
-/// Weight of a new timing in a worker's decayed times predicted by its own ratios and by the
-/// fleet's: the factor follows about the last 50 timings.
+/// Weight of a new timing in a worker's factor: it follows about the last 50 timings.
 const FACTOR_RATE: f64 = 0.02;
 /// Timings a worker needs before its ratios count in the fleet's.
 const MIN_FLEET: u64 = 8;
@@ -177,10 +178,34 @@ pub(crate) struct WorkerLearner {
     predicted: f64,
     /// Timings learned from.
     timings: u64,
-    /// Decayed times of the timings learned from, as the worker's own ratios and as the
-    /// fleet's predicted them (after learning from each).
-    own_time: f64,
-    fleet_time: f64,
+    /// Decayed means, over the times to first token and over the other timings learned
+    /// from, of the log of the time the worker's own ratios predicted over the fleet's (after
+    /// learning from each).
+    log_factor: Factors,
+}
+
+/// A worker's factors over the fleet's ratios, in the log: one for the prefill terms, learned
+/// from times to first token; one for the step terms, learned from the other timings (output
+/// tokens over time).
+#[derive(Clone, Copy, Debug, Default)]
+struct Factors {
+    prefill: f64,
+    step: f64,
+}
+
+/// The terms the prefill factor scales: per prefill token and per attended pair.
+const PREFILL_TERMS: [usize; 2] = [0, 4];
+
+impl Factors {
+    /// The factor of term `i`, beyond the dead zone.
+    fn of(&self, i: usize) -> f64 {
+        let log = if PREFILL_TERMS.contains(&i) {
+            self.prefill
+        } else {
+            self.step
+        };
+        (log.signum() * (log.abs() - DEAD_ZONE).max(0.0)).exp()
+    }
 }
 
 impl Default for WorkerLearner {
@@ -190,8 +215,7 @@ impl Default for WorkerLearner {
             observed: 0.0,
             predicted: 0.0,
             timings: 0,
-            own_time: 0.0,
-            fleet_time: 0.0,
+            log_factor: Factors::default(),
         }
     }
 }
@@ -200,13 +224,12 @@ impl WorkerLearner {
     /// The worker's ratios: the fleet's, times the worker's own factor beyond the dead zone
     /// (see [`DEAD_ZONE`]; 1 before [`MIN_FLEET`] timings), kept within limits.
     fn ratios(&self, fleet: &[f64; TERMS]) -> [f64; TERMS] {
-        let factor = if self.timings >= MIN_FLEET && self.fleet_time > 0.0 {
-            let log = (self.own_time / self.fleet_time).ln();
-            (log.signum() * (log.abs() - DEAD_ZONE).max(0.0)).exp()
+        let factors = if self.timings >= MIN_FLEET {
+            self.log_factor
         } else {
-            1.0
+            Factors::default()
         };
-        core::array::from_fn(|i| limit(i, fleet[i] * factor))
+        core::array::from_fn(|i| limit(i, fleet[i] * factors.of(i)))
     }
 
     /// The worker's timing: its reference terms (the configured ones at the speed the host
@@ -261,9 +284,16 @@ impl WorkerLearner {
         self.rls.observe(z, measured, NOISE_SHARE * own, bound);
         self.timings += 1;
         let fleet: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet[i]));
-        let keep = 1.0 - FACTOR_RATE;
-        self.own_time = self.own_time * keep + FACTOR_RATE * dot(&self.rls.ratios);
-        self.fleet_time = self.fleet_time * keep + FACTOR_RATE * dot(&fleet);
+        let (own, shared) = (dot(&self.rls.ratios), dot(&fleet));
+        if own > 0.0 && shared > 0.0 {
+            let log = (own / shared).ln();
+            let factor = if first_token {
+                &mut self.log_factor.prefill
+            } else {
+                &mut self.log_factor.step
+            };
+            *factor += FACTOR_RATE * (log - *factor);
+        }
         if first_token && predicted > 0.0 {
             let decay = 1.0 - REPORT_RATE;
             self.observed = self.observed * decay + REPORT_RATE * measured;
@@ -351,16 +381,49 @@ mod tests {
         }
         let (terms, _) = terms(1_000);
         let predicted = |w: usize| workers[w].timing(&configured, fleet).of(&terms);
-        let expected = 2.0 / DEAD_ZONE.exp();
+        // The fleet's ratios are the median of the workers' (here between 1 and 1.1); the
+        // slow worker's factor is its slowdown over the fleet's, beyond the dead zone.
+        let fleet_slowdown = predicted(3) / configured.of(&terms);
+        assert!((1.0..1.1).contains(&fleet_slowdown), "{fleet_slowdown}");
+        let expected = 2.0 / fleet_slowdown / DEAD_ZONE.exp();
         let slow = predicted(0) / predicted(3);
         assert!(
             (slow / expected - 1.0).abs() < 0.05,
             "{slow} against {expected}"
         );
         assert!((predicted(1) / predicted(3) - 1.0).abs() < 1e-9);
-        // The fleet's ratios are the median of the workers' (here between 1 and 1.1).
-        let fleet_slowdown = predicted(3) / configured.of(&terms);
-        assert!((1.0..1.1).contains(&fleet_slowdown), "{fleet_slowdown}");
+    }
+
+    /// One worker of four decodes twice as slowly as configured (per decoding request and per
+    /// context token), its prefill as configured: from its decode timings it is found slower at
+    /// decoding, by less than the truth (its decode steps 1.25 times as long: the step's
+    /// fixed time is as configured), since its factor counts beyond the dead zone.
+    #[test]
+    fn a_worker_with_a_slower_decode_is_found() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let mut slow_decode = configured;
+        slow_decode.step_s_per_decode *= 2.0;
+        slow_decode.step_s_per_context_token *= 2.0;
+        let mut workers = vec![WorkerLearner::default(); 4];
+        let mut fleet = CONFIGURED;
+        for n in 0..1_600u32 {
+            let (mut terms, first) = terms(n);
+            if !first {
+                // A stretch of decode steps with no prefill chunk among them.
+                terms.0[0] = 0.0;
+            }
+            let w = (n / 2 % 4) as usize;
+            let truth = if w == 0 { slow_decode } else { configured };
+            workers[w].learn(&fleet, &configured, (&terms, truth.of(&terms)), first);
+            fleet = fleet_ratios(workers.iter().map(WorkerLearner::learned));
+        }
+        let (mut decode, _) = terms(1_001);
+        decode.0[0] = 0.0;
+        let predicted = |w: usize| workers[w].timing(&configured, fleet).of(&decode);
+        let factor = predicted(0) / predicted(1);
+        let truth = slow_decode.of(&decode) / configured.of(&decode);
+        assert!(factor > 1.02 && factor < truth, "{factor} against {truth}");
+        assert!((predicted(1) / configured.of(&decode) - 1.0).abs() < 0.05);
     }
 
     /// The same timings in the same order teach the same terms.
