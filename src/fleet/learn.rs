@@ -37,7 +37,8 @@ const PRIOR_VARIANCE: f64 = 4.0;
 /// teaches spread about this far; a worker at half speed (a log of 0.69) is still learned
 /// about 1.7 times slower.
 const DEAD_ZONE: f64 = 0.15;
-/// Weight of a new timing in a worker's factor: it follows about the last 50 timings.
+/// Weight of a new timing in a worker's factor once it has learned from 50 (before, each of
+/// its timings weighs alike): it follows about the last 50 timings.
 const FACTOR_RATE: f64 = 0.02;
 /// Timings a worker needs before its ratios count in the fleet's.
 const MIN_FLEET: u64 = 8;
@@ -191,6 +192,9 @@ pub(crate) struct WorkerLearner {
 struct Factors {
     prefill: f64,
     step: f64,
+    /// Timings each factor learned from.
+    prefill_timings: u64,
+    step_timings: u64,
 }
 
 /// The terms the prefill factor scales: per prefill token and per attended pair.
@@ -287,12 +291,18 @@ impl WorkerLearner {
         let (own, shared) = (dot(&self.rls.ratios), dot(&fleet));
         if own > 0.0 && shared > 0.0 {
             let log = (own / shared).ln();
-            let factor = if first_token {
-                &mut self.log_factor.prefill
+            let (factor, seen) = if first_token {
+                (
+                    &mut self.log_factor.prefill,
+                    &mut self.log_factor.prefill_timings,
+                )
             } else {
-                &mut self.log_factor.step
+                (&mut self.log_factor.step, &mut self.log_factor.step_timings)
             };
-            *factor += FACTOR_RATE * (log - *factor);
+            // A plain mean over the first timings, then a decayed one.
+            *seen += 1;
+            let rate = (1.0 / *seen as f64).max(FACTOR_RATE);
+            *factor += rate * (log - *factor);
         }
         if first_token && predicted > 0.0 {
             let decay = 1.0 - REPORT_RATE;
