@@ -311,6 +311,44 @@ fn a_worker_configured_twice_as_fast_as_it_is_is_found_within_ten_requests() {
     assert!((0.8..1.35).contains(&error), "{error}");
 }
 
+/// A host that reports no timings (first tokens without their time, no streamed output
+/// tokens) gets the configured step model: every decision and prediction is the one a
+/// router that never learns makes, though that router is told times far from its
+/// predictions; every worker keeps its configured speed.
+#[test]
+fn a_host_that_reports_no_timings_gets_the_configured_terms() {
+    let silent = BalancedRouter::new(4).unwrap();
+    let never = BalancedConfig::default().with_load(LoadConfig::default().with_learning_rate(0.0));
+    let deaf = BalancedRouter::with_config(4, never).unwrap();
+    let mut open = Vec::new();
+    for i in 0..60u32 {
+        // Four prompt families, each growing by a turn, so some requests hit.
+        let len = 500 + 300 * (i / 4);
+        let prompt: Vec<u32> = (0..len).map(|t| t + (i % 4) * 100_000).collect();
+        let request = RouteRequest::new(&prompt).with_expected_output(100);
+        let (a, b) = (
+            silent.route(&request).unwrap(),
+            deaf.route(&request).unwrap(),
+        );
+        assert_eq!(a.worker(), b.worker(), "request {i}");
+        assert_eq!(a.predicted_ttft_s(), b.predicted_ttft_s(), "request {i}");
+        assert_eq!(a.predicted_tpot_s(), b.predicted_tpot_s(), "request {i}");
+        silent.first_token(&a);
+        deaf.first_token_after(&b, s(5.0));
+        deaf.tokens_after(&b, 50, s(9.0));
+        open.push((a, b));
+        if open.len() > 6 {
+            let (a, b) = open.remove(0);
+            silent.complete(&a);
+            deaf.complete(&b);
+        }
+    }
+    for w in 0..4 {
+        let load = silent.load(WorkerId::new(w)).unwrap();
+        assert_eq!((load.speed, load.ttft_timings), (1.0, 0), "worker {w}");
+    }
+}
+
 /// Before five timings a worker's error is not reported.
 #[test]
 fn the_model_error_needs_five_timings() {
