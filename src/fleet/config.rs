@@ -74,8 +74,11 @@ pub struct LoadConfig {
     /// Output tokens a request is assumed to generate when it gives no
     /// [`expected_output`](crate::RouteRequest::with_expected_output). Default 256.
     pub default_output_tokens: u32,
-    /// Weight of a new timing in a worker's learned speed, `0.0..=1.0` (0: never learn).
-    /// Default 0.1: the learned speed follows about the last 10 first tokens.
+    /// Whether the router learns the step terms from the timings its host reports,
+    /// `0.0..=1.0`: 0 never learns (every worker keeps the configured terms at its
+    /// profile's speed); any other value learns. Default 0.1. What is learned and how fast
+    /// is set by the learning itself: the fleet's terms from every worker's timings, and
+    /// each worker's factors over them, counted beyond about 16 %, from its last 50 or so.
     pub learning_rate: f64,
     /// Router replicas routing for the same fleet, this one included (at least 1; default
     /// 1). Between two reports, each replica sees only its own requests; the others send

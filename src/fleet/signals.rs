@@ -100,7 +100,7 @@ pub struct WorkerLoad {
     /// The last [`EngineLoad`] reported for it.
     pub reported: Option<EngineLoad>,
     /// The load model's error on this worker: measured over predicted time to first token
-    /// (weighted towards the recent timings, [`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate)), from the timings
+    /// (weighted towards the last ten or so), from the timings
     /// the host reported ([`Router::first_token_after`](crate::Router::first_token_after));
     /// `None` before five. 1.0 is a model that predicts the worker exactly; 2.0, first
     /// tokens twice as late as predicted (which admission and the cost then expect).

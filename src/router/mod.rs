@@ -74,9 +74,8 @@ pub trait Router: Send + Sync {
     }
 
     /// Like [`first_token`](Self::first_token), with the time from forwarding the request
-    /// to its first token as the host measured it: the router learns the worker's effective
-    /// speed from it (how much slower or faster than predicted its first tokens come, over
-    /// about the last `1 / learning_rate` of them, see [`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate)). The
+    /// to its first token as the host measured it: the router learns the worker's step terms
+    /// from it (see [`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate)). The
     /// default calls `first_token`.
     fn first_token_after(&self, decision: &RouteDecision, elapsed: std::time::Duration) {
         let _ = elapsed;
