@@ -1,7 +1,7 @@
 //! What the router learns of each worker's absolute times from the timings its host
 //! reports: the [`Timing`] terms (per prefill token, a step's fixed time, per decode and
-//! per context token in a step, per pair a prefill attends to), the fleet's shape with one
-//! factor per worker.
+//! per context token in a step, per pair a prefill attends to): the fleet's, with two
+//! factors per worker.
 //!
 //! A prediction is a dot product of [`Terms`] with a worker's [`Timing`]. A measured time
 //! (a time to first token, or output tokens over time) is an observation `y ≈ Σ r_i z_i`,
@@ -31,9 +31,9 @@ use super::timing::{TERMS, Terms, Timing};
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
 /// configured.
 const PRIOR_VARIANCE: f64 = 4.0;
-/// A worker's own factors (the mean log of its own ratios' times over the fleet's) count only for
-/// what lies beyond this: a worker up to about 16 % slower or faster than the fleet predicts
-/// as the fleet does. On a fleet of identical workers the factors the workers' own traffic
+/// A worker's own factors (the mean log of its own ratios' times over the fleet's) count
+/// only for what lies beyond this: a worker up to about 16 % slower or faster than the fleet
+/// predicts as the fleet does. On a fleet of identical workers the factors the workers' own traffic
 /// teaches spread about this far; a worker at half speed (a log of 0.69) is still learned
 /// about 1.7 times slower.
 const DEAD_ZONE: f64 = 0.15;
@@ -225,8 +225,9 @@ impl Default for WorkerLearner {
 }
 
 impl WorkerLearner {
-    /// The worker's ratios: the fleet's, times the worker's own factor beyond the dead zone
-    /// (see [`DEAD_ZONE`]; 1 before [`MIN_FLEET`] timings), kept within limits.
+    /// The worker's ratios: the fleet's, times the worker's own factors (one on the prefill
+    /// terms, one on the step terms) beyond the dead zone (see [`DEAD_ZONE`]; 1 before
+    /// [`MIN_FLEET`] timings), kept within limits.
     fn ratios(&self, fleet: &[f64; TERMS]) -> [f64; TERMS] {
         let factors = if self.timings >= MIN_FLEET {
             self.log_factor
@@ -373,8 +374,9 @@ mod tests {
     }
 
     /// One worker of four twice as slow as configured, one 10 % slower: the first is learned
-    /// slower than the fleet by its factor beyond the dead zone (2 / e^0.15, about 1.72), the
-    /// second, within the dead zone, predicts as the fleet does, as the configured ones do.
+    /// slower than the fleet by its slowdown over the fleet's beyond the dead zone (about
+    /// 2 / e^0.15), the second, within the dead zone, predicts as the fleet does, as the
+    /// configured ones do.
     #[test]
     fn a_slow_worker_is_learned_and_a_small_difference_is_not() {
         let configured = Timing::configured(&LoadConfig::default(), 1.0);
