@@ -1,5 +1,5 @@
 //! A worker's host tier: the CPU copies vLLM 0.33's offloading connector keeps (facts taken
-//! from `../shared/DESIGN.md` and vLLM, code not).
+//! from the crate's design and from vLLM's source, no code taken).
 //!
 //! Glossary: a **chunk** is `chunk` consecutive blocks of a sequence, starting at a multiple
 //! of `chunk`, copied and dropped together and named by its last block's hash (which, the
