@@ -44,6 +44,14 @@ fn admission_sheds_by_priority_and_loses_nothing() {
     let [sheddable, standard, critical] = report.shed_by_priority;
     assert_eq!(critical, 0, "a critical request was shed");
     assert_eq!(sheddable + standard, report.shed);
+    // Every record carries its request's priority, run or shed: about a fifth critical.
+    let criticals = report
+        .request_records
+        .iter()
+        .filter(|r| r.priority == Priority::Critical)
+        .count();
+    let share = criticals as f64 / report.request_records.len() as f64;
+    assert!((0.15..0.25).contains(&share), "{criticals} critical records");
     // Every request is accounted for: run to its end, shed, or dropped as too large.
     let records = &report.request_records;
     for r in records {
@@ -84,6 +92,18 @@ fn admission_improves_goodput_under_overload() {
     );
     // Admitted requests meet their target far more often than when every one is run.
     assert!(with.ttft_p50_s < without.ttft_p50_s);
+}
+
+/// Requests ask for admission at both goodput targets: with a time-to-first-token target
+/// every request meets on the idle fleet and a time-per-output-token target no decode step
+/// meets, every request is refused, for its decode.
+#[test]
+fn admission_holds_requests_to_the_tpot_target_too() {
+    let lenient = overloaded().with_speedup(1.0).with_ttft_target_s(1e6);
+    let report = run(lenient.clone().with_admission(true));
+    assert_eq!(report.shed, 0, "nothing should be shed for its first token");
+    let report = run(lenient.with_tpot_target_s(1e-9).with_admission(true));
+    assert_eq!(report.shed, report.requests, "a request ran past its TPOT target");
 }
 
 #[test]

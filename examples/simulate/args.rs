@@ -245,7 +245,7 @@ struct RouterFlags {
     /// Whether a lost batch is replayed from the engine, or left for the mirror to carry.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     event_replay: OnOff,
-    /// Whether requests ask for admission: each carries the TTFT target, and one no worker is predicted to meet is shed.
+    /// Whether requests ask for admission: each carries the TTFT and TPOT targets, and one no worker is predicted to meet is shed.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     admission: OnOff,
     /// Shares of priorities under admission, drawn per request: critical:0.1,standard:0.6,sheddable:0.3.

@@ -487,8 +487,9 @@ pub(super) fn needless_sheds(
                     let Some(off) = results[twin].iter().find(|o| o.policy == r.policy) else {
                         return Ok(None);
                     };
-                    let target = cell.args.cluster.ttft_target_s;
-                    needless_shed(&r.request_records, &off.request_records, target, &admission)
+                    let c = &cell.args.cluster;
+                    let targets = (c.ttft_target_s, c.tpot_target_s);
+                    needless_shed(&r.request_records, &off.request_records, targets, &admission)
                         .map(Some)
                         .map_err(|e| (format!("{}: {e}", cell.label), 2))
                 })

@@ -12,10 +12,12 @@ use prefix_router::AdmissionConfig;
 use prefix_router::sim::RequestRecord;
 
 /// The share, of all `with`'s requests, of those shed in `with` (a run with admission, every
-/// request asking for a time to first token of `ttft_target_s`) that met the target they
-/// were held to in `without` (the same run without admission): a first token within
-/// `admission.target_of(priority, ttft_target_s)` (a share of the target for a sheddable
-/// request, the whole of it otherwise), and not dropped as too large. 0 for no requests.
+/// request asking for a time to first token of `ttft_target_s` and a time per output token
+/// of `tpot_target_s`) that met the targets they were held to in `without` (the same run
+/// without admission): a first token within `admission.target_of(priority, ttft_target_s)`
+/// and, past it, a time per output token within `admission.target_of(priority,
+/// tpot_target_s)` (a share of each target for a sheddable request, the whole of it
+/// otherwise), and not dropped as too large. 0 for no requests.
 ///
 /// # Errors
 ///
@@ -24,7 +26,7 @@ use prefix_router::sim::RequestRecord;
 pub(crate) fn needless_shed(
     with: &[RequestRecord],
     without: &[RequestRecord],
-    ttft_target_s: f64,
+    (ttft_target_s, tpot_target_s): (f64, f64),
     admission: &AdmissionConfig,
 ) -> Result<f64, String> {
     if with.len() != without.len() {
@@ -42,15 +44,23 @@ pub(crate) fn needless_shed(
             *slot = Some(r);
         }
     }
-    let target = Duration::from_secs_f64(ttft_target_s);
+    let held = |priority, target_s| {
+        let target = Duration::from_secs_f64(target_s);
+        admission.target_of(priority, target).as_secs_f64()
+    };
     let mut needless = 0usize;
     for shed in with.iter().filter(|r| r.shed) {
         let twin =
             by_index.get(shed.index).copied().flatten().ok_or_else(|| {
                 format!("needless sheds: request {} not in both runs", shed.index)
             })?;
-        let held = admission.target_of(shed.priority, target).as_secs_f64();
-        if !twin.rejected && twin.ttft_s.is_some_and(|t| t <= held) {
+        let ttft = held(shed.priority, ttft_target_s);
+        let tpot = held(shed.priority, tpot_target_s);
+        // A request of one output token has no time per output token: it meets any.
+        if !twin.rejected
+            && twin.ttft_s.is_some_and(|t| t <= ttft)
+            && twin.tpot_s.is_none_or(|t| t <= tpot)
+        {
             needless += 1;
         }
     }
@@ -103,26 +113,49 @@ mod tests {
             .map(|(i, &t)| record(i, Standard, false, Some(t)))
             .collect();
         let config = AdmissionConfig::default().with_sheddable_share(0.5);
-        assert_eq!(needless_shed(&with, &without, 2.0, &config), Ok(2.0 / 8.0));
+        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(2.0 / 8.0));
         // Joined by index, not by position.
         without.reverse();
-        assert_eq!(needless_shed(&with, &without, 2.0, &config), Ok(2.0 / 8.0));
+        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(2.0 / 8.0));
         // At a share of 0.8 the sheddable request served in 1.5 s was needless too.
         let lenient = AdmissionConfig::default().with_sheddable_share(0.8);
-        assert_eq!(needless_shed(&with, &without, 2.0, &lenient), Ok(3.0 / 8.0));
+        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &lenient), Ok(3.0 / 8.0));
         // A request dropped as too large without admission met no target.
         let k = without.iter().position(|r| r.index == 0).unwrap_or(0);
         without[k].rejected = true;
-        assert_eq!(needless_shed(&with, &without, 2.0, &config), Ok(1.0 / 8.0));
+        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(1.0 / 8.0));
+    }
+
+    /// A shed request served in time without admission but decoding slower than its time
+    /// per output token target (half of it for a sheddable one) met no target; one that
+    /// decoded within it, or had a single output token, did.
+    #[test]
+    fn holds_the_run_without_admission_to_the_tpot_target_too() {
+        use Priority::{Sheddable, Standard};
+        let with: Vec<RequestRecord> = [Standard, Standard, Sheddable, Sheddable, Standard]
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| record(i, p, true, None))
+            .collect();
+        let mut without: Vec<RequestRecord> = (0..5)
+            .map(|i| record(i, Standard, false, Some(1.0)))
+            .collect();
+        let tpots = [Some(0.2), Some(0.08), Some(0.08), Some(0.04), None];
+        for (r, tpot) in without.iter_mut().zip(tpots) {
+            r.tpot_s = tpot;
+        }
+        let config = AdmissionConfig::default().with_sheddable_share(0.5);
+        // Needless: the standard one at 0.08 s, the sheddable one at 0.04 s, the one token.
+        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(3.0 / 5.0));
     }
 
     #[test]
     fn refuses_runs_of_other_requests() {
         let config = AdmissionConfig::default();
         let with = vec![record(0, Priority::Standard, true, None)];
-        assert!(needless_shed(&with, &[], 2.0, &config).is_err());
+        assert!(needless_shed(&with, &[], (2.0, 0.1), &config).is_err());
         let other = vec![record(3, Priority::Standard, false, Some(0.1))];
-        assert!(needless_shed(&with, &other, 2.0, &config).is_err());
-        assert_eq!(needless_shed(&[], &[], 2.0, &config), Ok(0.0));
+        assert!(needless_shed(&with, &other, (2.0, 0.1), &config).is_err());
+        assert_eq!(needless_shed(&[], &[], (2.0, 0.1), &config), Ok(0.0));
     }
 }

@@ -418,12 +418,14 @@ pub struct ClusterConfig {
     /// Seed of the simulator's own randomness (a random front, event loss, priorities).
     /// Default 0.
     pub seed: u64,
-    /// Whether requests ask for admission: each carries [`ttft_target_s`] as its target
-    /// ([`RouteRequest::with_ttft_target`](crate::RouteRequest::with_ttft_target)) and a
-    /// priority drawn from [`priorities`], and a request the router refuses
+    /// Whether requests ask for admission: each carries goodput's targets, [`ttft_target_s`]
+    /// ([`RouteRequest::with_ttft_target`](crate::RouteRequest::with_ttft_target)) and
+    /// [`tpot_target_s`] ([`RouteRequest::with_tpot_target`](crate::RouteRequest::with_tpot_target)),
+    /// and a priority drawn from [`priorities`]; a request the router refuses
     /// ([`Error::Shed`]) is not run. Default false.
     ///
     /// [`ttft_target_s`]: Self::ttft_target_s
+    /// [`tpot_target_s`]: Self::tpot_target_s
     /// [`priorities`]: Self::priorities
     pub admission: bool,
     /// The share of requests of each priority under [`admission`](Self::admission).

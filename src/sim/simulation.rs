@@ -226,9 +226,9 @@ impl Simulation {
         self.config.priorities.pick(uniform)
     }
 
-    /// Request `i` (its prompt `tokens`) arriving at `now`, asking for admission at the
-    /// goodput target with its drawn priority when [`ClusterConfig::admission`] is on;
-    /// and that priority.
+    /// Request `i` (its prompt `tokens`) arriving at `now`, asking for admission at both
+    /// goodput targets (time to first token and per output token) with its drawn priority
+    /// when [`ClusterConfig::admission`] is on; and its priority (standard when it is off).
     pub(super) fn admitted_request<'a>(
         &'a self,
         i: usize,
@@ -236,15 +236,16 @@ impl Simulation {
         now: f64,
     ) -> (RouteRequest<'a>, crate::request::Priority) {
         let request = self.route_request(i, tokens, now);
-        let priority = self.priority(i);
         if !self.config.admission {
-            return (request, priority);
+            return (request, crate::request::Priority::Standard);
         }
-        let target = std::time::Duration::from_secs_f64(self.config.ttft_target_s);
-        (
-            request.with_ttft_target(target).with_priority(priority),
-            priority,
-        )
+        let priority = self.priority(i);
+        let seconds = std::time::Duration::from_secs_f64;
+        let request = request
+            .with_ttft_target(seconds(self.config.ttft_target_s))
+            .with_tpot_target(seconds(self.config.tpot_target_s))
+            .with_priority(priority);
+        (request, priority)
     }
 
     /// Routes request `i` arriving at `now`, recording it and timing the decision into
@@ -265,6 +266,7 @@ impl Simulation {
         let router = replicas.router(replica);
         let tokens = self.prompt(i);
         let (request, priority) = self.admitted_request(i, &tokens, now);
+        tally.asked(i, priority);
         let started = self
             .config
             .measure_decision_time
@@ -272,7 +274,7 @@ impl Simulation {
         let decision = match router.route(&request) {
             Ok(decision) => decision,
             Err(Error::Shed(_)) => {
-                tally.shed(i, now, tokens.len(), priority);
+                tally.shed(i, now, tokens.len());
                 return Ok(None);
             }
             Err(e) => return Err(e),

@@ -117,16 +117,15 @@ impl Tally {
         r.ttft_s.map(|ttft| r.arrival_s + ttft)
     }
 
-    /// Request `i`, of `priority`, was refused by admission at `at`.
-    pub(super) fn shed(
-        &mut self,
-        i: usize,
-        at: f64,
-        prompt_tokens: usize,
-        priority: crate::request::Priority,
-    ) {
+    /// Request `i` asks to be routed with `priority` (standard without admission).
+    pub(super) fn asked(&mut self, i: usize, priority: crate::request::Priority) {
+        self.records[i].priority = priority;
+    }
+
+    /// Request `i` was refused by admission at `at`.
+    pub(super) fn shed(&mut self, i: usize, at: f64, prompt_tokens: usize) {
         let r = &mut self.records[i];
-        (r.arrival_s, r.prompt_tokens, r.priority, r.shed) = (at, prompt_tokens, priority, true);
+        (r.arrival_s, r.prompt_tokens, r.shed) = (at, prompt_tokens, true);
     }
 
     /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached, `host` of

@@ -142,6 +142,7 @@ impl<'s> Run<'s> {
         let sim = self.sim;
         let tokens = sim.prompt(i);
         let (request, priority) = sim.admitted_request(i, &tokens, now);
+        self.tally.asked(i, priority);
         let started = sim
             .config()
             .measure_decision_time
@@ -149,7 +150,7 @@ impl<'s> Run<'s> {
         let decision = match router.route_pair(&request) {
             Ok(decision) => decision,
             Err(Error::Shed(_)) => {
-                self.tally.shed(i, now, tokens.len(), priority);
+                self.tally.shed(i, now, tokens.len());
                 return Ok(());
             }
             Err(e) => return Err(e),
