@@ -51,7 +51,10 @@ fn admission_sheds_by_priority_and_loses_nothing() {
         .filter(|r| r.priority == Priority::Critical)
         .count();
     let share = criticals as f64 / report.request_records.len() as f64;
-    assert!((0.15..0.25).contains(&share), "{criticals} critical records");
+    assert!(
+        (0.15..0.25).contains(&share),
+        "{criticals} critical records"
+    );
     // Every request is accounted for: run to its end, shed, or dropped as too large.
     let records = &report.request_records;
     for r in records {
@@ -100,10 +103,13 @@ fn admission_improves_goodput_under_overload() {
 #[test]
 fn admission_holds_requests_to_the_tpot_target_too() {
     let lenient = overloaded().with_speedup(1.0).with_ttft_target_s(1e6);
-    let report = run(lenient.clone().with_admission(true));
+    let report = run(lenient.with_admission(true));
     assert_eq!(report.shed, 0, "nothing should be shed for its first token");
     let report = run(lenient.with_tpot_target_s(1e-9).with_admission(true));
-    assert_eq!(report.shed, report.requests, "a request ran past its TPOT target");
+    assert_eq!(
+        report.shed, report.requests,
+        "a request ran past its TPOT target"
+    );
 }
 
 #[test]

@@ -489,9 +489,14 @@ pub(super) fn needless_sheds(
                     };
                     let c = &cell.args.cluster;
                     let targets = (c.ttft_target_s, c.tpot_target_s);
-                    needless_shed(&r.request_records, &off.request_records, targets, &admission)
-                        .map(Some)
-                        .map_err(|e| (format!("{}: {e}", cell.label), 2))
+                    needless_shed(
+                        &r.request_records,
+                        &off.request_records,
+                        targets,
+                        &admission,
+                    )
+                    .map(Some)
+                    .map_err(|e| (format!("{}: {e}", cell.label), 2))
                 })
                 .collect()
         })

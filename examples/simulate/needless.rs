@@ -113,17 +113,29 @@ mod tests {
             .map(|(i, &t)| record(i, Standard, false, Some(t)))
             .collect();
         let config = AdmissionConfig::default().with_sheddable_share(0.5);
-        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(2.0 / 8.0));
+        assert_eq!(
+            needless_shed(&with, &without, (2.0, 0.1), &config),
+            Ok(2.0 / 8.0)
+        );
         // Joined by index, not by position.
         without.reverse();
-        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(2.0 / 8.0));
+        assert_eq!(
+            needless_shed(&with, &without, (2.0, 0.1), &config),
+            Ok(2.0 / 8.0)
+        );
         // At a share of 0.8 the sheddable request served in 1.5 s was needless too.
         let lenient = AdmissionConfig::default().with_sheddable_share(0.8);
-        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &lenient), Ok(3.0 / 8.0));
+        assert_eq!(
+            needless_shed(&with, &without, (2.0, 0.1), &lenient),
+            Ok(3.0 / 8.0)
+        );
         // A request dropped as too large without admission met no target.
         let k = without.iter().position(|r| r.index == 0).unwrap_or(0);
         without[k].rejected = true;
-        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(1.0 / 8.0));
+        assert_eq!(
+            needless_shed(&with, &without, (2.0, 0.1), &config),
+            Ok(1.0 / 8.0)
+        );
     }
 
     /// A shed request served in time without admission but decoding slower than its time
@@ -146,7 +158,10 @@ mod tests {
         }
         let config = AdmissionConfig::default().with_sheddable_share(0.5);
         // Needless: the standard one at 0.08 s, the sheddable one at 0.04 s, the one token.
-        assert_eq!(needless_shed(&with, &without, (2.0, 0.1), &config), Ok(3.0 / 5.0));
+        assert_eq!(
+            needless_shed(&with, &without, (2.0, 0.1), &config),
+            Ok(3.0 / 5.0)
+        );
     }
 
     #[test]
