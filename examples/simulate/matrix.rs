@@ -35,8 +35,8 @@ pub(super) const ADMISSION_PRIORITIES: PriorityMix = PriorityMix {
 };
 
 /// The most of all requests an admission cell may shed needlessly (requests its run
-/// without admission served within the target they were held to): checked at 1× and 4× in
-/// the matrix, at 8× on the engine-profile axis.
+/// without admission served within both targets they were held to): checked at 1× and 4×
+/// in the matrix, at 8× on the engine-profile axis.
 const NEEDLESS_SHED_BAR: f64 = 0.005;
 
 /// One cell: a workload under one setting.
@@ -606,7 +606,7 @@ fn print_admission(
 }
 
 /// What the admission tables' needless sheds are.
-pub(super) const NEEDLESS_SHED_NOTE: &str = "needless shed: the requests shed, of all requests, that the same run without admission served within the target they were held to";
+pub(super) const NEEDLESS_SHED_NOTE: &str = "needless shed: the requests shed, of all requests, that the same run without admission served within the targets they were held to (time to first token and per output token)";
 
 /// The admission tables' header, the needless sheds' bar checked `needless_where` (such as
 /// `at 1×, 4×`).

@@ -1,5 +1,6 @@
 //! Needless sheds: of a run with admission, the requests refused that the same run without
-//! admission served within the target they were held to.
+//! admission served within the targets they were held to (time to first token and per
+//! output token).
 //!
 //! The two runs are of the same policy, workload, load, fleet and seed; they are joined by
 //! request index ([`RequestRecord::index`], as `--requests-out` writes it). A request's
