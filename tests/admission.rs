@@ -206,6 +206,27 @@ fn a_tpot_target_refuses_a_busy_decoder() {
     assert!(shed.to_string().contains("per output token"), "{shed}");
 }
 
+/// The prefill queued on a worker runs before a new request's first token, so it does not
+/// count against the request's time-per-output-token target: a short answer behind a long
+/// queue of prompts, on a worker with few decodes, is admitted for its decode (a generous
+/// time-to-first-token target leaves the queue to it), and refused only for its first token.
+#[test]
+fn queued_prefill_does_not_count_against_the_tpot_target() {
+    let tokens = vec![3u32; 1_000];
+    let router = fleet(&[load(20, 2, 200_000)]);
+    let short = RouteRequest::new(&tokens).with_expected_output(4);
+    let request = short.with_tpot_target(Duration::from_millis(30));
+    assert!(admitted(&router, &request));
+    let lenient = request.with_ttft_target(Duration::from_secs(3_600));
+    assert!(admitted(&router, &lenient));
+    let Err(Error::Shed(shed)) =
+        router.route(&request.with_ttft_target(Duration::from_millis(100)))
+    else {
+        panic!("expected a refusal for the first token");
+    };
+    assert_ne!(shed.limit, Limit::Decode, "{shed}");
+}
+
 /// Bad settings and names are errors, not panics.
 #[test]
 fn bad_admission_settings_are_errors() {

@@ -89,6 +89,18 @@ impl Estimate {
         self.timing.of(&self.tpot_terms(request))
     }
 
+    /// A request's decode step on this worker with the decodes running there: its time per
+    /// output token were no prefill to share its steps. What admission holds a request's
+    /// time-per-output-token target to: the prefill queued here now runs before the
+    /// request's first token (first come, first served), and what shares its steps after
+    /// it is prefill routed later, which no prediction at routing can see. Counting the
+    /// queued prefill instead refuses a short answer whose steps would never carry it.
+    pub(crate) fn decode_step_s(&self, (prompt, _, _): (u64, u64, u32)) -> f64 {
+        let decodes = self.decoding as f64 + 1.0;
+        let context = self.decode_context() + prompt as f64;
+        self.timing.step_s(0.0, decodes, context)
+    }
+
     /// A request's time per output token on this worker were it idle: a decode step with
     /// only the request's own context. A target below it no wait can meet.
     pub(crate) fn idle_tpot_s(&self, (prompt, _, _): (u64, u64, u32)) -> f64 {

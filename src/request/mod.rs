@@ -120,8 +120,8 @@ impl<'a> RouteRequest<'a> {
     /// A time-per-output-token target: the request asks for admission, as with
     /// [`with_ttft_target`](Self::with_ttft_target) (the two may be given together). A worker
     /// meets it when the load model predicts its decode steps, with this request in the
-    /// batch and the prefill queued there shared over the request's output, take no longer;
-    /// a refusal it binds says [`Limit::Decode`].
+    /// batch of the decodes running there, take no longer (the prefill queued there runs
+    /// before this request's first token); a refusal it binds says [`Limit::Decode`].
     #[must_use]
     pub fn with_tpot_target(self, target: std::time::Duration) -> Self {
         Self {

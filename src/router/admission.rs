@@ -121,6 +121,8 @@ impl Gate for Admission {
 #[derive(Clone, Copy, Debug)]
 struct Prediction {
     ttft: TtftParts,
+    /// The decode step it would join ([`Estimate::decode_step_s`](crate::fleet::Estimate)):
+    /// what the time-per-output-token target is held to.
     tpot_s: f64,
     /// The time per output token on the worker were it idle.
     idle_tpot_s: f64,
@@ -137,7 +139,7 @@ impl Admission {
                 let request = (self.prompt, miss, self.output);
                 Prediction {
                     ttft: c.estimate.ttft_parts(config, request),
-                    tpot_s: c.estimate.tpot_s(config, request),
+                    tpot_s: c.estimate.decode_step_s(request),
                     idle_tpot_s: c.estimate.idle_tpot_s(request),
                 }
             })
