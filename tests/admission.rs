@@ -227,6 +227,24 @@ fn queued_prefill_does_not_count_against_the_tpot_target() {
     assert_ne!(shed.limit, Limit::Decode, "{shed}");
 }
 
+/// A target as long as a `Duration` holds asks for admission and refuses nothing, a
+/// sheddable request's share of it included.
+#[test]
+fn the_longest_target_refuses_nothing() {
+    let tokens = vec![3u32; 1_000];
+    let router = fleet(&[load(300, 250, 2_000_000)]);
+    for share in [0.5, 1.0] {
+        let config = AdmissionConfig::default().with_sheddable_share(share);
+        let held = config.target_of(Priority::Sheddable, Duration::MAX);
+        assert!(held >= Duration::from_secs(1 << 40), "{held:?}");
+    }
+    let request = RouteRequest::new(&tokens)
+        .with_ttft_target(Duration::MAX)
+        .with_tpot_target(Duration::MAX)
+        .with_priority(Priority::Sheddable);
+    assert!(admitted(&router, &request));
+}
+
 /// Bad settings and names are errors, not panics.
 #[test]
 fn bad_admission_settings_are_errors() {

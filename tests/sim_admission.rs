@@ -112,6 +112,20 @@ fn admission_holds_requests_to_the_tpot_target_too() {
     );
 }
 
+/// Targets longer than a `Duration` holds are valid and refuse nothing, whatever the
+/// priority.
+#[test]
+fn targets_beyond_a_duration_refuse_nothing() {
+    let mix = PriorityMix::parse("sheddable:0.5,standard:0.5").unwrap();
+    let huge = overloaded()
+        .with_speedup(1.0)
+        .with_ttft_target_s(1e300)
+        .with_tpot_target_s(f64::MAX)
+        .with_priorities(mix);
+    let report = run(huge.with_admission(true));
+    assert_eq!(report.shed, 0);
+}
+
 #[test]
 fn bad_priority_mixes_are_errors() {
     for spec in [

@@ -45,8 +45,8 @@ pub(crate) fn needless_shed(
             *slot = Some(r);
         }
     }
-    let held = |priority, target_s| {
-        let target = Duration::from_secs_f64(target_s);
+    let held = |priority, target_s: f64| {
+        let target = Duration::try_from_secs_f64(target_s).unwrap_or(Duration::MAX);
         admission.target_of(priority, target).as_secs_f64()
     };
     let mut needless = 0usize;

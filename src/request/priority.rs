@@ -61,11 +61,15 @@ impl AdmissionConfig {
         )
     }
 
-    /// The target a request of `priority` asking for `target` is held to.
+    /// The target a request of `priority` asking for `target` is held to (a share of a
+    /// target too long to scale exactly, such as `Duration::MAX`, is at most the target).
     #[must_use]
     pub fn target_of(&self, priority: Priority, target: Duration) -> Duration {
         match priority {
-            Priority::Sheddable => target.mul_f64(self.sheddable_share),
+            Priority::Sheddable => {
+                let share = target.as_secs_f64() * self.sheddable_share;
+                Duration::try_from_secs_f64(share).map_or(target, |held| held.min(target))
+            }
             Priority::Standard | Priority::Critical => target,
         }
     }

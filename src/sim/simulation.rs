@@ -240,7 +240,9 @@ impl Simulation {
             return (request, crate::request::Priority::Standard);
         }
         let priority = self.priority(i);
-        let seconds = std::time::Duration::from_secs_f64;
+        // Targets are finite (validated); one beyond what a `Duration` holds is no target.
+        let seconds =
+            |s: f64| std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX);
         let request = request
             .with_ttft_target(seconds(self.config.ttft_target_s))
             .with_tpot_target(seconds(self.config.tpot_target_s))
