@@ -78,7 +78,8 @@ pub struct LoadConfig {
     /// `0.0..=1.0`: 0 never learns (every worker keeps the configured terms at its
     /// profile's speed); any other value learns. Default 0.1. What is learned and how fast
     /// is set by the learning itself: the fleet's terms from every worker's timings, and
-    /// each worker's factors over them, counted beyond about 16 %, from its last 50 or so.
+    /// each worker's factors over them (its own terms against the fleet's at its typical
+    /// timing of the last 50 or so), counted beyond about 16 %.
     pub learning_rate: f64,
     /// Router replicas routing for the same fleet, this one included (at least 1; default
     /// 1). Between two reports, each replica sees only its own requests; the others send

@@ -18,8 +18,8 @@
 //! A worker predicts with the fleet's ratios (each the median of the workers': a fleet
 //! uniformly slower than configured, or slower at attention than the step model says) times
 //! two factors of its own, one on the prefill terms and one on the step terms: how many times
-//! longer its own ratios predict its times to first token, and its other timings, than the
-//! fleet's do, a mean over those timings in the log (one worker slower than the others, or
+//! longer its own ratios predict its typical time to first token, and its typical other
+//! timing, than the fleet's ratios of the moment do (one worker slower than the others, or
 //! slower at decoding only). A factor counts only beyond a dead
 //! zone ([`DEAD_ZONE`]): a worker's timings include the queueing its own traffic causes, which
 //! no term counts, so identical workers fit ratios some ten percent apart, and a worker that
@@ -31,14 +31,14 @@ use super::timing::{TERMS, Terms, Timing};
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
 /// configured.
 const PRIOR_VARIANCE: f64 = 4.0;
-/// A worker's own factors (the mean log of its own ratios' times over the fleet's) count
+/// A worker's own factors (the log of its own ratios' typical times over the fleet's) count
 /// only for what lies beyond this: a worker up to about 16 % slower or faster than the fleet
 /// predicts as the fleet does. On a fleet of identical workers the factors the workers' own traffic
 /// teaches spread about this far; a worker at half speed (a log of 0.69) is still learned
 /// about 1.7 times slower.
 const DEAD_ZONE: f64 = 0.15;
-/// Weight of a new timing in a worker's factor once it has learned from 50 (before, each of
-/// its timings weighs alike): it follows about the last 50 timings.
+/// Weight of a new timing in a worker's typical terms once it has learned from 50 (before,
+/// each of its timings weighs alike): they follow about the last 50 timings.
 const FACTOR_RATE: f64 = 0.02;
 /// Timings a worker needs before its ratios count in the fleet's.
 const MIN_FLEET: u64 = 8;
@@ -179,22 +179,64 @@ pub(crate) struct WorkerLearner {
     predicted: f64,
     /// Timings learned from.
     timings: u64,
-    /// Decayed means, over the times to first token and over the other timings learned
-    /// from, of the log of the time the worker's own ratios predicted over the fleet's (after
-    /// learning from each).
-    log_factor: Factors,
+    /// The typical terms of its times to first token and of its other timings, which its
+    /// two factors over the fleet's ratios are taken at.
+    typical: Typical,
 }
 
-/// A worker's factors over the fleet's ratios, in the log: one for the prefill terms, learned
-/// from times to first token; one for the step terms, learned from the other timings (output
-/// tokens over time).
+/// The typical terms of a worker's timings of each kind: of its times to first token, and of
+/// its other timings (output tokens over time), each a decayed mean of the terms' times at
+/// their reference as shares of their sum. A worker's factor on a kind is how many times
+/// longer its own ratios predict such a timing than the fleet's do, taken whenever it
+/// predicts: when the fleet's ratios change, its factors follow at once, and a worker that
+/// learned before the fleet did is not counted slower twice once the fleet has.
+#[derive(Clone, Copy, Debug, Default)]
+struct Typical {
+    prefill: MeanTerms,
+    step: MeanTerms,
+}
+
+/// A decayed mean of term shares: a plain mean over the first timings, then each new one
+/// weighing [`FACTOR_RATE`].
+#[derive(Clone, Copy, Debug, Default)]
+struct MeanTerms {
+    shares: [f64; TERMS],
+    timings: u64,
+}
+
+impl MeanTerms {
+    /// Adds the terms' times `z` (nothing, when they are not positive and finite).
+    fn add(&mut self, z: &[f64; TERMS]) {
+        let total: f64 = z.iter().sum();
+        if !(total.is_finite() && total > 0.0) {
+            return;
+        }
+        self.timings += 1;
+        let rate = (1.0 / self.timings as f64).max(FACTOR_RATE);
+        for (share, v) in self.shares.iter_mut().zip(z) {
+            *share += rate * (v / total - *share);
+        }
+    }
+
+    /// The log of the time `own` ratios predict over the time `fleet` ratios predict at
+    /// these terms; 0 before any timing.
+    fn log_factor(&self, own: &[f64; TERMS], fleet: &[f64; TERMS]) -> f64 {
+        let dot = |r: &[f64; TERMS]| (0..TERMS).map(|i| r[i] * self.shares[i]).sum::<f64>();
+        let (own, fleet) = (dot(own), dot(fleet));
+        if self.timings > 0 && own > 0.0 && fleet > 0.0 {
+            (own / fleet).ln()
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A worker's factors over the fleet's ratios, in the log: one for the prefill terms, one
+/// for the step terms.
 #[derive(Clone, Copy, Debug, Default)]
 struct Factors {
     prefill: f64,
     step: f64,
-    /// Timings each factor learned from.
-    prefill_timings: u64,
-    step_timings: u64,
 }
 
 /// The terms the prefill factor scales: per prefill token and per attended pair.
@@ -219,7 +261,7 @@ impl Default for WorkerLearner {
             observed: 0.0,
             predicted: 0.0,
             timings: 0,
-            log_factor: Factors::default(),
+            typical: Typical::default(),
         }
     }
 }
@@ -229,8 +271,13 @@ impl WorkerLearner {
     /// terms, one on the step terms) beyond the dead zone (see [`DEAD_ZONE`]; 1 before
     /// [`MIN_FLEET`] timings), kept within limits.
     fn ratios(&self, fleet: &[f64; TERMS]) -> [f64; TERMS] {
+        let fleet: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet[i]));
         let factors = if self.timings >= MIN_FLEET {
-            self.log_factor
+            let own = &self.rls.ratios;
+            Factors {
+                prefill: self.typical.prefill.log_factor(own, &fleet),
+                step: self.typical.step.log_factor(own, &fleet),
+            }
         } else {
             Factors::default()
         };
@@ -288,22 +335,10 @@ impl WorkerLearner {
         };
         self.rls.observe(z, measured, NOISE_SHARE * own, bound);
         self.timings += 1;
-        let fleet: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet[i]));
-        let (own, shared) = (dot(&self.rls.ratios), dot(&fleet));
-        if own > 0.0 && shared > 0.0 {
-            let log = (own / shared).ln();
-            let (factor, seen) = if first_token {
-                (
-                    &mut self.log_factor.prefill,
-                    &mut self.log_factor.prefill_timings,
-                )
-            } else {
-                (&mut self.log_factor.step, &mut self.log_factor.step_timings)
-            };
-            // A plain mean over the first timings, then a decayed one.
-            *seen += 1;
-            let rate = (1.0 / *seen as f64).max(FACTOR_RATE);
-            *factor += rate * (log - *factor);
+        if first_token {
+            self.typical.prefill.add(&z);
+        } else {
+            self.typical.step.add(&z);
         }
         if first_token && predicted > 0.0 {
             let decay = 1.0 - REPORT_RATE;
@@ -436,6 +471,32 @@ mod tests {
         let truth = slow_decode.of(&decode) / configured.of(&decode);
         assert!(factor > 1.02 && factor < truth, "{factor} against {truth}");
         assert!((predicted(1) / configured.of(&decode) - 1.0).abs() < 0.05);
+    }
+
+    /// A worker that learned a 3× slower truth while the fleet's ratios were still the
+    /// configured ones (too few workers had learned) predicts the truth once the fleet's
+    /// ratios catch up: its factor is taken against the fleet's ratios of the moment, so the
+    /// slowdown is not counted twice, in the fleet's ratios and in its own factor.
+    #[test]
+    fn a_worker_ahead_of_the_fleet_is_not_counted_slower_twice() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let truth = Timing::from_array(configured.to_array().map(|t| 3.0 * t));
+        let mut worker = WorkerLearner::default();
+        for n in 0..400u32 {
+            let (terms, first) = terms(n);
+            worker.learn(&CONFIGURED, &configured, (&terms, truth.of(&terms)), first);
+        }
+        let check = |fleet: [f64; TERMS]| {
+            let learned = worker.timing(&configured, fleet);
+            for n in 1_000..1_100 {
+                let (terms, _) = terms(n);
+                let (l, t) = (learned.of(&terms), truth.of(&terms));
+                assert!((l / t - 1.0).abs() < 0.20, "{l} against {t}: {fleet:?}");
+            }
+        };
+        // Alone, against the configured fleet, and once the fleet has learned what it did.
+        check(CONFIGURED);
+        check(worker.learned().0);
     }
 
     /// The same timings in the same order teach the same terms.
