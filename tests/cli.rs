@@ -50,6 +50,7 @@ fn simulate_defaults_are_the_documented_ones() {
     assert_eq!(a.replicas, 1);
     assert_eq!(a.router_capacity_tokens, None);
     assert!(!a.router_speeds_known);
+    assert!(!a.router_terms_told);
     assert!(!a.matrix);
     assert!(!a.matrix_profiles);
     assert_eq!(a.trace, None);
@@ -100,6 +101,8 @@ fn simulate_every_flag_sets_its_field() {
         "--router-capacity-tokens",
         "4000",
         "--router-speeds",
+        "known",
+        "--router-terms",
         "known",
         "--sync",
         "events",
@@ -152,6 +155,7 @@ fn simulate_every_flag_sets_its_field() {
     assert_eq!(c.front, Front::Random);
     assert_eq!(a.router_capacity_tokens, Some(4000));
     assert!(a.router_speeds_known);
+    assert!(a.router_terms_told);
     assert_eq!(c.sync, SyncMode::Events);
     assert_eq!(
         (c.scrape_interval_s, c.event_delay_s, c.event_loss),
@@ -603,6 +607,7 @@ fn simulate_help_exits_0_and_lists_every_flag() {
         "--format <FORMAT>",
         "--requests-out <FILE>",
         "--router-speeds <ROUTER_SPEEDS>",
+        "--router-terms <ROUTER_TERMS>",
         "--router-capacity-tokens <N|unknown>",
         "--admission <ADMISSION>",
         "--priorities <SPEC>",
@@ -670,6 +675,57 @@ fn simulate_engine_profiles_from_names_and_files() {
     assert!(out.is_empty());
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("speed"), "names the unknown key: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--router-terms known` configures the routers with the engine profile's terms: the
+/// prefill rate, a step's fixed time (the base, or the floor where longer), per decode and
+/// per context token; the rest of the step model, and everything without the flag or
+/// without a profile, as configured.
+#[test]
+fn simulate_router_terms_are_the_engine_profile_s_when_known() {
+    let (rate, step) = simulate_args(&[]).unwrap().router_terms();
+    let unknown = simulate_args(&["--engine-profile", "llama3-8b-a100"]).unwrap();
+    assert_eq!(
+        unknown.router_terms(),
+        (rate, step),
+        "learned from the defaults"
+    );
+    let no_profile = simulate_args(&["--router-terms", "known"]).unwrap();
+    assert_eq!(
+        no_profile.router_terms(),
+        (rate, step),
+        "default: the router's own"
+    );
+    let known = [
+        "--engine-profile",
+        "llama3-8b-a100",
+        "--router-terms",
+        "known",
+    ];
+    let (told_rate, told) = simulate_args(&known).unwrap().router_terms();
+    assert!((told_rate - 1.0 / 8.35e-5).abs() < 1e-6, "{told_rate}");
+    assert_eq!(told.step_base_s, 9.7e-3);
+    assert_eq!(told.step_s_per_decode, 4.06e-5);
+    assert_eq!(told.step_s_per_context_token, 8.34e-8);
+    assert_eq!(told.max_num_batched_tokens, step.max_num_batched_tokens);
+    assert_eq!(told.max_num_seqs, step.max_num_seqs);
+    let dir = std::env::temp_dir().join(format!("router-terms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let floored = dir.join("floored.json");
+    std::fs::write(
+        &floored,
+        r#"{"name": "floored", "source": "a bench", "floor_s": 0.02, "base_s": 0.01}"#,
+    )
+    .unwrap();
+    let file = floored.to_str().unwrap();
+    let (floored_rate, floored) =
+        simulate_args(&["--engine-profile", file, "--router-terms", "known"])
+            .unwrap()
+            .router_terms();
+    assert_eq!(floored.step_base_s, 0.02, "the floor, longer than the base");
+    assert_eq!(floored_rate, rate, "no prefill term: the configured rate");
+    assert_eq!(floored.step_s_per_decode, 0.0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -6,6 +6,7 @@ use clap::builder::PossibleValuesParser;
 use clap::{CommandFactory, Parser, ValueEnum};
 
 use super::policy::{PD_DECIDERS, POLICIES};
+use prefix_router::StepModel;
 use prefix_router::sim::{
     Arrivals, ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix, SyncMode,
     WorkerSpec, Workload,
@@ -43,6 +44,9 @@ pub(crate) struct Args {
     /// Whether the routers are told each worker's speed (`--router-speeds known`); by
     /// default they are not and learn it from the timings the simulation reports.
     pub(crate) router_speeds_known: bool,
+    /// Whether the routers are told the engine profile's step terms (`--router-terms told`);
+    /// by default they start from the configured ones and learn the profile's.
+    pub(crate) router_terms_told: bool,
     pub(crate) matrix: bool,
     /// Only the matrix's disaggregated cells.
     pub(crate) matrix_pd: bool,
@@ -224,6 +228,11 @@ struct RouterFlags {
     /// Whether the routers are told each worker's speed, or learn it from the timings.
     #[arg(long, value_enum, default_value_t = Known::Unknown)]
     router_speeds: Known,
+    /// Whether the routers are told the engine profile's step terms (per prefill token, a
+    /// step's fixed time, per decode and per context token) or start from their own and
+    /// learn them from the timings.
+    #[arg(long, value_enum, default_value_t = Known::Unknown)]
+    router_terms: Known,
     /// Mirror correction: engine events, miss feedback, or none (optimistic).
     #[arg(long, value_enum, default_value_t = SyncArg::Optimistic)]
     sync: SyncArg,
@@ -317,7 +326,7 @@ enum OnOff {
     Off,
 }
 
-/// `--router-speeds`.
+/// `--router-speeds` and `--router-terms`.
 #[derive(Clone, Copy, ValueEnum)]
 enum Known {
     Known,
@@ -456,6 +465,7 @@ impl From<Cli> for Args {
             replicas: r.replicas,
             router_capacity_tokens: r.router_capacity_tokens,
             router_speeds_known: matches!(r.router_speeds, Known::Known),
+            router_terms_told: matches!(r.router_terms, Known::Known),
             matrix: run.matrix,
             matrix_pd: run.matrix_pd,
             matrix_profiles: run.matrix_profiles,
@@ -513,6 +523,35 @@ fn check(args: &mut Args) -> Result<(), String> {
         args.cluster.workers = u32::try_from(fleet.len()).unwrap_or(u32::MAX);
     }
     Ok(())
+}
+
+impl Args {
+    /// The prefill rate and step model the routers are configured with: the cluster's, or
+    /// with `--router-terms known` the engine profile's terms. A step's fixed time is then
+    /// the profile's base, or its floor where that is longer (the router's step model has no
+    /// floor); attention over a prompt, which the step model lacks, is left to learning, and
+    /// a profile without a prefill term keeps the configured rate.
+    pub(crate) fn router_terms(&self) -> (f64, StepModel) {
+        let (rate, step) = (self.cluster.prefill_tokens_per_s, self.cluster.batch.step);
+        let Some(p) = self
+            .cluster
+            .batch
+            .profile
+            .filter(|_| self.router_terms_told)
+        else {
+            return (rate, step);
+        };
+        let rate = if p.prefill_s_per_token > 0.0 {
+            1.0 / p.prefill_s_per_token
+        } else {
+            rate
+        };
+        let step = step
+            .with_step_base_s(p.base_s.max(p.floor_s))
+            .with_step_s_per_decode(p.decode_s_per_seq)
+            .with_step_s_per_context_token(p.decode_s_per_context_token);
+        (rate, step)
+    }
 }
 
 /// Runs `args`' engines by `profile`: `default`, the router's own step model, as no

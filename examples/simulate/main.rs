@@ -27,6 +27,8 @@
 //! - the routers: `--replicas N` behind `--front rr|random`, `--router-capacity-tokens
 //!   N|unknown` (what the mirrors are told; default unknown), `--router-speeds
 //!   known|unknown` (whether the routers are told each worker's speed; default unknown),
+//!   `--router-terms known|unknown` (whether they are told the engine profile's step terms;
+//!   default unknown: they learn them),
 //!   `--sync optimistic|feedback|events` (`none` is `optimistic`: no correction),
 //!   `--scrape-interval S` (load reports), `--event-delay S`, `--event-loss P`,
 //!   `--event-replay on|off`;

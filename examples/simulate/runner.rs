@@ -82,11 +82,12 @@ fn pair_router(
 /// The routers' settings from `args`, for replica `k` (its id in replica sync).
 fn options(args: &Args, k: u32) -> PolicyOptions {
     let c = &args.cluster;
+    let (prefill_tokens_per_s, step) = args.router_terms();
     PolicyOptions {
         block_size: c.block_size,
         capacity_tokens: args.router_capacity_tokens,
-        prefill_tokens_per_s: c.prefill_tokens_per_s,
-        step: c.batch.step,
+        prefill_tokens_per_s,
+        step,
         replicas: args.replicas,
         alpha: args.alpha,
         miss_weight: args.miss_weight,
