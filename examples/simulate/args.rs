@@ -44,7 +44,7 @@ pub(crate) struct Args {
     /// Whether the routers are told each worker's speed (`--router-speeds known`); by
     /// default they are not and learn it from the timings the simulation reports.
     pub(crate) router_speeds_known: bool,
-    /// Whether the routers are told the engine profile's step terms (`--router-terms told`);
+    /// Whether the routers are told the engine profile's step terms (`--router-terms known`);
     /// by default they start from the configured ones and learn the profile's.
     pub(crate) router_terms_told: bool,
     pub(crate) matrix: bool,
