@@ -1,0 +1,110 @@
+//! A request as Python gives it (keyword arguments), owned so that routing can run with the
+//! GIL released, and turned into the crate's `RouteRequest`.
+
+use std::time::Duration;
+
+use prefix_router::{Priority, RouteRequest, TokenId, namespace_salt};
+use pyo3::prelude::*;
+
+use crate::config::{invalid, seconds};
+use crate::errors::OrRaise;
+
+/// Everything `route()` was asked, owned.
+pub(crate) struct Ask {
+    pub(crate) tokens: Vec<TokenId>,
+    salt: Vec<u8>,
+    session: Option<String>,
+    ttft_target: Option<Duration>,
+    tpot_target: Option<Duration>,
+    priority: Option<Priority>,
+    expected_output: Option<u32>,
+    now: Option<Duration>,
+}
+
+/// The keyword arguments `route()` takes beside the tokens.
+pub(crate) struct AskArgs<'a> {
+    pub(crate) salt: Option<Vec<u8>>,
+    pub(crate) lora: Option<&'a str>,
+    pub(crate) cache_salt: Option<&'a str>,
+    pub(crate) session: Option<String>,
+    pub(crate) ttft_target: Option<f64>,
+    pub(crate) tpot_target: Option<f64>,
+    pub(crate) priority: Option<&'a str>,
+    pub(crate) expected_output: Option<u32>,
+    pub(crate) now: Option<f64>,
+}
+
+impl Ask {
+    /// Checks and owns a request's arguments.
+    pub(crate) fn new(tokens: &Bound<'_, PyAny>, args: AskArgs<'_>) -> PyResult<Self> {
+        Ok(Self {
+            tokens: crate::tokens::extract(tokens)?,
+            salt: salt(args.salt, args.lora, args.cache_salt)?,
+            session: args.session,
+            ttft_target: args
+                .ttft_target
+                .map(|t| target("ttft_target", t))
+                .transpose()?,
+            tpot_target: args
+                .tpot_target
+                .map(|t| target("tpot_target", t))
+                .transpose()?,
+            priority: args
+                .priority
+                .map(|p| Priority::parse(p).or_raise())
+                .transpose()?,
+            expected_output: args.expected_output,
+            now: args.now.map(|t| seconds("now", t)).transpose()?,
+        })
+    }
+
+    /// The crate's request.
+    pub(crate) fn request(&self) -> RouteRequest<'_> {
+        let mut r = RouteRequest::new(&self.tokens).with_salt(&self.salt);
+        if let Some(s) = &self.session {
+            r = r.with_session(s);
+        }
+        if let Some(t) = self.ttft_target {
+            r = r.with_ttft_target(t);
+        }
+        if let Some(t) = self.tpot_target {
+            r = r.with_tpot_target(t);
+        }
+        if let Some(p) = self.priority {
+            r = r.with_priority(p);
+        }
+        if let Some(n) = self.expected_output {
+            r = r.with_expected_output(n);
+        }
+        if let Some(t) = self.now {
+            r = r.with_time(t);
+        }
+        r
+    }
+}
+
+/// A target: a positive number of seconds.
+fn target(field: &'static str, s: f64) -> PyResult<Duration> {
+    if s.is_finite() && s > 0.0 {
+        seconds(field, s)
+    } else {
+        Err(invalid(field, &s.to_string(), "seconds, above 0"))
+    }
+}
+
+/// The hash salt: raw bytes, or vLLM's LoRA name and cache salt (never both).
+pub(crate) fn salt(
+    raw: Option<Vec<u8>>,
+    lora: Option<&str>,
+    cache_salt: Option<&str>,
+) -> PyResult<Vec<u8>> {
+    match raw {
+        Some(_) if lora.is_some() || cache_salt.is_some() => Err(invalid(
+            "salt",
+            "given with lora or cache_salt",
+            "either raw salt bytes, or lora and cache_salt (mapped as vLLM's events are)",
+        )),
+        Some(bytes) => Ok(bytes),
+        None => Ok(namespace_salt(lora, cache_salt)),
+    }
+}

@@ -1,0 +1,274 @@
+//! The crate's settings as Python classes: built with keyword arguments, immutable, and
+//! checked by the crate's own `validate` when a router is made from them.
+
+use std::time::Duration;
+
+use prefix_router as core;
+use pyo3::prelude::*;
+
+use crate::errors::OrRaise;
+
+/// The engine's step model the predictions use (vLLM's scheduler terms).
+#[pyclass(frozen, from_py_object, module = "prefix_router")]
+#[derive(Clone, Copy)]
+pub(crate) struct StepModel(pub(crate) core::StepModel);
+
+#[pymethods]
+impl StepModel {
+    #[new]
+    #[pyo3(signature = (*, max_num_batched_tokens=None, max_num_seqs=None, step_base_s=None, step_s_per_decode=None, step_s_per_context_token=None))]
+    fn new(
+        max_num_batched_tokens: Option<usize>,
+        max_num_seqs: Option<usize>,
+        step_base_s: Option<f64>,
+        step_s_per_decode: Option<f64>,
+        step_s_per_context_token: Option<f64>,
+    ) -> Self {
+        let mut s = core::StepModel::default();
+        if let Some(v) = max_num_batched_tokens {
+            s = s.with_max_num_batched_tokens(v);
+        }
+        if let Some(v) = max_num_seqs {
+            s = s.with_max_num_seqs(v);
+        }
+        if let Some(v) = step_base_s {
+            s = s.with_step_base_s(v);
+        }
+        if let Some(v) = step_s_per_decode {
+            s = s.with_step_s_per_decode(v);
+        }
+        if let Some(v) = step_s_per_context_token {
+            s = s.with_step_s_per_context_token(v);
+        }
+        Self(s)
+    }
+    #[getter]
+    fn max_num_batched_tokens(&self) -> usize {
+        self.0.max_num_batched_tokens
+    }
+    #[getter]
+    fn max_num_seqs(&self) -> usize {
+        self.0.max_num_seqs
+    }
+    #[getter]
+    fn step_base_s(&self) -> f64 {
+        self.0.step_base_s
+    }
+    #[getter]
+    fn step_s_per_decode(&self) -> f64 {
+        self.0.step_s_per_decode
+    }
+    #[getter]
+    fn step_s_per_context_token(&self) -> f64 {
+        self.0.step_s_per_context_token
+    }
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// How admission treats priorities.
+#[pyclass(frozen, from_py_object, module = "prefix_router")]
+#[derive(Clone, Copy)]
+pub(crate) struct AdmissionConfig(pub(crate) core::AdmissionConfig);
+
+#[pymethods]
+impl AdmissionConfig {
+    #[new]
+    #[pyo3(signature = (*, sheddable_share=0.5, oversized_wait_share=0.1))]
+    fn new(sheddable_share: f64, oversized_wait_share: f64) -> PyResult<Self> {
+        let c = core::AdmissionConfig::default()
+            .with_sheddable_share(sheddable_share)
+            .with_oversized_wait_share(oversized_wait_share);
+        c.validate().or_raise()?;
+        Ok(Self(c))
+    }
+    #[getter]
+    fn sheddable_share(&self) -> f64 {
+        self.0.sheddable_share
+    }
+    #[getter]
+    fn oversized_wait_share(&self) -> f64 {
+        self.0.oversized_wait_share
+    }
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// How a router reads and predicts load.
+#[pyclass(frozen, from_py_object, module = "prefix_router")]
+#[derive(Clone, Copy)]
+pub(crate) struct LoadConfig(pub(crate) core::LoadConfig);
+
+#[pymethods]
+impl LoadConfig {
+    #[new]
+    #[pyo3(signature = (*, prefill_tokens_per_s=33_000.0, default_output_tokens=256, learning_rate=0.1, max_report_age_s=5.0, replicas=1, step=None, admission=None))]
+    fn new(
+        prefill_tokens_per_s: f64,
+        default_output_tokens: u32,
+        learning_rate: f64,
+        max_report_age_s: f64,
+        replicas: u32,
+        step: Option<StepModel>,
+        admission: Option<AdmissionConfig>,
+    ) -> PyResult<Self> {
+        let age = seconds("max_report_age_s", max_report_age_s)?;
+        let mut c = core::LoadConfig::default()
+            .with_prefill_tokens_per_s(prefill_tokens_per_s)
+            .with_default_output_tokens(default_output_tokens)
+            .with_learning_rate(learning_rate)
+            .with_max_report_age(age)
+            .with_replicas(replicas);
+        if let Some(s) = step {
+            c = c.with_step(s.0);
+        }
+        if let Some(a) = admission {
+            c = c.with_admission(a.0);
+        }
+        c.validate().or_raise()?;
+        Ok(Self(c))
+    }
+    #[getter]
+    fn prefill_tokens_per_s(&self) -> f64 {
+        self.0.prefill_tokens_per_s
+    }
+    #[getter]
+    fn default_output_tokens(&self) -> u32 {
+        self.0.default_output_tokens
+    }
+    #[getter]
+    fn learning_rate(&self) -> f64 {
+        self.0.learning_rate
+    }
+    #[getter]
+    fn max_report_age_s(&self) -> f64 {
+        self.0.max_report_age.as_secs_f64()
+    }
+    #[getter]
+    fn replicas(&self) -> u32 {
+        self.0.replicas
+    }
+    #[getter]
+    fn step(&self) -> StepModel {
+        StepModel(self.0.step)
+    }
+    #[getter]
+    fn admission(&self) -> AdmissionConfig {
+        AdmissionConfig(self.0.admission)
+    }
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// How `BalancedRouter` weighs cache against load.
+#[pyclass(frozen, from_py_object, module = "prefix_router")]
+#[derive(Clone, Copy)]
+pub(crate) struct BalancedConfig(pub(crate) core::BalancedConfig);
+
+#[pymethods]
+impl BalancedConfig {
+    #[new]
+    #[pyo3(signature = (*, alpha=0.5, scoring="predicted_ttft", miss_weight=10.0))]
+    fn new(alpha: f64, scoring: &str, miss_weight: f64) -> PyResult<Self> {
+        let scoring = match scoring {
+            "predicted_ttft" => core::Scoring::PredictedTtft,
+            "weighted" => core::Scoring::Weighted,
+            other => return Err(invalid("scoring", other, "predicted_ttft or weighted")),
+        };
+        let c = core::BalancedConfig::default()
+            .with_alpha(alpha)
+            .with_scoring(scoring)
+            .with_miss_weight(miss_weight);
+        c.validate().or_raise()?;
+        Ok(Self(c))
+    }
+    #[getter]
+    fn alpha(&self) -> f64 {
+        self.0.alpha
+    }
+    #[getter]
+    fn scoring(&self) -> &'static str {
+        match self.0.scoring {
+            core::Scoring::Weighted => "weighted",
+            _ => "predicted_ttft",
+        }
+    }
+    #[getter]
+    fn miss_weight(&self) -> f64 {
+        self.0.miss_weight
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "BalancedConfig(alpha={}, scoring={:?}, miss_weight={})",
+            self.0.alpha,
+            self.scoring(),
+            self.0.miss_weight
+        )
+    }
+}
+
+/// SGLang's cache-aware policy's thresholds.
+#[pyclass(frozen, from_py_object, module = "prefix_router")]
+#[derive(Clone, Copy)]
+pub(crate) struct CacheAwareConfig(pub(crate) core::CacheAwareConfig);
+
+#[pymethods]
+impl CacheAwareConfig {
+    #[new]
+    #[pyo3(signature = (*, cache_threshold=None, balance_abs_threshold=None, balance_rel_threshold=None))]
+    fn new(
+        cache_threshold: Option<f64>,
+        balance_abs_threshold: Option<u64>,
+        balance_rel_threshold: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut c = core::CacheAwareConfig::default();
+        if let Some(v) = cache_threshold {
+            c.cache_threshold = v;
+        }
+        if let Some(v) = balance_abs_threshold {
+            c.balance_abs_threshold = v;
+        }
+        if let Some(v) = balance_rel_threshold {
+            c.balance_rel_threshold = v;
+        }
+        c.validate().or_raise()?;
+        Ok(Self(c))
+    }
+    #[getter]
+    fn cache_threshold(&self) -> f64 {
+        self.0.cache_threshold
+    }
+    #[getter]
+    fn balance_abs_threshold(&self) -> u64 {
+        self.0.balance_abs_threshold
+    }
+    #[getter]
+    fn balance_rel_threshold(&self) -> f64 {
+        self.0.balance_rel_threshold
+    }
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.0)
+    }
+}
+
+/// The crate's `InvalidConfig` error for `field`.
+pub(crate) fn invalid(field: &'static str, value: &str, allowed: &'static str) -> PyErr {
+    Python::attach(|py| {
+        crate::errors::exception(
+            py,
+            &core::Error::InvalidConfig {
+                field,
+                value: value.to_owned(),
+                allowed,
+            },
+        )
+    })
+}
+
+/// Seconds as a [`Duration`], or `InvalidConfig` naming `field`.
+pub(crate) fn seconds(field: &'static str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| invalid(field, &s.to_string(), "seconds, 0 or more"))
+}
