@@ -19,6 +19,7 @@ mod pd;
 mod pd_telemetry;
 mod pd_vllm;
 mod prompts;
+mod python_package;
 #[cfg(feature = "zmq")]
 mod replicas;
 mod telemetry;
