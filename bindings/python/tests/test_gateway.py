@@ -1,0 +1,270 @@
+"""The Python gateway example (examples/gateway.py) in front of the repository's mock workers
+(examples/gateway/mock.rs), driven by the official OpenAI client as tests/python/*.py drive
+the Rust gateway.
+
+The mocks are started by the caller: PREFIX_ROUTER_MOCK_URLS names their base URLs
+(comma-separated, at least two) and PREFIX_ROUTER_TOKENIZER_DIR the directory of the
+tokenizer.json and tokenizer_config.json they read prompts with. Each gateway runs in a
+subprocess on a free loopback port. Every prompt carries a fresh nonce, so that what the
+mocks cached before (another run) is not found: the gateway's router predicts what the
+mocks hold only from what it sent them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+GATEWAY = Path(__file__).resolve().parents[1] / "examples" / "gateway.py"
+NONCE = uuid.uuid4().hex[:12]
+SYSTEM = f"[{NONCE}] You are the routing test's assistant. Keep answers short and about caches."
+PROMPT = f"[{NONCE}] The router sends each request to the worker that holds the longest prefix."
+
+
+def required_env(name: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        pytest.fail(
+            f"{name} is not set: the Rust driver test starts the mock workers "
+            "(examples/gateway/mock.rs) and sets PREFIX_ROUTER_MOCK_URLS (their base URLs, "
+            "comma-separated) and PREFIX_ROUTER_TOKENIZER_DIR (tests/data/tokenizer/bytelevel)",
+            pytrace=False,
+        )
+    return value
+
+
+@pytest.fixture(scope="module")
+def mocks() -> list[str]:
+    urls = [u.strip().rstrip("/") for u in required_env("PREFIX_ROUTER_MOCK_URLS").split(",") if u.strip()]
+    if len(urls) < 2:
+        pytest.fail(f"PREFIX_ROUTER_MOCK_URLS names {len(urls)} mock worker(s); give at least 2", pytrace=False)
+    for url in urls:
+        try:
+            httpx.get(f"{url}/health", timeout=5).raise_for_status()
+        except httpx.HTTPError as e:
+            pytest.fail(f"the mock worker at {url} does not answer /health: {e}", pytrace=False)
+    return urls
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir() -> Path:
+    path = Path(required_env("PREFIX_ROUTER_TOKENIZER_DIR"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if not (path / name).is_file():
+            pytest.fail(f"PREFIX_ROUTER_TOKENIZER_DIR={path} has no {name}", pytrace=False)
+    return path
+
+
+class Gateway:
+    """examples/gateway.py in a subprocess, on a free loopback port."""
+
+    def __init__(self, upstreams: list[str], tokenizer_dir: Path, log: Path):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        args = [sys.executable, str(GATEWAY), "--listen", f"127.0.0.1:{port}",
+                "--tokenizer", str(tokenizer_dir / "tokenizer.json"),
+                "--tokenizer-config", str(tokenizer_dir / "tokenizer_config.json")]
+        for u in upstreams:
+            args += ["--upstream", u]
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the gateway exited with {self.proc.returncode}:\n{self.output()}", pytrace=False)
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        pytest.fail(f"the gateway did not answer /health within 30 s:\n{self.output()}", pytrace=False)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=20, **kw)
+
+    def in_flight(self) -> list[int]:
+        health = httpx.get(f"{self.url}/health", timeout=5).json()
+        return [w["in_flight"] for w in health["workers"]]
+
+    def wait_in_flight(self, check, within: float = 5.0) -> list[int]:
+        deadline = time.monotonic() + within
+        while True:
+            seen = self.in_flight()
+            if check(seen) or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.02)
+
+    def stop(self):
+        print(f"the gateway's output:\n{self.output()}")  # shown when a test failed
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def gateway(mocks, tokenizer_dir, tmp_path_factory):
+    gw = Gateway(mocks, tokenizer_dir, tmp_path_factory.mktemp("gw") / "gateway.log")
+    yield gw
+    gw.stop()
+
+
+def stream_text(stream, content):
+    """The streamed text and the usage chunk's usage."""
+    text, usage = "", None
+    for chunk in stream:
+        if chunk.choices:
+            text += content(chunk.choices[0]) or ""
+        if chunk.usage is not None:
+            usage = chunk.usage
+    return text, usage
+
+
+def test_chats_and_text_completions_whole_and_streamed_find_their_prefixes(gateway):
+    client = gateway.client()
+    totals = {"prompt": 0, "cached": 0, "predicted": 0}
+    workers: dict[int, set[int]] = {}
+
+    def check(raw, usage, chat, turn):
+        assert usage is not None and usage.prompt_tokens_details is not None, "no usage"
+        cached = usage.prompt_tokens_details.cached_tokens
+        totals["prompt"] += usage.prompt_tokens
+        totals["cached"] += cached
+        totals["predicted"] += int(raw.headers["x-predicted-cached-tokens"])
+        workers.setdefault(chat, set()).add(int(raw.headers["x-routed-worker"]))
+        if turn > 0:  # the earlier turns' prefix is found where they went
+            assert cached > 0, f"chat {chat} turn {turn}: nothing cached ({usage})"
+
+    for turn in range(3):
+        for chat in range(6):
+            messages = [{"role": "system", "content": SYSTEM}]
+            for earlier in range(turn):
+                messages.append({"role": "user", "content": f"Chat {chat}, question {earlier}?"})
+                messages.append({"role": "assistant", "content": "ok done"})
+            messages.append({"role": "user", "content": f"Chat {chat}, question {turn}?"})
+            session = {"x-session-id": f"{NONCE}-{chat}"}
+            if chat % 2 == 0:
+                raw = client.chat.completions.with_raw_response.create(
+                    model="m", messages=messages, max_tokens=2, extra_headers=session)
+                answer = raw.parse()
+                assert answer.choices[0].message.content == " ok done", answer
+                check(raw, answer.usage, chat, turn)
+            else:
+                raw = client.chat.completions.with_raw_response.create(
+                    model="m", messages=messages, max_tokens=2, stream=True,
+                    stream_options={"include_usage": True}, extra_headers=session)
+                text, usage = stream_text(raw.parse(), lambda c: c.delta.content)
+                assert text == " ok done", text
+                check(raw, usage, chat, turn)
+    # Every turn of a conversation went to the worker that held its prefix.
+    assert all(len(w) == 1 for w in workers.values()), workers
+
+    for i in range(4):
+        if i % 2 == 0:
+            raw = client.completions.with_raw_response.create(model="m", prompt=PROMPT, max_tokens=2)
+            answer = raw.parse()
+            assert answer.choices[0].text == " ok done", answer
+            check(raw, answer.usage, 100, i)
+        else:
+            raw = client.completions.with_raw_response.create(
+                model="m", prompt=PROMPT, max_tokens=2, stream=True,
+                stream_options={"include_usage": True})
+            text, usage = stream_text(raw.parse(), lambda c: c.text)
+            assert text == " ok done", text
+            check(raw, usage, 100, i)
+
+    assert totals["cached"] / totals["prompt"] > 0.4, totals
+    # The gateway tokenizes (chat template included) as the engines do: what its router
+    # predicted cached is what the engines found.
+    assert totals["predicted"] == totals["cached"], totals
+    seen = gateway.wait_in_flight(lambda s: not any(s))
+    assert not any(seen), f"decisions left in flight: {seen}"
+
+
+def test_a_prompt_too_long_for_its_target_is_refused_without_retry_after(gateway):
+    client = gateway.client()
+    prompt = PROMPT * 20
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.completions.create(model="m", prompt=prompt, max_tokens=2,
+                                  extra_headers={"x-ttft-target-ms": "1"})
+    e = refused.value
+    assert e.status_code == 429
+    assert (e.type, e.code) == ("overloaded", "shed_prompt"), e.body
+    assert "request shed" in str(e.message), e.message
+    assert "retry-after" not in e.response.headers, "waiting cannot help a prompt that misses alone"
+    answer = client.completions.create(model="m", prompt=prompt, max_tokens=2,
+                                       extra_headers={"x-ttft-target-ms": "1", "x-priority": "critical"})
+    assert answer.choices[0].text == " ok done", answer
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="m", prompt=prompt, max_tokens=2,
+                                  extra_headers={"x-ttft-target-ms": "soon"})
+
+
+OCCUPYING, OCCUPYING_TOKENS, OCCUPYING_MS = 4, 8_192, 2_000
+
+
+def test_a_busy_worker_refuses_with_retry_after_then_serves(mocks, tokenizer_dir, tmp_path):
+    gw = Gateway(mocks[:1], tokenizer_dir, tmp_path / "gateway.log")
+    try:
+        base = int(uuid.uuid4().int % 1_000_000) * 1_000
+
+        def occupy(i):  # prompts no other shares, held by the mock OCCUPYING_MS
+            tokens = list(range(base + i * 10_000, base + i * 10_000 + OCCUPYING_TOKENS))
+            body = {"model": "m", "prompt": tokens, "max_tokens": 1, "mock_pause_ms": OCCUPYING_MS}
+            return httpx.post(f"{gw.url}/v1/completions", json=body, timeout=20).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(OCCUPYING) as pool:
+            occupying = [pool.submit(occupy, i) for i in range(OCCUPYING)]
+            seen = gw.wait_in_flight(lambda s: s == [OCCUPYING])
+            assert seen == [OCCUPYING], seen
+            client = gw.client()
+            with pytest.raises(openai.RateLimitError) as refused:
+                client.completions.create(model="m", prompt=PROMPT, max_tokens=2,
+                                          extra_headers={"x-ttft-target-ms": "300"})
+            assert [f.result(timeout=20) for f in occupying] == [200] * OCCUPYING
+        e = refused.value
+        # 4 x 8,192 uncached tokens queued ahead (about 1 s of prefill), not its own prompt
+        assert (e.type, e.code) == ("overloaded", "shed_queue"), e.body
+        assert "request shed" in str(e.message), e.message
+        retry_after = e.response.headers.get("retry-after")
+        assert retry_after is not None and retry_after.isdigit() and int(retry_after) >= 1, e.response.headers
+        # The worker's requests are done: the same request is served.
+        answer = client.completions.create(model="m", prompt=PROMPT, max_tokens=2,
+                                           extra_headers={"x-ttft-target-ms": "300"})
+        assert answer.choices[0].text == " ok done", answer
+        assert gw.wait_in_flight(lambda s: s == [0]) == [0]
+    finally:
+        gw.stop()
+
+
+def test_a_client_leaving_mid_stream_completes_its_request(gateway):
+    client = gateway.client()
+    stream = client.completions.create(model="m", prompt=PROMPT, max_tokens=2, stream=True,
+                                       extra_body={"mock_pause_ms": 5_000})
+    first = next(iter(stream))
+    assert first.choices[0].text == " ok"
+    assert sum(gateway.in_flight()) == 1
+    stream.close()  # long before the mock's stream would end
+    seen = gateway.wait_in_flight(lambda s: not any(s), within=3.0)
+    assert not any(seen), f"still in flight 3 s after the client left: {seen}"
