@@ -7,8 +7,10 @@
 //! Python object is made per token.
 
 use pyo3::exceptions::PyTypeError;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 
 use crate::errors::invalid_tokens;
 
@@ -31,7 +33,7 @@ pub(crate) fn extract(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
         return from_sequence(obj);
     }
     if let Some(layout) = array_layout(obj)? {
-        let bytes = obj.call_method0("tobytes")?;
+        let bytes = obj.call_method0(intern!(obj.py(), "tobytes"))?;
         let bytes = bytes.cast::<PyBytes>()?;
         return from_bytes(bytes.as_bytes(), layout);
     }
@@ -75,41 +77,119 @@ fn checked(position: usize, value: i128) -> PyResult<u32> {
     })
 }
 
-/// The item layout of a NumPy array, an `array.array` or a `memoryview`; `None` for any
-/// other object.
+/// The item layout of an `array.array`, a `memoryview` or a NumPy array; `None` for any
+/// other object. The standard library's types are recognised by type, so that only a
+/// NumPy array is asked for its `dtype` (a failed attribute lookup costs an exception).
 fn array_layout(obj: &Bound<'_, PyAny>) -> PyResult<Option<Layout>> {
-    if let Ok(dtype) = obj.getattr("dtype") {
-        return numpy_layout(obj, &dtype).map(Some);
-    }
-    if let Ok(code) = obj.getattr("typecode") {
-        let size: usize = obj.getattr("itemsize")?.extract()?;
+    static ARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let py = obj.py();
+    if obj.is_instance(ARRAY.import(py, "array", "array")?)? {
+        let size: usize = obj.getattr(intern!(obj.py(), "itemsize"))?.extract()?;
+        let code = obj.getattr(intern!(obj.py(), "typecode"))?;
         return format_layout(&code.extract::<String>()?, size).map(Some);
     }
     if obj.is_instance_of::<pyo3::types::PyMemoryView>() {
-        let ndim: usize = obj.getattr("ndim")?.extract()?;
+        let ndim: usize = obj.getattr(intern!(obj.py(), "ndim"))?.extract()?;
         one_dimensional(ndim)?;
-        let size: usize = obj.getattr("itemsize")?.extract()?;
-        let format: String = obj.getattr("format")?.extract()?;
+        let size: usize = obj.getattr(intern!(obj.py(), "itemsize"))?.extract()?;
+        let format: String = obj.getattr(intern!(obj.py(), "format"))?.extract()?;
         return format_layout(format.trim_start_matches(['@', '=', '<']), size).map(Some);
     }
-    Ok(None)
+    match obj.getattr(intern!(obj.py(), "dtype")) {
+        Ok(dtype) => numpy_layout(obj, &dtype).map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
+/// NumPy's type numbers of its integer types (`dtype.num`), with their layouts.
+const NUMPY_INTEGERS: [(u8, Layout); 10] = [
+    (
+        1,
+        Layout {
+            signed: true,
+            size: 1,
+        },
+    ), // byte
+    (
+        2,
+        Layout {
+            signed: false,
+            size: 1,
+        },
+    ), // ubyte
+    (
+        3,
+        Layout {
+            signed: true,
+            size: 2,
+        },
+    ), // short
+    (
+        4,
+        Layout {
+            signed: false,
+            size: 2,
+        },
+    ), // ushort
+    (
+        5,
+        Layout {
+            signed: true,
+            size: 4,
+        },
+    ), // int
+    (
+        6,
+        Layout {
+            signed: false,
+            size: 4,
+        },
+    ), // uint
+    (
+        7,
+        Layout {
+            signed: true,
+            size: 0,
+        },
+    ), // long: its size is the platform's
+    (
+        8,
+        Layout {
+            signed: false,
+            size: 0,
+        },
+    ), // ulong
+    (
+        9,
+        Layout {
+            signed: true,
+            size: 8,
+        },
+    ), // longlong
+    (
+        10,
+        Layout {
+            signed: false,
+            size: 8,
+        },
+    ), // ulonglong
+];
+
 fn numpy_layout(obj: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<Layout> {
-    let ndim: usize = obj.getattr("ndim")?.extract()?;
+    let ndim: usize = obj.getattr(intern!(obj.py(), "ndim"))?.extract()?;
     one_dimensional(ndim)?;
-    let kind: String = dtype.getattr("kind")?.extract()?;
-    let size: usize = dtype.getattr("itemsize")?.extract()?;
-    let order: String = dtype.getattr("byteorder")?.extract()?;
-    let native =
-        matches!(order.as_str(), "=" | "|") || (order == "<") == cfg!(target_endian = "little");
-    match kind.as_str() {
-        "u" | "i" if native && matches!(size, 1 | 2 | 4 | 8) => Ok(Layout {
-            signed: kind == "i",
-            size,
+    let num: i64 = dtype.getattr(intern!(obj.py(), "num"))?.extract()?;
+    let native: bool = dtype.getattr(intern!(obj.py(), "isnative"))?.extract()?;
+    let known = NUMPY_INTEGERS.iter().find(|(n, _)| i64::from(*n) == num);
+    match known {
+        Some(&(_, layout)) if native && layout.size > 0 => Ok(layout),
+        Some(&(_, layout)) if native => Ok(Layout {
+            size: dtype.getattr(intern!(obj.py(), "itemsize"))?.extract()?,
+            ..layout
         }),
         _ => Err(PyTypeError::new_err(format!(
-            "token IDs are integers: an array of dtype kind '{kind}', {size} bytes, byte order '{order}' cannot hold them (use uint32)"
+            "token IDs are integers: an array of dtype {} cannot hold them (use uint32)",
+            dtype.str()?
         ))),
     }
 }
