@@ -9,14 +9,14 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Literal, final
 
-from typing_extensions import Buffer
+from typing_extensions import Buffer, Self
 
 #: Token IDs: a list or tuple of ints, or any buffer of integers (``array('I')``, a NumPy
 #: array of uint32/int32/uint64/int64). A uint32 buffer is copied once (memcpy), never
 #: converted token by token; other integer buffers are checked and converted in Rust.
-Tokens = Sequence[int] | Buffer
+_Tokens = Sequence[int] | Buffer
 
-Policy = Literal[
+_Policy = Literal[
     "balanced",
     "cache_aware",
     "round_robin",
@@ -25,11 +25,12 @@ Policy = Literal[
     "consistent_hash",
     "affinity",
 ]
-PriorityName = Literal["sheddable", "standard", "critical"]
-LimitName = Literal["queue", "kv", "decode", "prompt", "stale"]
-TierName = Literal["device", "host", "disk", "remote"]
-RoleName = Literal["prefill", "decode", "both"]
+_PriorityName = Literal["sheddable", "standard", "critical"]
+_LimitName = Literal["queue", "kv", "decode", "prompt", "stale"]
+_TierName = Literal["device", "host", "disk", "remote"]
+_RoleName = Literal["prefill", "decode", "both"]
 
+__all__: list[str]
 __version__: str
 
 # ---------------------------------------------------------------------------- settings
@@ -38,15 +39,15 @@ __version__: str
 class StepModel:
     """The engine's step model the predictions use (vLLM's scheduler terms)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         max_num_batched_tokens: int = ...,
         max_num_seqs: int = ...,
         step_base_s: float = ...,
         step_s_per_decode: float = ...,
         step_s_per_context_token: float = ...,
-    ) -> None: ...
+    ) -> Self: ...
     max_num_batched_tokens: int
     max_num_seqs: int
     step_base_s: float
@@ -55,14 +56,14 @@ class StepModel:
 
 @final
 class AdmissionConfig:
-    def __init__(self, *, sheddable_share: float = 0.5, oversized_wait_share: float = 0.1) -> None: ...
+    def __new__(cls, *, sheddable_share: float = 0.5, oversized_wait_share: float = 0.1) -> Self: ...
     sheddable_share: float
     oversized_wait_share: float
 
 @final
 class LoadConfig:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         prefill_tokens_per_s: float = 33_000.0,
         default_output_tokens: int = 256,
@@ -71,7 +72,7 @@ class LoadConfig:
         replicas: int = 1,
         step: StepModel | None = None,
         admission: AdmissionConfig | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     prefill_tokens_per_s: float
     default_output_tokens: int
     learning_rate: float
@@ -82,26 +83,26 @@ class LoadConfig:
 
 @final
 class BalancedConfig:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         alpha: float = 0.5,
         scoring: Literal["predicted_ttft", "weighted"] = "predicted_ttft",
         miss_weight: float = 10.0,
-    ) -> None: ...
+    ) -> Self: ...
     alpha: float
     scoring: str
     miss_weight: float
 
 @final
 class CacheAwareConfig:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         cache_threshold: float = ...,
         balance_abs_threshold: int = ...,
         balance_rel_threshold: float = ...,
-    ) -> None: ...
+    ) -> Self: ...
     cache_threshold: float
     balance_abs_threshold: int
     balance_rel_threshold: float
@@ -129,7 +130,7 @@ class Decision:
     completed: bool
     #: Every candidate the policy weighed, when routed with ``explain=True``; else None.
     explanation: Explanation | None
-    def cached_tokens_at(self, tier: TierName) -> int: ...
+    def cached_tokens_at(self, tier: _TierName) -> int: ...
     def __enter__(self) -> Decision: ...
     def __exit__(
         self,
@@ -158,20 +159,22 @@ class Explanation:
     chosen: int
     prompt_tokens: int
     candidates: list[Candidate]
+    #: The crate's one-line receipt (also ``str(explanation)``).
+    text: str
 
 @final
 class EngineLoad:
     """What a worker's engine reported (its metrics endpoint)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         waiting: int,
         running: int,
         measured_at_s: float,
         kv_usage: float | None = None,
         prefill_tokens: int | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     waiting: int
     running: int
     kv_usage: float
@@ -228,10 +231,10 @@ class Router:
     mirror of every worker's prefix cache. Safe to share between threads: ``route`` and
     event application release the GIL."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         workers: int,
-        policy: Policy = "balanced",
+        policy: _Policy = "balanced",
         *,
         block_size: int = 16,
         hash: Literal["xxh3", "sha256"] = "xxh3",
@@ -245,7 +248,7 @@ class Router:
         ttl: int | None = None,
         host_chunk_blocks: int = 1,
         full_reports: bool = False,
-    ) -> None: ...
+    ) -> Self: ...
     def target(self, endpoint: int, rank: int = 0) -> int:
         """The routing target (``worker`` everywhere else) of an endpoint's rank."""
     @property
@@ -256,7 +259,7 @@ class Router:
     def ranks(self) -> int: ...
     def route(
         self,
-        tokens: Tokens,
+        tokens: _Tokens,
         *,
         salt: bytes | None = None,
         lora: str | None = None,
@@ -264,7 +267,7 @@ class Router:
         session: str | None = None,
         ttft_target: float | None = None,
         tpot_target: float | None = None,
-        priority: PriorityName | None = None,
+        priority: _PriorityName | None = None,
         expected_output: int | None = None,
         now: float | None = None,
         explain: bool = False,
@@ -285,20 +288,20 @@ class Router:
         *,
         full_reports: bool | None = None,
         host_chunk_blocks: int | None = None,
-        groups: Sequence[tuple[int, str] | tuple[int, str, int]] = (),
+        groups: Sequence[tuple[int, str | None, int | None]] | None = None,
     ) -> None: ...
     def fleet_signals(self) -> FleetSignals: ...
-    def apply_vllm_events(self, worker: int, payload: bytes, seq: int | None = None) -> SyncOutcome: ...
-    def replace_worker_cache(self, worker: int, prefixes: Sequence[Tokens]) -> None: ...
+    def apply_vllm_events(self, endpoint: int, payload: bytes, seq: int | None = None) -> SyncOutcome: ...
+    def replace_worker_cache(self, worker: int, prefixes: Sequence[_Tokens]) -> None: ...
     def report_cached(
-        self, worker: int, tokens: Tokens, cached_tokens: int, *,
+        self, worker: int, tokens: _Tokens, cached_tokens: int, *,
         salt: bytes | None = None, lora: str | None = None, cache_salt: str | None = None,
     ) -> None: ...
     def reusable_tokens(
-        self, worker: int, tokens: Tokens, *,
+        self, worker: int, tokens: _Tokens, *,
         salt: bytes | None = None, lora: str | None = None, cache_salt: str | None = None,
     ) -> int:
-        """Tokens of ``tokens`` the mirror predicts ``worker`` would reuse (vLLM's hit)."""
+        """_Tokens of ``tokens`` the mirror predicts ``worker`` would reuse (vLLM's hit)."""
     def memory_bytes(self) -> int: ...
 
 # ---------------------------------------------------------------------------- pairs
@@ -330,20 +333,20 @@ class PairDecision:
 class PairRouter:
     """Routes requests on a prefill/decode fleet to a pair (or aggregated)."""
 
-    def __init__(
-        self,
-        roles: Sequence[RoleName],
+    def __new__(
+        cls,
+        roles: Sequence[_RoleName],
         *,
         block_size: int = 16,
         kv_bytes_per_token: int = 131_072,
-        bandwidth_bytes_per_s: float = ...,
+        bandwidth_bytes_per_s: float | None = None,
         decider: Literal["cost", "always", "never"] = "cost",
         balanced: BalancedConfig | None = None,
         load: LoadConfig | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def route(
         self,
-        tokens: Tokens,
+        tokens: _Tokens,
         *,
         salt: bytes | None = None,
         lora: str | None = None,
@@ -351,7 +354,7 @@ class PairRouter:
         session: str | None = None,
         ttft_target: float | None = None,
         tpot_target: float | None = None,
-        priority: PriorityName | None = None,
+        priority: _PriorityName | None = None,
         expected_output: int | None = None,
         now: float | None = None,
     ) -> PairDecision: ...
@@ -359,7 +362,7 @@ class PairRouter:
     def first_token(self, pair: PairDecision, elapsed: float | None = None) -> None: ...
     def tokens_after(self, pair: PairDecision, tokens: int, elapsed: float) -> None: ...
     def complete(self, pair: PairDecision) -> None: ...
-    def role(self, worker: int) -> RoleName: ...
+    def role(self, worker: int) -> _RoleName: ...
     def fleet_signals(self) -> FleetSignals: ...
     def apply_vllm_events(self, worker: int, payload: bytes, seq: int | None = None) -> SyncOutcome: ...
 
@@ -367,9 +370,9 @@ class PairRouter:
 
 @final
 class PrefixHasher:
-    def __init__(self, block_size: int = 16, *, hash: Literal["xxh3", "sha256"] = "xxh3", seed: int | None = None) -> None: ...
+    def __new__(cls, block_size: int = 16, *, hash: Literal["xxh3", "sha256"] = "xxh3", seed: int | None = None) -> Self: ...
     @property
     def block_size(self) -> int: ...
-    def hash(self, tokens: Tokens, *, salt: bytes | None = None) -> list[int]: ...
+    def hash(self, tokens: _Tokens, *, salt: bytes | None = None) -> list[int]: ...
 
 def namespace_salt(lora: str | None = None, cache_salt: str | None = None) -> bytes: ...

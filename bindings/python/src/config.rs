@@ -16,31 +16,29 @@ pub(crate) struct StepModel(pub(crate) core::StepModel);
 #[pymethods]
 impl StepModel {
     #[new]
-    #[pyo3(signature = (*, max_num_batched_tokens=None, max_num_seqs=None, step_base_s=None, step_s_per_decode=None, step_s_per_context_token=None))]
+    #[pyo3(signature = (
+        *,
+        max_num_batched_tokens = core::StepModel::default().max_num_batched_tokens,
+        max_num_seqs = core::StepModel::default().max_num_seqs,
+        step_base_s = core::StepModel::default().step_base_s,
+        step_s_per_decode = core::StepModel::default().step_s_per_decode,
+        step_s_per_context_token = core::StepModel::default().step_s_per_context_token,
+    ))]
     fn new(
-        max_num_batched_tokens: Option<usize>,
-        max_num_seqs: Option<usize>,
-        step_base_s: Option<f64>,
-        step_s_per_decode: Option<f64>,
-        step_s_per_context_token: Option<f64>,
+        max_num_batched_tokens: usize,
+        max_num_seqs: usize,
+        step_base_s: f64,
+        step_s_per_decode: f64,
+        step_s_per_context_token: f64,
     ) -> Self {
-        let mut s = core::StepModel::default();
-        if let Some(v) = max_num_batched_tokens {
-            s = s.with_max_num_batched_tokens(v);
-        }
-        if let Some(v) = max_num_seqs {
-            s = s.with_max_num_seqs(v);
-        }
-        if let Some(v) = step_base_s {
-            s = s.with_step_base_s(v);
-        }
-        if let Some(v) = step_s_per_decode {
-            s = s.with_step_s_per_decode(v);
-        }
-        if let Some(v) = step_s_per_context_token {
-            s = s.with_step_s_per_context_token(v);
-        }
-        Self(s)
+        Self(
+            core::StepModel::default()
+                .with_max_num_batched_tokens(max_num_batched_tokens)
+                .with_max_num_seqs(max_num_seqs)
+                .with_step_base_s(step_base_s)
+                .with_step_s_per_decode(step_s_per_decode)
+                .with_step_s_per_context_token(step_s_per_context_token),
+        )
     }
     #[getter]
     fn max_num_batched_tokens(&self) -> usize {
@@ -218,22 +216,21 @@ pub(crate) struct CacheAwareConfig(pub(crate) core::CacheAwareConfig);
 #[pymethods]
 impl CacheAwareConfig {
     #[new]
-    #[pyo3(signature = (*, cache_threshold=None, balance_abs_threshold=None, balance_rel_threshold=None))]
+    #[pyo3(signature = (
+        *,
+        cache_threshold = core::CacheAwareConfig::default().cache_threshold,
+        balance_abs_threshold = core::CacheAwareConfig::default().balance_abs_threshold,
+        balance_rel_threshold = core::CacheAwareConfig::default().balance_rel_threshold,
+    ))]
     fn new(
-        cache_threshold: Option<f64>,
-        balance_abs_threshold: Option<u64>,
-        balance_rel_threshold: Option<f64>,
+        cache_threshold: f64,
+        balance_abs_threshold: u64,
+        balance_rel_threshold: f64,
     ) -> PyResult<Self> {
         let mut c = core::CacheAwareConfig::default();
-        if let Some(v) = cache_threshold {
-            c.cache_threshold = v;
-        }
-        if let Some(v) = balance_abs_threshold {
-            c.balance_abs_threshold = v;
-        }
-        if let Some(v) = balance_rel_threshold {
-            c.balance_rel_threshold = v;
-        }
+        c.cache_threshold = cache_threshold;
+        c.balance_abs_threshold = balance_abs_threshold;
+        c.balance_rel_threshold = balance_rel_threshold;
         c.validate().or_raise()?;
         Ok(Self(c))
     }

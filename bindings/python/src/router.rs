@@ -324,13 +324,13 @@ impl Router {
 
     /// A worker's engine settings its events cannot show (report mode, CPU chunk size,
     /// KV-cache groups as `(index, kind, window)` with vLLM's `kv_cache_spec_kind`).
-    #[pyo3(signature = (worker, *, full_reports=None, host_chunk_blocks=None, groups=Vec::new()))]
+    #[pyo3(signature = (worker, *, full_reports=None, host_chunk_blocks=None, groups=None))]
     fn set_engine_settings(
         &self,
         worker: i64,
         full_reports: Option<bool>,
         host_chunk_blocks: Option<usize>,
-        groups: Vec<(u32, Option<String>, Option<u32>)>,
+        groups: Option<Vec<(u32, Option<String>, Option<u32>)>>,
     ) -> PyResult<()> {
         let mut s = EngineSettings::default();
         if let Some(f) = full_reports {
@@ -339,7 +339,7 @@ impl Router {
         if let Some(c) = host_chunk_blocks {
             s = s.with_host_chunk_blocks(c);
         }
-        for (g, kind, window) in groups {
+        for (g, kind, window) in groups.unwrap_or_default() {
             s = s.with_group(g, GroupKind::from_spec(kind.as_deref(), window));
         }
         s.validate().or_raise()?;
