@@ -232,10 +232,9 @@ fn from_bytes(bytes: &[u8], layout: Layout) -> PyResult<Vec<u32>> {
             size: 4,
         })
     {
-        return Ok(bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-            .collect());
+        // Whole 4-byte chunks, one vectorised pass.
+        let (words, _) = bytes.as_chunks::<4>();
+        return Ok(words.iter().map(|w| u32::from_ne_bytes(*w)).collect());
     }
     bytes
         .chunks_exact(layout.size)
