@@ -235,7 +235,7 @@ pub use crate::{
     policies::{
         Affinity, AffinityConfig, AffinityRouter, Balanced, BalancedConfig, BalancedRouter,
         CacheAware, CacheAwareConfig, CacheAwareRouter, ConsistentHash, ConsistentHashConfig,
-        ConsistentHashRouter, Fallback, LeastLoaded, LeastLoadedRouter, PowerOfTwo,
+        ConsistentHashRouter, Fallback, LeastLoaded, LeastLoadedRouter, MissWeight, PowerOfTwo,
         PowerOfTwoConfig, PowerOfTwoRouter, RoundRobin, RoundRobinRouter, Scoring,
     },
     ranks::RankLayout,

@@ -130,9 +130,32 @@ fn row_nan_and_out_of_range_config() {
             Err(Error::InvalidConfig { field: "alpha", .. })
         ));
     }
-    let mut c = BalancedConfig::default();
-    c.miss_weight = 0.5;
-    assert!(BalancedRouter::with_config(1, c).is_err());
+    for weight in [
+        MissWeight::Fixed(0.5),
+        MissWeight::Fixed(f64::NAN),
+        MissWeight::Fleet { max: 0.5 },
+        MissWeight::Fleet { max: f64::INFINITY },
+    ] {
+        let c = BalancedConfig::default().with_miss_weight(weight);
+        assert!(
+            matches!(
+                BalancedRouter::with_config(1, c),
+                Err(Error::InvalidConfig {
+                    field: "miss_weight",
+                    ..
+                })
+            ),
+            "{weight:?}"
+        );
+    }
+    let load = LoadConfig::default().with_busy_horizon(Duration::ZERO);
+    assert!(matches!(
+        BalancedRouter::with_config(1, BalancedConfig::default().with_load(load)),
+        Err(Error::InvalidConfig {
+            field: "busy_horizon",
+            ..
+        })
+    ));
     let mut c = ConsistentHashConfig::default();
     c.key_blocks = 0;
     assert!(ConsistentHashRouter::with_config(1, c).is_err());

@@ -368,7 +368,7 @@ fn the_model_error_needs_five_timings() {
 /// runs `running` decodes of 2,100 tokens each (its KV 1M tokens); the other worker is idle
 /// and empty. A request extending the prompt by 100 tokens, expecting 200 output tokens,
 /// goes to the idle worker exactly when its predicted time (to first token, plus decode)
-/// is lower, by the step model's figures.
+/// is lower, by the step model's figures, with a miss weighing a fixed 10.
 #[test]
 fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_time() {
     let step = StepModel::default();
@@ -391,7 +391,9 @@ fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_t
     };
     let mut chose = Vec::new();
     for running in [0u64, 50, 150, 255, 256, 300, 400, 470] {
-        let r = BalancedRouter::new(2).unwrap();
+        // A fixed weight: what is checked is the load model's cost.
+        let fixed = BalancedConfig::default().with_miss_weight(10.0);
+        let r = BalancedRouter::with_config(2, fixed).unwrap();
         let profile = WorkerProfile::default().with_kv_capacity_tokens(1_000_000);
         for w in [0, 1] {
             r.set_profile(WorkerId::new(w), profile).unwrap();

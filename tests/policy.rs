@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prefix_router::{
     Balanced, BalancedConfig, BalancedRouter, CacheEvent, CacheSync, Candidate, Cost, EngineLoad,
-    Error, IndexConfig, LoadConfig, Policy, PolicyRouter, ReloadConfig, ReplicaConfig,
+    Error, IndexConfig, LoadConfig, MissWeight, Policy, PolicyRouter, ReloadConfig, ReplicaConfig,
     RouteDecision, RouteRequest, Router, Staleness, Tier, WorkerId, WorkerProfile, choose_min,
 };
 
@@ -349,7 +349,10 @@ fn apply(
 fn a_faster_holder_behind_a_queue_is_reached() {
     let mut reload = ReloadConfig::default();
     reload.host_bytes_per_s = 1e9;
-    let config = BalancedConfig::default().with_reload(reload);
+    // A miss weighing a fixed 10: the idle worker holding nothing stays dearer.
+    let config = BalancedConfig::default()
+        .with_reload(reload)
+        .with_miss_weight(10.0);
     let router = BalancedRouter::with_config(3, config).unwrap();
     let every = PolicyRouter::with_policy(
         3,
@@ -383,6 +386,127 @@ fn a_faster_holder_behind_a_queue_is_reached() {
         d.worker(),
         every.route(&RouteRequest::new(&prompt)).unwrap().worker()
     );
+}
+
+/// Records the fleet's load each route's candidates carry.
+struct FleetLoadSeen(Mutex<Vec<Vec<f64>>>);
+
+impl Policy for FleetLoadSeen {
+    fn name(&self) -> &'static str {
+        "fleet_load_seen"
+    }
+    fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        let loads = candidates.iter().map(Candidate::fleet_load).collect();
+        self.0.lock().unwrap().push(loads);
+        0
+    }
+}
+
+/// Queued prefill of `seconds` at the configured rate, reported by `worker`.
+fn queue(router: &dyn Router, worker: u32, seconds: f64) {
+    let tokens = (seconds * LoadConfig::default().prefill_tokens_per_s) as u64;
+    let report = EngineLoad::new(1, 0, std::time::Duration::ZERO).with_prefill_tokens(tokens);
+    router.report_load(WorkerId::new(worker), report).unwrap();
+}
+
+/// The fleet's load is 0 on an idle fleet, the same for every candidate of one request,
+/// the mean of the workers' loads beyond an idle worker's, capped at the busy horizon, as
+/// a share of it, and rises with them.
+#[test]
+fn every_candidate_carries_the_fleet_s_load() {
+    let policy = FleetLoadSeen(Mutex::new(Vec::new()));
+    let load = LoadConfig::default().with_busy_horizon(std::time::Duration::from_secs(1));
+    let router =
+        PolicyRouter::with_policy_and_load(4, policy, IndexConfig::default(), load).unwrap();
+    let prompt: Vec<u32> = (0..64).collect();
+    let mut seen = Vec::new();
+    for (worker, seconds) in [(0, 0.0), (0, 0.5), (1, 0.5), (2, 3.0), (3, 3.0)] {
+        if seconds > 0.0 {
+            queue(&router, worker, seconds);
+        }
+        let d = router.route(&RouteRequest::new(&prompt)).unwrap();
+        router.complete(&d);
+        let routes = router.policy().0.lock().unwrap();
+        let loads = routes.last().unwrap();
+        assert!(loads.iter().all(|&l| l == loads[0]), "{loads:?}");
+        seen.push(loads[0]);
+    }
+    assert_eq!(seen[0], 0.0);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    // Two queues of half a second and two past the horizon (capped at 1 s): (0.5 + 0.5 +
+    // 1 + 1) / 4 of the horizon, give or take the step each queued prefill takes.
+    assert!((seen[4] - 0.75).abs() < 0.02, "{seen:?}");
+}
+
+/// The weight of a miss follows the fleet's load: on an idle fleet a worker holding
+/// nothing costs its own recomputation only (as with a fixed weight of 1), and what a miss
+/// costs above a holder grows as every worker's queue grows alike.
+#[test]
+fn a_miss_costs_one_recomputation_on_an_idle_fleet_and_more_as_it_fills() {
+    let prompt: Vec<u32> = (0..2_048).collect();
+    let extra = |router: &BalancedRouter| {
+        let (d, receipt) = router
+            .route_with_receipt(&RouteRequest::new(&prompt))
+            .unwrap();
+        router.complete(&d);
+        let cost = |w: u32| {
+            receipt
+                .candidates
+                .iter()
+                .find(|c| c.worker == WorkerId::new(w))
+                .and_then(|c| c.cost.clone())
+                .map(|c| c.total())
+                .unwrap()
+        };
+        cost(1) - cost(0)
+    };
+    let fleet = BalancedRouter::new(2).unwrap();
+    let one =
+        BalancedRouter::with_config(2, BalancedConfig::default().with_miss_weight(1.0)).unwrap();
+    for r in [&fleet, &one] {
+        r.replace_worker_cache(WorkerId::new(0), &[&prompt])
+            .unwrap();
+    }
+    let idle = extra(&fleet);
+    assert!(idle > 0.0);
+    assert!((idle - extra(&one)).abs() < 1e-9, "{idle} {}", extra(&one));
+    let mut previous = idle;
+    for seconds in [0.05, 0.1, 0.2, 0.4, 0.8] {
+        for w in 0..2 {
+            queue(&fleet, w, seconds);
+        }
+        let now = extra(&fleet);
+        assert!(now > previous, "{seconds} s queued: {now} after {previous}");
+        previous = now;
+    }
+}
+
+/// One hot prompt held by one worker with a queue, on a fleet otherwise idle: a new request
+/// opens a second holder, paying the prompt's prefill once, where a fixed weight of 10 would
+/// queue it behind the holder; with no queue at the holder, the holder keeps it.
+#[test]
+fn a_queued_holder_of_a_hot_prompt_gets_company_on_an_idle_fleet() {
+    let system: Vec<u32> = (0..6_000).collect();
+    let mut prompt = system.clone();
+    prompt.extend([900_001, 900_002]);
+    let route = |router: &BalancedRouter| {
+        let d = router.route(&RouteRequest::new(&prompt)).unwrap();
+        router.complete(&d);
+        d.worker()
+    };
+    let holder = WorkerId::new(0);
+    let fleet = BalancedRouter::new(8).unwrap();
+    let fixed =
+        BalancedRouter::with_config(8, BalancedConfig::default().with_miss_weight(10.0)).unwrap();
+    for r in [&fleet, &fixed] {
+        r.replace_worker_cache(holder, &[&system]).unwrap();
+    }
+    assert_eq!(route(&fleet), holder);
+    for r in [&fleet, &fixed] {
+        queue(r, 0, 1.0);
+    }
+    assert_ne!(route(&fleet), holder);
+    assert_eq!(route(&fixed), holder);
 }
 
 /// A prompt of `blocks` blocks whose first two share `prefix`, the rest unique to step `i`.
@@ -443,7 +567,8 @@ proptest::proptest! {
 
     /// `BalancedRouter` scores a shortlist (the least loaded worker of each amount cached,
     /// and of none, widened to every worker that could cost less) and decides exactly as the
-    /// same policy scoring every worker does: through shared prefixes, loads that come and
+    /// same policy scoring every worker does, with a miss priced by the fleet's load (at the
+    /// default horizon and at one that every queue passes) or fixed: through shared prefixes, loads that come and
     /// go, engine reports (fresh and stale, with and without pending prefill), host-tier
     /// hits and their reloads, timings the
     /// workers learn from, speeds and KV capacities told, few running slots, unavailable
@@ -455,6 +580,12 @@ proptest::proptest! {
         max_num_seqs in 2usize..8,
         staleness in proptest::sample::select(vec![Staleness::Ignore, Staleness::Saturated, Staleness::Hold]),
         host_gb_per_s in proptest::sample::select(vec![0.1, 1.0, 50.0]),
+        miss_weight in proptest::sample::select(vec![
+            MissWeight::default(),
+            MissWeight::Fleet { max: 3.0 },
+            MissWeight::Fixed(10.0),
+            MissWeight::Fixed(1.0),
+        ]),
     ) {
         let mut load = LoadConfig::default()
             .with_staleness(staleness)
@@ -462,7 +593,10 @@ proptest::proptest! {
         load.step.max_num_seqs = max_num_seqs;
         let mut reload = ReloadConfig::default();
         reload.host_bytes_per_s = host_gb_per_s * 1e9;
-        let config = BalancedConfig::default().with_load(load).with_reload(reload);
+        let config = BalancedConfig::default()
+            .with_load(load)
+            .with_reload(reload)
+            .with_miss_weight(miss_weight);
         let shortlist = BalancedRouter::with_config(workers, config)
             .unwrap()
             .with_replica_sync(ReplicaConfig::new(0, 0))

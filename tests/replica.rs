@@ -67,14 +67,17 @@ fn a_peer_predicts_the_prefix_and_books_the_request_until_it_completes() {
     assert_eq!(b.index().cached_tokens(w, &[], &tokens), 128);
     assert_eq!(b.load(w).unwrap().peer_in_flight, 1);
     assert_eq!(b.load(w).unwrap().peer_prefill_tokens, 128);
-    // The next turn of the prefix goes where the peer sent the first.
-    let next = [&tokens[..], &prompt(2, 1)].concat();
-    let e = b.route(&RouteRequest::new(&next)).unwrap();
-    assert_eq!((e.worker(), e.cached_tokens()), (w, 128));
-    b.complete(&e);
     a.first_token(&d);
     b.apply_replica_sync(&drain(&a), at(0)).unwrap();
     assert_eq!(peer_load(&b)[w.index()], (1, 0));
+    // The next turn of the prefix goes where the peer sent the first, its prefill done (a
+    // short answer: the peer's decode beside it costs less than recomputing elsewhere).
+    let next = [&tokens[..], &prompt(2, 1)].concat();
+    let e = b
+        .route(&RouteRequest::new(&next).with_expected_output(1))
+        .unwrap();
+    assert_eq!((e.worker(), e.cached_tokens()), (w, 128));
+    b.complete(&e);
     a.complete(&d);
     b.apply_replica_sync(&drain(&a), at(0)).unwrap();
     assert_eq!(peer_load(&b)[w.index()], (0, 0));

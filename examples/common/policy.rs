@@ -5,7 +5,7 @@ use std::sync::Arc;
 use prefix_router::{
     AffinityConfig, AffinityRouter, AlwaysSplit, BalancedConfig, BalancedRouter, ByCost,
     CacheAwareConfig, CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Decide, Error,
-    IndexConfig, LeastLoadedRouter, NeverSplit, Policy, PolicyRouter, PowerOfTwoRouter,
+    IndexConfig, LeastLoadedRouter, MissWeight, NeverSplit, Policy, PolicyRouter, PowerOfTwoRouter,
     ReplicaConfig, RoundRobinRouter, Router, Scoring, StepModel,
 };
 
@@ -128,7 +128,7 @@ pub(crate) fn balanced_config(o: &PolicyOptions) -> BalancedConfig {
         balanced.alpha = alpha;
     }
     if let Some(w) = o.miss_weight {
-        balanced.miss_weight = w;
+        balanced.miss_weight = MissWeight::Fixed(w);
     }
     balanced
 }

@@ -33,6 +33,10 @@ pub struct Candidate {
     pub(crate) cached_tokens: u32,
     /// Cached tokens by [`Tier::index`].
     pub(crate) cached_by_tier: [u32; 4],
+    /// The fleet's load when the request was routed (see [`Candidate::fleet_load`]): the
+    /// same for every candidate of one request. An `f32`: it fits where the struct had
+    /// padding, and a candidate is copied on every route.
+    pub(crate) fleet_load: f32,
 }
 
 impl Candidate {
@@ -50,7 +54,14 @@ impl Candidate {
             matched_blocks: 0,
             cached_tokens: 0,
             cached_by_tier: [0; 4],
+            fleet_load: 0.0,
         }
+    }
+
+    /// Records the fleet's load at routing ([`fleet_load`](Self::fleet_load)).
+    #[inline]
+    pub(crate) fn set_fleet_load(&mut self, load: f32) {
+        self.fleet_load = load;
     }
 
     /// Counts the whole prompt of `tokens` cached: a decode worker receiving it from a
@@ -73,6 +84,17 @@ impl Candidate {
         self.cached_tokens = u32::try_from(cached).unwrap_or(u32::MAX);
         let size = u32::try_from(block_size).unwrap_or(u32::MAX);
         self.cached_by_tier = self.cached_by_tier.map(|b| b.saturating_mul(size));
+    }
+
+    /// The fleet's load when the request was routed, from 0 (every worker idle) to 1 (every
+    /// worker busy): the mean over the registered workers of their
+    /// [`load_ns`](Self::load_ns) capped at [`LoadConfig::busy_horizon`], beyond an idle
+    /// worker's (one step of the fleet's least fixed time), as a share of the horizon
+    /// beyond it. The same for every candidate of one request.
+    #[inline]
+    #[must_use]
+    pub fn fleet_load(&self) -> f64 {
+        f64::from(self.fleet_load)
     }
 
     /// The worker.

@@ -60,7 +60,7 @@ impl Fleet {
         after.prefill_pairs += attended(prompt_tokens as u64, prefill);
         after.context_tokens += prompt_tokens as u64 + u64::from(output);
         after.kv_tokens += prefill + u64::from(output);
-        key.set_load_s(after.load_s(&self.config));
+        self.set_load(r, &after);
         Some(
             RouteDecision::new(
                 candidate.worker,

@@ -99,6 +99,12 @@ pub struct LoadConfig {
     pub prefill_from_report: bool,
     /// How admission treats priorities.
     pub admission: crate::request::AdmissionConfig,
+    /// The load at which a worker counts as fully busy in the fleet's load
+    /// ([`Candidate::fleet_load`](crate::Candidate::fleet_load)): its time to a first token
+    /// of a request with nothing of its own, beyond an idle worker's. Above zero. Default
+    /// 0.5 s (the simulator's results matrix chose it, with
+    /// [`MissWeight`](crate::MissWeight)'s default: `benches/README.md`).
+    pub busy_horizon: Duration,
 }
 
 impl Default for LoadConfig {
@@ -113,6 +119,7 @@ impl Default for LoadConfig {
             replicas: 1,
             prefill_from_report: false,
             admission: crate::request::AdmissionConfig::default(),
+            busy_horizon: Duration::from_millis(500),
         }
     }
 }
@@ -137,6 +144,8 @@ impl LoadConfig {
         with_prefill_from_report: prefill_from_report: bool;
         /// Sets [`admission`](Self::admission).
         with_admission: admission: crate::request::AdmissionConfig;
+        /// Sets [`busy_horizon`](Self::busy_horizon).
+        with_busy_horizon: busy_horizon: Duration;
     }
 
     /// Checks every field.
@@ -145,6 +154,13 @@ impl LoadConfig {
     ///
     /// [`Error::InvalidConfig`] naming the first field out of its range.
     pub fn validate(&self) -> Result<(), Error> {
+        if self.busy_horizon.is_zero() {
+            return Err(crate::config::invalid(
+                "busy_horizon",
+                "0 s",
+                "a duration above zero",
+            ));
+        }
         float(
             "prefill_tokens_per_s",
             self.prefill_tokens_per_s,

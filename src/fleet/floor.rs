@@ -49,6 +49,15 @@ impl Floor {
         self.speed.store(fresh.speed.load(Relaxed), Relaxed);
     }
 
+    /// The least fixed time of a step (0 before any worker's): an idle worker's load.
+    #[inline]
+    pub(crate) fn step_base_s(&self) -> f64 {
+        match f64::from_bits(self.terms[Timing::STEP_BASE].load(Relaxed)) {
+            t if t.is_finite() => t,
+            _ => 0.0,
+        }
+    }
+
     /// The least terms (each 0 before any worker's) and the greatest speed.
     #[inline]
     pub(crate) fn get(&self) -> (Timing, f32) {

@@ -19,6 +19,9 @@ pub(crate) struct LoadKey {
     /// Uncached prompt tokens of every request routed to it since it was added.
     pub(crate) assigned_prefill: AtomicU64,
     pub(crate) routed: AtomicU64,
+    /// The worker's part of the fleet's load ([`Registry::busy_share`]): its load in
+    /// nanoseconds, capped at the busy horizon.
+    busy_ns: AtomicU64,
 }
 
 impl LoadKey {
@@ -29,6 +32,7 @@ impl LoadKey {
             load_ns: AtomicU64::new(value),
             assigned_prefill: AtomicU64::new(value),
             routed: AtomicU64::new(value),
+            busy_ns: AtomicU64::new(0),
         }
     }
 
@@ -49,12 +53,6 @@ impl LoadKey {
     #[inline]
     pub(crate) fn load_s(&self) -> f64 {
         self.load_ns.load(Relaxed) as f64 * 1e-9
-    }
-
-    /// Sets the load, in seconds.
-    #[inline]
-    pub(crate) fn set_load_s(&self, load: f64) {
-        self.load_ns.store((load * 1e9) as u64, Relaxed);
     }
 }
 
@@ -143,6 +141,10 @@ impl Slots {
 pub(crate) struct Registry {
     slots: RwLock<Slots>,
     epochs: AtomicU64,
+    /// The registered workers' capped loads summed ([`LoadKey`]'s `busy_ns`), and their
+    /// number: the fleet's load in O(1) a route.
+    busy_ns: AtomicU64,
+    workers: AtomicU64,
 }
 
 impl Registry {
@@ -150,6 +152,35 @@ impl Registry {
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Slots> {
         // Nothing panics while holding the lock; a poisoned lock still holds valid data.
         self.slots.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets a registered worker's load key to `load_s`; the fleet's sum follows its load
+    /// capped at `cap_ns`.
+    #[inline]
+    pub(crate) fn set_load(&self, key: &LoadKey, load_s: f64, cap_ns: u64) {
+        let load = (load_s * 1e9) as u64;
+        key.load_ns.store(load, Relaxed);
+        let busy = load.min(cap_ns);
+        let before = key.busy_ns.swap(busy, Relaxed);
+        if busy != before {
+            // Modular: the sum stays exact whichever way the worker's part moved.
+            self.busy_ns.fetch_add(busy.wrapping_sub(before), Relaxed);
+        }
+    }
+
+    /// The fleet's load: the registered workers' loads (each capped at `cap_ns` when set)
+    /// summed, beyond `idle_ns` each, over their number times `cap_ns − idle_ns`; in
+    /// `0.0..=1.0` (a set racing a read can stray from it briefly, which the clamp hides),
+    /// 0 for no workers.
+    #[inline]
+    pub(crate) fn busy_share(&self, cap_ns: u64, idle_ns: u64) -> f32 {
+        let workers = self.workers.load(Relaxed) as f32;
+        let span = cap_ns.saturating_sub(idle_ns) as f32;
+        if workers == 0.0 || span == 0.0 {
+            return 0.0;
+        }
+        let busy = self.busy_ns.load(Relaxed) as f32 - workers * idle_ns as f32;
+        (busy / (workers * span)).clamp(0.0, 1.0)
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Slots> {
@@ -173,6 +204,7 @@ impl Registry {
         }
         slots.keys[i] = LoadKey::filled(0);
         slots.slots[i] = Some(Slot::new(self.epochs.fetch_add(1, Relaxed) + 1));
+        self.workers.fetch_add(1, Relaxed);
         Ok(())
     }
 
@@ -183,8 +215,12 @@ impl Registry {
             Some(slot @ Some(_)) => {
                 *slot = None;
                 if let Some(key) = slots.keys.get_mut(i) {
+                    // Under the write lock: no load is being set meanwhile.
+                    let busy = key.busy_ns.load(Relaxed);
+                    self.busy_ns.fetch_sub(busy, Relaxed);
                     *key = LoadKey::filled(LoadKey::VACANT);
                 }
+                self.workers.fetch_sub(1, Relaxed);
                 Ok(())
             }
             _ => Err(Error::UnknownWorker(worker)),

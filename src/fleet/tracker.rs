@@ -43,6 +43,8 @@ pub(crate) struct Fleet {
     pub(super) peers: Mutex<PeerTable>,
     /// Peers heard now (the table's count, read without its lock).
     pub(super) heard: AtomicU64,
+    /// [`LoadConfig::busy_horizon`] in nanoseconds.
+    busy_horizon_ns: u64,
 }
 
 impl Fleet {
@@ -67,6 +69,7 @@ impl Fleet {
                 &crate::replica::ReplicaConfig::new(0, 0),
             ))),
             heard: AtomicU64::new(0),
+            busy_horizon_ns: nanos(config.busy_horizon),
         };
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
@@ -187,7 +190,7 @@ impl Fleet {
     /// Recomputes worker `r`'s load key after its load changed.
     #[inline]
     pub(super) fn refresh(&self, r: Registered<'_>) {
-        r.key.set_load_s(self.estimate(r).load_s(&self.config));
+        self.set_load(r, &self.estimate(r));
     }
 
     /// A snapshot of `worker`'s load; `None` when it is not registered.
@@ -225,6 +228,24 @@ impl Fleet {
     }
 
     /// Fills `out` with the available workers, in id order.
+    /// The fleet's load (see [`Candidate::fleet_load`]): the mean over the registered
+    /// workers of their load capped at [`LoadConfig::busy_horizon`], beyond an idle
+    /// worker's (one step of the fleet's least fixed time), as a share of the horizon
+    /// beyond it; 0 for an idle fleet of alike workers, 1 once every worker's load reaches
+    /// the horizon. Kept summed as load keys change, so a route reads it in O(1).
+    #[inline]
+    pub(crate) fn load_share(&self) -> f32 {
+        let idle_ns = (self.floor.step_base_s() * 1e9) as u64;
+        self.registry.busy_share(self.busy_horizon_ns, idle_ns)
+    }
+
+    /// Sets worker `r`'s load key from `estimate`.
+    #[inline]
+    pub(super) fn set_load(&self, r: Registered<'_>, estimate: &Estimate) {
+        let load_s = estimate.load_s(&self.config);
+        self.registry.set_load(r.key, load_s, self.busy_horizon_ns);
+    }
+
     pub(crate) fn candidates(&self, out: &mut Candidates) {
         out.clear();
         let slots = self.registry.read();
@@ -288,6 +309,7 @@ impl Fleet {
             matched_blocks: 0,
             cached_tokens: 0,
             cached_by_tier: [0; 4],
+            fleet_load: 0.0,
         }
     }
 

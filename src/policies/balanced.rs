@@ -7,6 +7,8 @@ use crate::index::IndexConfig;
 use crate::request::RouteRequest;
 use crate::router::{CandidateSet, Cost, Policy, PolicyRouter, choose_min};
 
+use super::miss::MissWeight;
+
 /// How [`BalancedRouter`] scores workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -15,7 +17,8 @@ pub enum Scoring {
     Weighted,
     /// Predicted time: the request's time to first token on the worker (its queue, its
     /// uncached tokens at the worker's speed, once more for each request waiting there and
-    /// `miss_weight − 1` times more at the configured speed, the steps they take among the
+    /// `w − 1` times more at the configured speed, with `w` the [`MissWeight`] (priced by the
+    /// fleet's load by default), the steps they take among the
     /// worker's decodes, the wait for a running slot or KV), then its decode in the
     /// worker's batch; lowest wins; equal costs go to the worker handed the least prefill
     /// work so far. The default, and the crate's recommended policy (see the README's
@@ -37,13 +40,11 @@ pub struct BalancedConfig {
     /// ages, learned speeds), for [`Scoring::PredictedTtft`].
     pub load: LoadConfig,
     /// For [`Scoring::PredictedTtft`]: how much a token the worker must recompute weighs
-    /// against a token already queued there, at least 1.0: its prefill at the worker's
-    /// speed (once more for each request waiting there), and `miss_weight − 1` times more
-    /// at the configured speed, the same on every worker. Above 1 the router accepts some
-    /// queueing for locality, since every recomputed token also costs the fleet capacity
-    /// and evicts someone else's cache. Default 10 (the README's simulator results compare
-    /// it with other weights: `examples/simulate.rs --miss-weight`).
-    pub miss_weight: f64,
+    /// against a token already queued there (see [`MissWeight`]). Default
+    /// [`MissWeight::Fleet`]: one recomputation on an idle fleet, up to 30 as every worker
+    /// queues; [`with_miss_weight`](Self::with_miss_weight)`(w)` fixes it at `w`
+    /// (`examples/simulate.rs --miss-weight` compares weights).
+    pub miss_weight: MissWeight,
     /// What a hit below the device tier costs, for [`Scoring::PredictedTtft`]: its reload
     /// time adds to the predicted time to first token. Default [`ReloadConfig::default`].
     pub reload: ReloadConfig,
@@ -57,7 +58,7 @@ impl Default for BalancedConfig {
             alpha: 0.5,
             scoring: Scoring::PredictedTtft,
             load: LoadConfig::default(),
-            miss_weight: 10.0,
+            miss_weight: MissWeight::default(),
             reload: ReloadConfig::default(),
             index: IndexConfig::default(),
         }
@@ -72,12 +73,18 @@ impl BalancedConfig {
         with_scoring: scoring: Scoring;
         /// Sets [`load`](Self::load).
         with_load: load: LoadConfig;
-        /// Sets [`miss_weight`](Self::miss_weight).
-        with_miss_weight: miss_weight: f64;
         /// Sets [`reload`](Self::reload).
         with_reload: reload: ReloadConfig;
         /// Sets [`index`](Self::index).
         with_index: index: IndexConfig;
+    }
+
+    /// Sets [`miss_weight`](Self::miss_weight): a number fixes it
+    /// ([`MissWeight::Fixed`]), whatever the fleet's load.
+    #[must_use]
+    pub fn with_miss_weight(mut self, weight: impl Into<MissWeight>) -> Self {
+        self.miss_weight = weight.into();
+        self
     }
 
     /// Sets the load model's [`prefill_tokens_per_s`](LoadConfig::prefill_tokens_per_s).
@@ -95,7 +102,7 @@ impl BalancedConfig {
     /// the load model's included); [`Error::InvalidBlockSize`] for a bad block size.
     pub fn validate(&self) -> Result<(), Error> {
         float("alpha", self.alpha, 0.0..=1.0, "between 0.0 and 1.0")?;
-        float("miss_weight", self.miss_weight, 1.0..=1e6, "at least 1.0")?;
+        self.miss_weight.validate()?;
         self.load.validate()?;
         self.reload.validate()?;
         self.index.validate()
@@ -110,9 +117,11 @@ impl BalancedConfig {
 /// one the simulator's engine runs) at the worker's speed ([`Candidate::speed`]):
 ///
 /// - **time to first token**: the prefill queued there ([`Candidate::prefill_tokens`]) and
-///   `miss_weight ×` this prompt's uncached tokens at the prefill rate (a recomputed token
-///   also costs the fleet capacity and evicts other prefixes; it weighs at least one more
-///   than the requests waiting there, since each of them waits for it), plus the fixed and
+///   this prompt's uncached tokens at the prefill rate, weighed by the [`MissWeight`] (a
+///   recomputed token also costs the fleet capacity and evicts other prefixes, the more so
+///   the busier the fleet: one recomputation on an idle fleet, up to 30 once every worker
+///   queues half a second; it weighs at least one more for each request waiting there,
+///   since each of them waits for it), plus the fixed and
 ///   per-decode part of every step that takes (the worker's decodes share each step's token
 ///   budget and stretch its time), plus, once the worker's running slots
 ///   ([`StepModel::max_num_seqs`](crate::StepModel::max_num_seqs)) or its KV are full, the
@@ -129,8 +138,9 @@ impl BalancedConfig {
 /// counts; call [`Router::first_token_after`](crate::Router::first_token_after) (or
 /// [`first_token`](crate::Router::first_token)) when a first token arrives, or prefill
 /// counts as queued until [`complete`](crate::Router::complete). On an idle fleet the cost is
-/// the recomputation, so the worker holding the longest prefix wins; as queues, batches and
-/// KV fill, they dominate and the load spreads.
+/// the recomputation, so the worker holding the longest prefix wins; when its holders queue
+/// while other workers idle, a miss is cheap and the prompt gains a holder there; as the
+/// whole fleet fills, a miss costs more and requests wait where their prefix is.
 ///
 /// **Weighted** ([`Scoring::Weighted`]). For every available worker, with `p` the prompt's
 /// tokens:
@@ -230,7 +240,7 @@ impl Balanced {
     #[inline]
     fn beyond_load_ns(&self, request: &RouteRequest<'_>, c: &Candidate) -> u64 {
         let (tokens, miss, output) = self.figures(request, c);
-        let (load, miss_weight) = (&self.config.load, self.config.miss_weight);
+        let (load, miss_weight) = (&self.config.load, self.config.miss_weight.of(c));
         let beyond = c.predicted_beyond_load_s(load, tokens, miss, output, miss_weight);
         // Both parts grow with the worker's figures and fall with its speed, as the
         // contract of `cost_above_load_ns` asks; the cast is monotone too.
@@ -242,7 +252,7 @@ impl Balanced {
     fn terms(&self, request: &RouteRequest<'_>, c: &Candidate) -> (f64, f64) {
         let (tokens, miss, output) = self.figures(request, c);
         let load = &self.config.load;
-        c.predicted_times(load, tokens, miss, output, self.config.miss_weight)
+        c.predicted_times(load, tokens, miss, output, self.config.miss_weight.of(c))
     }
 
     /// `request`'s prompt tokens, those of them `c` lacks, and its output tokens (the

@@ -12,6 +12,7 @@ mod balanced;
 mod baseline;
 mod cache_aware;
 mod consistent;
+mod miss;
 
 pub use self::affinity::{Affinity, AffinityConfig, AffinityRouter, Fallback};
 pub use self::balanced::{Balanced, BalancedConfig, BalancedRouter, Scoring};
@@ -21,3 +22,4 @@ pub use self::baseline::{
 };
 pub use self::cache_aware::{CacheAware, CacheAwareConfig, CacheAwareRouter};
 pub use self::consistent::{ConsistentHash, ConsistentHashConfig, ConsistentHashRouter};
+pub use self::miss::MissWeight;

@@ -58,10 +58,14 @@ impl<P: Policy> PolicyRouter<P> {
         candidates: &mut Candidates,
         gate: &G,
     ) -> Result<(usize, u32), Error> {
+        let fleet_load = self.fleet_load();
         if blocks.is_empty() {
             self.fleet.candidates(candidates);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
+            }
+            for c in candidates.iter_mut() {
+                c.set_fleet_load(fleet_load);
             }
             gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
             return Ok((self.select(request, candidates)?, 0));
@@ -79,7 +83,7 @@ impl<P: Policy> PolicyRouter<P> {
             // Holders come shallowest first.
             let deepest = holders.last().map_or(0, |h| h.1.blocks);
             if shortlist {
-                let chosen = self.choose_shortlisted(request, holders, candidates)?;
+                let chosen = self.choose_shortlisted(request, holders, candidates, fleet_load)?;
                 return Ok(((chosen, deepest), candidates[chosen].worker));
             }
             fill(candidates, holders);
@@ -88,6 +92,7 @@ impl<P: Policy> PolicyRouter<P> {
             }
             for c in candidates.iter_mut() {
                 c.set_cached(block_size, tokens);
+                c.set_fleet_load(fleet_load);
             }
             gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
             let chosen = self.select(request, candidates)?;
@@ -104,6 +109,7 @@ impl<P: Policy> PolicyRouter<P> {
         request: &RouteRequest<'_>,
         holders: &[(WorkerId, crate::tree::Held)],
         candidates: &mut Candidates,
+        fleet_load: f32,
     ) -> Result<usize, Error> {
         let block_size = self.index.hasher().block_size();
         let tokens = request.tokens().len();
@@ -115,11 +121,13 @@ impl<P: Policy> PolicyRouter<P> {
         }
         for c in candidates.iter_mut() {
             c.set_cached(block_size, tokens);
+            c.set_fleet_load(fleet_load);
         }
         let scoring = Scoring {
             policy: &self.policy,
             request,
             block_size,
+            fleet_load,
         };
         match classes.choose(&self.fleet, &scoring, candidates) {
             Some(chosen) => Ok(chosen),
@@ -129,6 +137,12 @@ impl<P: Policy> PolicyRouter<P> {
 }
 
 impl<P: Policy> PolicyRouter<P> {
+    /// The fleet's load, read once for every candidate of one route.
+    #[inline]
+    fn fleet_load(&self) -> f32 {
+        self.fleet.load_share()
+    }
+
     /// Every available worker as a candidate for `request` (its blocks `blocks`, hashed by
     /// [`hash`](Self::hash); its time moves the router's clock, as a route's does) with what
     /// the mirror predicts it holds, passed to `choose`,
@@ -149,10 +163,12 @@ impl<P: Policy> PolicyRouter<P> {
         }
         let block_size = self.index.hasher().block_size();
         let tokens = request.tokens().len();
+        let fleet_load = self.fleet_load();
         self.index.match_choose_insert(blocks, |holders| {
             fill(&mut candidates, holders);
             for c in candidates.iter_mut() {
                 c.set_cached(block_size, tokens);
+                c.set_fleet_load(fleet_load);
             }
             let deepest = holders.last().map_or(0, |h| h.1.blocks);
             choose(&mut candidates, deepest)

@@ -64,6 +64,8 @@ pub(super) struct Scoring<'a, P> {
     pub(super) policy: &'a P,
     pub(super) request: &'a RouteRequest<'a>,
     pub(super) block_size: usize,
+    /// The fleet's load every candidate of the route carries.
+    pub(super) fleet_load: f32,
 }
 
 impl Classes {
@@ -177,6 +179,7 @@ impl Classes {
                 c.hold(*held);
             }
             c.set_cached(scoring.block_size, tokens);
+            c.set_fleet_load(scoring.fleet_load);
             let cost = order(c, scoring.policy.cost_above_load_ns(scoring.request, c)?);
             if cost < best {
                 (chosen, best) = (i, cost);
@@ -227,6 +230,7 @@ impl Classes {
         let mut idle = Candidate::idle(floor);
         idle.hold(self.held.get(class).copied().unwrap_or_default());
         idle.set_cached(scoring.block_size, scoring.request.tokens().len());
+        idle.set_fleet_load(scoring.fleet_load);
         scoring.policy.cost_above_load_ns(scoring.request, &idle)
     }
 }
