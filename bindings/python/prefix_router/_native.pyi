@@ -72,8 +72,11 @@ class LoadConfig:
         replicas: int = 1,
         step: StepModel | None = None,
         admission: AdmissionConfig | None = None,
+        busy_horizon_s: float = ...,
     ) -> Self: ...
     prefill_tokens_per_s: float
+    #: The load at which a worker counts as fully busy in the fleet's load.
+    busy_horizon_s: float
     default_output_tokens: int
     learning_rate: float
     max_report_age_s: float
@@ -88,11 +91,17 @@ class BalancedConfig:
         *,
         alpha: float = 0.5,
         scoring: Literal["predicted_ttft", "weighted"] = "predicted_ttft",
-        miss_weight: float = 10.0,
-    ) -> Self: ...
+        miss_weight: float | None = None,
+        miss_weight_max: float = ...,
+    ) -> Self:
+        """``miss_weight`` fixes the weight of a recomputed token; without it the weight
+        follows the fleet's load, from 1 on an idle fleet to ``miss_weight_max`` once every
+        worker is busy (``LoadConfig.busy_horizon_s``)."""
     alpha: float
     scoring: str
-    miss_weight: float
+    #: The fixed weight of a miss; None when it follows the fleet's load.
+    miss_weight: float | None
+    miss_weight_max: float
 
 @final
 class CacheAwareConfig:

@@ -102,7 +102,18 @@ pub(crate) struct LoadConfig(pub(crate) core::LoadConfig);
 #[pymethods]
 impl LoadConfig {
     #[new]
-    #[pyo3(signature = (*, prefill_tokens_per_s=33_000.0, default_output_tokens=256, learning_rate=0.1, max_report_age_s=5.0, replicas=1, step=None, admission=None))]
+    #[pyo3(signature = (
+        *,
+        prefill_tokens_per_s = 33_000.0,
+        default_output_tokens = 256,
+        learning_rate = 0.1,
+        max_report_age_s = 5.0,
+        replicas = 1,
+        step = None,
+        admission = None,
+        busy_horizon_s = core::LoadConfig::default().busy_horizon.as_secs_f64(),
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         prefill_tokens_per_s: f64,
         default_output_tokens: u32,
@@ -111,14 +122,17 @@ impl LoadConfig {
         replicas: u32,
         step: Option<StepModel>,
         admission: Option<AdmissionConfig>,
+        busy_horizon_s: f64,
     ) -> PyResult<Self> {
         let age = seconds("max_report_age_s", max_report_age_s)?;
+        let busy = seconds("busy_horizon_s", busy_horizon_s)?;
         let mut c = core::LoadConfig::default()
             .with_prefill_tokens_per_s(prefill_tokens_per_s)
             .with_default_output_tokens(default_output_tokens)
             .with_learning_rate(learning_rate)
             .with_max_report_age(age)
-            .with_replicas(replicas);
+            .with_replicas(replicas)
+            .with_busy_horizon(busy);
         if let Some(s) = step {
             c = c.with_step(s.0);
         }
@@ -149,6 +163,10 @@ impl LoadConfig {
         self.0.replicas
     }
     #[getter]
+    fn busy_horizon_s(&self) -> f64 {
+        self.0.busy_horizon.as_secs_f64()
+    }
+    #[getter]
     fn step(&self) -> StepModel {
         StepModel(self.0.step)
     }
@@ -166,20 +184,49 @@ impl LoadConfig {
 #[derive(Clone, Copy)]
 pub(crate) struct BalancedConfig(pub(crate) core::BalancedConfig);
 
+/// The weight a miss reaches on a busy fleet by default.
+fn default_miss_weight_max() -> f64 {
+    match core::MissWeight::default() {
+        core::MissWeight::Fleet { max } => max,
+        core::MissWeight::Fixed(w) => w,
+        _ => 1.0,
+    }
+}
+
 #[pymethods]
 impl BalancedConfig {
+    /// `miss_weight` fixes the weight of a recomputed token; without it the weight follows
+    /// the fleet's load, from 1 on an idle fleet to `miss_weight_max` once every worker is
+    /// busy (`LoadConfig.busy_horizon_s`).
     #[new]
-    #[pyo3(signature = (*, alpha=0.5, scoring="predicted_ttft", miss_weight=10.0))]
-    fn new(alpha: f64, scoring: &str, miss_weight: f64) -> PyResult<Self> {
+    #[pyo3(signature = (
+        *,
+        alpha = 0.5,
+        scoring = "predicted_ttft",
+        miss_weight = None,
+        miss_weight_max = default_miss_weight_max(),
+    ))]
+    fn new(
+        alpha: f64,
+        scoring: &str,
+        miss_weight: Option<f64>,
+        miss_weight_max: f64,
+    ) -> PyResult<Self> {
         let scoring = match scoring {
             "predicted_ttft" => core::Scoring::PredictedTtft,
             "weighted" => core::Scoring::Weighted,
             other => return Err(invalid("scoring", other, "predicted_ttft or weighted")),
         };
+        let weight = match miss_weight {
+            Some(w) => core::MissWeight::Fixed(w),
+            None => core::MissWeight::Fleet {
+                max: miss_weight_max,
+            },
+        };
         let c = core::BalancedConfig::default()
             .with_alpha(alpha)
             .with_scoring(scoring)
-            .with_miss_weight(miss_weight);
+            .with_miss_weight(weight);
         c.validate().or_raise()?;
         Ok(Self(c))
     }
@@ -194,13 +241,26 @@ impl BalancedConfig {
             _ => "predicted_ttft",
         }
     }
+    /// The fixed weight of a miss; `None` when it follows the fleet's load.
     #[getter]
-    fn miss_weight(&self) -> f64 {
-        self.0.miss_weight
+    fn miss_weight(&self) -> Option<f64> {
+        match self.0.miss_weight {
+            core::MissWeight::Fixed(w) => Some(w),
+            _ => None,
+        }
+    }
+    /// The weight a miss reaches once the fleet is busy; the fixed weight when fixed.
+    #[getter]
+    fn miss_weight_max(&self) -> f64 {
+        match self.0.miss_weight {
+            core::MissWeight::Fleet { max } => max,
+            core::MissWeight::Fixed(w) => w,
+            _ => f64::NAN,
+        }
     }
     fn __repr__(&self) -> String {
         format!(
-            "BalancedConfig(alpha={}, scoring={:?}, miss_weight={})",
+            "BalancedConfig(alpha={}, scoring={:?}, miss_weight={:?})",
             self.0.alpha,
             self.scoring(),
             self.0.miss_weight

@@ -18,6 +18,9 @@ use crate::events::Seqs;
 use crate::fleet::{Build, Routers};
 use crate::signals::{EngineLoad, FleetSignals, SyncOutcome};
 
+/// A KV-cache group as a host gives it: its index, vLLM's `kv_cache_spec_kind`, its window.
+type Group = (u32, Option<String>, Option<u32>);
+
 /// What a `Router` and its decisions share.
 pub(crate) struct Shared {
     pub(crate) routers: Routers,
@@ -330,7 +333,7 @@ impl Router {
         worker: i64,
         full_reports: Option<bool>,
         host_chunk_blocks: Option<usize>,
-        groups: Option<Vec<(u32, Option<String>, Option<u32>)>>,
+        groups: Option<Vec<Group>>,
     ) -> PyResult<()> {
         let mut s = EngineSettings::default();
         if let Some(f) = full_reports {

@@ -87,6 +87,18 @@ def test_every_policy_routes_and_names_itself() -> None:
         assert seen, policy
 
 
+def test_a_miss_is_priced_by_the_fleet_unless_fixed() -> None:
+    fleet = pr.BalancedConfig()
+    assert fleet.miss_weight is None and fleet.miss_weight_max == 30.0
+    assert pr.LoadConfig().busy_horizon_s == 0.5
+    fixed = pr.BalancedConfig(miss_weight=3.0)
+    assert fixed.miss_weight == 3.0 and fixed.miss_weight_max == 3.0
+    for config in [fleet, fixed]:
+        router = pr.Router(2, balanced=config)
+        router.complete(router.route(SYSTEM))
+        assert router.route(SYSTEM).cached_tokens == 2_000
+
+
 def test_salts_and_lora_names_keep_namespaces_apart() -> None:
     router = pr.Router(2)
     router.complete(router.route(SYSTEM, lora="adapter-a"))
@@ -249,6 +261,7 @@ def test_events_need_a_mirror_and_bad_payloads_are_errors() -> None:
         (lambda: pr.Router(2, "round_robin", balanced=pr.BalancedConfig()), pr.InvalidConfig, ValueError),
         (lambda: pr.BalancedConfig(alpha=2.0), pr.InvalidConfig, ValueError),
         (lambda: pr.BalancedConfig(miss_weight=0.5), pr.InvalidConfig, ValueError),
+        (lambda: pr.LoadConfig(busy_horizon_s=0.0), pr.InvalidConfig, ValueError),
         (lambda: pr.LoadConfig(prefill_tokens_per_s=-1.0), pr.InvalidConfig, ValueError),
         (lambda: pr.AdmissionConfig(sheddable_share=0.0), pr.InvalidConfig, ValueError),
         (lambda: pr.EngineLoad(waiting=0, running=0, measured_at_s=0.0, kv_usage=1.5), pr.InvalidConfig, ValueError),
