@@ -16,6 +16,9 @@ use super::timing::{TERMS, Timing};
 pub(crate) struct Floor {
     terms: [AtomicU64; TERMS],
     speed: AtomicU32,
+    /// The least fixed time of a step in whole nanoseconds (`u64::MAX` before any
+    /// worker's), for the fleet's load, which reads it on every route.
+    step_base_ns: AtomicU64,
 }
 
 impl Default for Floor {
@@ -23,6 +26,7 @@ impl Default for Floor {
         Floor {
             terms: core::array::from_fn(|_| AtomicU64::new(f64::INFINITY.to_bits())),
             speed: AtomicU32::new(0.0f32.to_bits()),
+            step_base_ns: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -35,6 +39,8 @@ impl Floor {
             bound.fetch_min(term.max(0.0).to_bits(), Relaxed);
         }
         self.speed.fetch_max(speed.max(0.0).to_bits(), Relaxed);
+        let base_ns = (timing.step_base_s.max(0.0) * 1e9) as u64;
+        self.step_base_ns.fetch_min(base_ns, Relaxed);
     }
 
     /// Takes the bound afresh from every worker's terms and speed (`workers`).
@@ -47,14 +53,17 @@ impl Floor {
             bound.store(term.load(Relaxed), Relaxed);
         }
         self.speed.store(fresh.speed.load(Relaxed), Relaxed);
+        self.step_base_ns
+            .store(fresh.step_base_ns.load(Relaxed), Relaxed);
     }
 
-    /// The least fixed time of a step (0 before any worker's): an idle worker's load.
+    /// The least fixed time of a step in whole nanoseconds (0 before any worker's): an idle
+    /// worker's load.
     #[inline]
-    pub(crate) fn step_base_s(&self) -> f64 {
-        match f64::from_bits(self.terms[Timing::STEP_BASE].load(Relaxed)) {
-            t if t.is_finite() => t,
-            _ => 0.0,
+    pub(crate) fn step_base_ns(&self) -> u64 {
+        match self.step_base_ns.load(Relaxed) {
+            u64::MAX => 0,
+            ns => ns,
         }
     }
 

@@ -19,9 +19,6 @@ pub(crate) struct LoadKey {
     /// Uncached prompt tokens of every request routed to it since it was added.
     pub(crate) assigned_prefill: AtomicU64,
     pub(crate) routed: AtomicU64,
-    /// The worker's part of the fleet's load ([`Registry::busy_share`]): its load in
-    /// nanoseconds, capped at the busy horizon.
-    busy_ns: AtomicU64,
 }
 
 impl LoadKey {
@@ -32,7 +29,6 @@ impl LoadKey {
             load_ns: AtomicU64::new(value),
             assigned_prefill: AtomicU64::new(value),
             routed: AtomicU64::new(value),
-            busy_ns: AtomicU64::new(0),
         }
     }
 
@@ -141,10 +137,12 @@ impl Slots {
 pub(crate) struct Registry {
     slots: RwLock<Slots>,
     epochs: AtomicU64,
-    /// The registered workers' capped loads summed ([`LoadKey`]'s `busy_ns`), and their
-    /// number: the fleet's load in O(1) a route.
+    /// The registered workers' loads summed, each capped at `cap_ns`, and their number:
+    /// the fleet's load in O(1) a route ([`busy_share`](Self::busy_share)).
     busy_ns: AtomicU64,
     workers: AtomicU64,
+    /// The cap of each worker's part of `busy_ns` (the busy horizon), set once.
+    cap_ns: AtomicU64,
 }
 
 impl Registry {
@@ -154,14 +152,20 @@ impl Registry {
         self.slots.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Sets the cap of each worker's part of the fleet's load (once, before any load).
+    pub(crate) fn set_cap(&self, cap_ns: u64) {
+        self.cap_ns.store(cap_ns, Relaxed);
+    }
+
     /// Sets a registered worker's load key to `load_s`; the fleet's sum follows its load
-    /// capped at `cap_ns`.
+    /// capped at the cap `set_cap` set (`cap_ns`, passed to spare the read).
     #[inline]
     pub(crate) fn set_load(&self, key: &LoadKey, load_s: f64, cap_ns: u64) {
         let load = (load_s * 1e9) as u64;
-        key.load_ns.store(load, Relaxed);
+        // Swapped, not stored: the previous load gives the worker's previous part exactly,
+        // whatever other threads set meanwhile.
+        let before = key.load_ns.swap(load, Relaxed).min(cap_ns);
         let busy = load.min(cap_ns);
-        let before = key.busy_ns.swap(busy, Relaxed);
         if busy != before {
             // Modular: the sum stays exact whichever way the worker's part moved.
             self.busy_ns.fetch_add(busy.wrapping_sub(before), Relaxed);
@@ -216,7 +220,7 @@ impl Registry {
                 *slot = None;
                 if let Some(key) = slots.keys.get_mut(i) {
                     // Under the write lock: no load is being set meanwhile.
-                    let busy = key.busy_ns.load(Relaxed);
+                    let busy = key.load_ns.load(Relaxed).min(self.cap_ns.load(Relaxed));
                     self.busy_ns.fetch_sub(busy, Relaxed);
                     *key = LoadKey::filled(LoadKey::VACANT);
                 }

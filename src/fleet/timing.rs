@@ -45,9 +45,6 @@ impl Timing {
         }
     }
 
-    /// The index of [`step_base_s`](Self::step_base_s) in [`to_array`](Self::to_array).
-    pub(crate) const STEP_BASE: usize = 1;
-
     /// The terms as an array, in [`Terms`]' order.
     pub(crate) fn to_array(self) -> [f64; TERMS] {
         [

@@ -71,6 +71,7 @@ impl Fleet {
             heard: AtomicU64::new(0),
             busy_horizon_ns: nanos(config.busy_horizon),
         };
+        fleet.registry.set_cap(fleet.busy_horizon_ns);
         for w in 0..num_workers {
             fleet.add(WorkerId::new(w))?;
         }
@@ -235,7 +236,7 @@ impl Fleet {
     /// the horizon. Kept summed as load keys change, so a route reads it in O(1).
     #[inline]
     pub(crate) fn load_share(&self) -> f32 {
-        let idle_ns = (self.floor.step_base_s() * 1e9) as u64;
+        let idle_ns = self.floor.step_base_ns();
         self.registry.busy_share(self.busy_horizon_ns, idle_ns)
     }
 
