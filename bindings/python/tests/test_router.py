@@ -400,3 +400,10 @@ def test_the_pair_router_splits_long_prompts_and_completes_both_sides() -> None:
     with pytest.raises(pr.InvalidConfig):
         never.complete(pairs.route(list(range(64))))
     assert math.isfinite(aggregated.decode.predicted_ttft_s)
+
+
+def test_the_package_docstring_example_runs() -> None:
+    import doctest
+
+    result = doctest.testmod(pr)
+    assert result.attempted > 0 and result.failed == 0, result
