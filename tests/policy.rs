@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use prefix_router::{
     Balanced, BalancedConfig, BalancedRouter, CacheEvent, CacheSync, Candidate, Cost, EngineLoad,
     Error, IndexConfig, LoadConfig, MissWeight, Policy, PolicyRouter, ReloadConfig, ReplicaConfig,
-    RouteDecision, RouteRequest, Router, Staleness, Tier, WorkerId, WorkerProfile, choose_min,
+    RouteDecision, RouteRequest, Router, Staleness, StepModel, Tier, WorkerId, WorkerProfile,
+    choose_min,
 };
 
 /// Picks the candidate at a fixed index, records what it was offered.
@@ -388,18 +389,31 @@ fn a_faster_holder_behind_a_queue_is_reached() {
     );
 }
 
-/// Records the fleet's load each route's candidates carry.
-struct FleetLoadSeen(Mutex<Vec<Vec<f64>>>);
+/// Records, for each route, the fleet's load each candidate carries and each candidate's
+/// load.
+struct FleetLoadSeen(Mutex<Vec<(Vec<f64>, Vec<u64>)>>);
 
 impl Policy for FleetLoadSeen {
     fn name(&self) -> &'static str {
         "fleet_load_seen"
     }
     fn select(&self, _: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
-        let loads = candidates.iter().map(Candidate::fleet_load).collect();
-        self.0.lock().unwrap().push(loads);
+        let shares = candidates.iter().map(Candidate::fleet_load).collect();
+        let loads = candidates.iter().map(Candidate::load_ns).collect();
+        self.0.lock().unwrap().push((shares, loads));
         0
     }
+}
+
+/// The fleet's load recomputed from every worker's load: capped at the busy horizon,
+/// beyond an idle worker's step, as a share of the horizon beyond it.
+fn fleet_load_of(loads: &[u64], horizon_ns: u64) -> f64 {
+    let idle = (StepModel::default().step_base_s * 1e9) as u64;
+    let busy: f64 = loads
+        .iter()
+        .map(|&l| l.min(horizon_ns) as f64 - idle as f64)
+        .sum();
+    (busy / (loads.len() as f64 * (horizon_ns - idle) as f64)).clamp(0.0, 1.0)
 }
 
 /// Queued prefill of `seconds` at the configured rate, reported by `worker`.
@@ -427,9 +441,9 @@ fn every_candidate_carries_the_fleet_s_load() {
         let d = router.route(&RouteRequest::new(&prompt)).unwrap();
         router.complete(&d);
         let routes = router.policy().0.lock().unwrap();
-        let loads = routes.last().unwrap();
-        assert!(loads.iter().all(|&l| l == loads[0]), "{loads:?}");
-        seen.push(loads[0]);
+        let (shares, _) = routes.last().unwrap();
+        assert!(shares.iter().all(|&l| l == shares[0]), "{shares:?}");
+        seen.push(shares[0]);
     }
     assert_eq!(seen[0], 0.0);
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
@@ -636,6 +650,77 @@ proptest::proptest! {
             proptest::prop_assert_eq!(a.worker(), b.worker(), "op {}: {}", i, receipt);
             proptest::prop_assert_eq!(a.cached_tokens(), b.cached_tokens());
             open.push([a, b]);
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// The fleet's load, kept summed as load keys change, is on every route what recomputing
+    /// it from every worker's load gives: through engine reports repeated, late (older than
+    /// the last) and out of order, routes, first tokens, completions, and workers removed and
+    /// added again.
+    #[test]
+    fn the_fleet_s_load_follows_every_worker_s_load(
+        ops in proptest::collection::vec(
+            (0u8..6, 0u32..4, 0u64..40_000, 0u64..20_000),
+            1..80,
+        ),
+    ) {
+        let policy = FleetLoadSeen(Mutex::new(Vec::new()));
+        let router = PolicyRouter::with_policy(4, policy, IndexConfig::default()).unwrap();
+        let horizon = LoadConfig::default().busy_horizon.as_nanos() as u64;
+        let mut open: Vec<RouteDecision> = Vec::new();
+        for (i, &(kind, worker, tokens, at_ms)) in ops.iter().enumerate() {
+            let w = WorkerId::new(worker);
+            match kind {
+                0 | 1 => {
+                    // A report, at any time: repeated, late and out of order alike.
+                    let at = std::time::Duration::from_millis(at_ms);
+                    let report = EngineLoad::new(tokens % 7, tokens % 300, at)
+                        .with_prefill_tokens(tokens);
+                    let _ = router.report_load(w, report);
+                    if kind == 1 {
+                        let _ = router.report_load(w, report);
+                    }
+                }
+                2 => {
+                    let prompt: Vec<u32> = (0..(tokens % 4_000) as u32 + 1)
+                        .map(|t| t + i as u32 * 100_000)
+                        .collect();
+                    if let Ok(d) = router.route(&RouteRequest::new(&prompt)) {
+                        open.push(d);
+                    }
+                }
+                3 => {
+                    if let Some(d) = open.first() {
+                        router.first_token(d);
+                    }
+                }
+                4 => {
+                    if !open.is_empty() {
+                        router.complete(&open.remove(0));
+                    }
+                }
+                _ => {
+                    // Worker 0 stays, so that a route always has a worker.
+                    if worker > 0 && router.remove_worker(w).is_err() {
+                        router.add_worker(w).unwrap();
+                    }
+                }
+            }
+            let probe: Vec<u32> = vec![7; 16];
+            let d = router.route(&RouteRequest::new(&probe)).unwrap();
+            router.complete(&d);
+            let routes = router.policy().0.lock().unwrap();
+            let (shares, loads) = routes.last().unwrap();
+            let expected = fleet_load_of(loads, horizon);
+            proptest::prop_assert!(shares.iter().all(|&l| l == shares[0]));
+            proptest::prop_assert!(
+                (shares[0] - expected).abs() < 1e-4,
+                "op {}: carried {}, recomputed {} from {:?}", i, shares[0], expected, loads
+            );
         }
     }
 }
