@@ -407,3 +407,14 @@ def test_the_package_docstring_example_runs() -> None:
 
     result = doctest.testmod(pr)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_the_package_readme_examples_run() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
