@@ -2,7 +2,7 @@
 //! `4xP,4xD` fleet, with the crate's decider (`cost`) checked against the field's and the
 //! fixed ones.
 //!
-//! Cells: the agentic and the long-context workloads at 1× and 4× (and at 8× on
+//! Cells: the open-loop agentic (`agentic_open`) and the long-context workloads at 1× and 4× (and at 8× on
 //! `2xP,6xD`), both Mooncake traces at 1×, engine events. Left out: the Mooncake traces at
 //! 4× and every workload at 8× on `4xP,4xD`, where the deciders that split every request
 //! queue for minutes of simulated time each.
@@ -78,8 +78,8 @@ pub(crate) fn run(args: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The workloads: both Mooncake traces (from `data/`), the agentic and the long-context
-/// ones.
+/// The workloads: both Mooncake traces (from `data/`), the open-loop agentic and the
+/// long-context ones.
 fn workloads(args: &Args) -> Result<Vec<(String, Vec<Request>)>, Failure> {
     let mut out = Vec::new();
     for trace in ["conversation", "synthetic"] {
@@ -87,7 +87,7 @@ fn workloads(args: &Args) -> Result<Vec<(String, Vec<Request>)>, Failure> {
         let requests = load_mooncake(&path).map_err(|e| (format!("{path}: {e}"), 2))?;
         out.push((format!("mooncake {trace}"), requests));
     }
-    for name in ["agentic", "long_context"] {
+    for name in ["agentic_open", "long_context"] {
         let requests = Workload::builtin()
             .into_iter()
             .find(|(n, _)| *n == name)

@@ -3,8 +3,8 @@
 //! The engines run by each built-in engine profile but `default` ([`ENGINE_PROFILES`]; the
 //! matrix's other cells run `default`), which the routers are not told: they learn the
 //! timings online. For each profile, on the Mooncake conversation trace (its arrivals
-//! spread, [`CONVERSATION_ARRIVALS`]) and on the built-in agentic workload, with engine
-//! events:
+//! spread, [`CONVERSATION_ARRIVALS`]) and on the built-in agentic workloads, open-loop
+//! (`agentic_open`) and closed-loop (`agentic`), with engine events:
 //! - at 1× and 4×, every policy (the peers' included): the recommended policy's bar, as the
 //!   matrix's plain cells check it, and its TTFT prediction error;
 //! - at 2×, 3×, 5× and 6×, the recommended policy alone without admission: with 1× and 4×,
@@ -22,12 +22,12 @@ use super::matrix::{self, ADMISSION_POLICIES, ADMISSION_PRIORITIES, Bar, Cell, R
 use prefix_router::sim::{Arrivals, ENGINE_PROFILES, EngineProfile, Request, SimReport, SyncMode};
 
 /// The axis' workloads, by their names in the matrix.
-const WORKLOADS: [&str; 2] = ["mooncake conversation", "agentic"];
+const WORKLOADS: [&str; 3] = ["mooncake conversation", "agentic_open", "agentic"];
 
 /// When the conversation trace's requests arrive in these cells. The trace's times are
 /// binned (12,031 requests at 1,180 instants, up to 28 at once); spread over the gap to the
 /// next instant, a burst is no artefact of the recording that makes every prediction of
-/// its requests' time to first token wrong. The agentic workload's arrivals are its own.
+/// its requests' time to first token wrong. The agentic workloads' arrivals are their own.
 pub(super) const CONVERSATION_ARRIVALS: Arrivals = Arrivals::Spread;
 
 /// The loads where every policy runs and the bar is checked.
@@ -140,6 +140,7 @@ fn cells(args: &Args) -> (Vec<Cell>, Vec<Place>) {
                     },
                     plain: true,
                     twin,
+                    hit_floor: false,
                 });
                 places.push(Place { profile, kind });
             }
@@ -226,9 +227,9 @@ impl Axis<'_> {
             "Engine profiles: the engines' step times by each built-in profile, which the routers are not told (they learn the timings online); engine events; the conversation trace's arrivals {arrivals}; TTFT error: |predicted − measured| / measured of the recommended policy's time to first token\n"
         );
         println!(
-            "| profile | workload | cell | hit / pooled (≥ 95 %) | TTFT p99 / best (≤ 1.10) | TPOT p99 / round robin (≤ 1.10) | goodput / best (≥ 0.95) | TTFT error p50 (≤ 20 %) | TTFT error p90 (≤ 50 %) |"
+            "| profile | workload | cell | hit / pooled (≥ 95 %) | TTFT p99 / best (≤ 1.10) | TPOT p99 / round robin (≤ 1.10) | goodput / best (≥ 0.95) | session p99 / best (≤ 1.10) | TTFT error p50 (≤ 20 %) | TTFT error p90 (≤ 50 %) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for (_, cell, _, reports) in self.each().filter(|e| e.2.kind == Kind::Plain) {
             let target = cell.args.cluster.ttft_target_s;
             let (Some(bar), Some(rec)) = (
@@ -245,8 +246,9 @@ impl Axis<'_> {
             });
             let (workload, profile) = self.names(cell);
             println!(
-                "| {profile} | {workload} | {} | {p} | {t} | {d} | {g} | {e50} | {e90} |",
-                cell.label
+                "| {profile} | {workload} | {} | {p} | {t} | {d} | {g} | {} | {e50} | {e90} |",
+                cell.label,
+                bar.session_cell()
             );
         }
     }

@@ -27,11 +27,11 @@ fn print_csv(rows: &[(String, SimReport)]) {
         "workload,policy,requests,prompt_tokens,prefill_tokens,hit_ratio,ideal_hit_ratio,\
          pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,tpot_p50_s,\
          tpot_p99_s,e2e_p99_s,goodput,goodput_rps,shed,preemptions,makespan_s,decision_ns,\
-         ttft_error_p50,ttft_error_p90"
+         ttft_error_p50,ttft_error_p90,sessions,session_p50_s,session_p99_s"
     );
     for (w, r) in rows {
         println!(
-            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.1},{:.0},{:.4},{:.4}",
+            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.1},{:.0},{:.4},{:.4},{},{:.4},{:.4}",
             r.policy,
             r.requests,
             r.prompt_tokens,
@@ -53,7 +53,10 @@ fn print_csv(rows: &[(String, SimReport)]) {
             r.makespan_s,
             r.decision_ns,
             r.ttft_error_p50,
-            r.ttft_error_p90
+            r.ttft_error_p90,
+            r.sessions,
+            r.session_p50_s,
+            r.session_p99_s
         );
     }
 }
@@ -68,7 +71,7 @@ fn print_table(rows: &[(String, SimReport)]) {
                 r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
             );
             println!(
-                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>11}",
+                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>11} {:>11}",
                 "policy",
                 "prefill tokens",
                 "hit",
@@ -81,13 +84,14 @@ fn print_table(rows: &[(String, SimReport)]) {
                 "shed",
                 "preempt",
                 "route µs",
-                "ttft error"
+                "ttft error",
+                "session p99"
             );
             last = w;
         }
         let pooled = r.ratio_to_pooled();
         println!(
-            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>7} {:>8} {:>9.2} {:>4.0}%/{:>4.0}%",
+            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>7} {:>8} {:>9.2} {:>4.0}%/{:>4.0}% {:>10.1}s",
             r.policy,
             r.prefill_tokens,
             r.hit_ratio,
@@ -101,7 +105,8 @@ fn print_table(rows: &[(String, SimReport)]) {
             r.preemptions,
             r.decision_ns / 1000.0,
             r.ttft_error_p50 * 100.0,
-            r.ttft_error_p90 * 100.0
+            r.ttft_error_p90 * 100.0,
+            r.session_p99_s
         );
     }
 }

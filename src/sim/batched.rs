@@ -89,7 +89,7 @@ struct Run<'s> {
     workers: Vec<Worker>,
     seqs: Vec<Option<Seq>>,
     flights: Vec<Option<Flight>>,
-    clock: Clock,
+    clock: Clock<'s>,
     tally: Tally,
     outcomes: Vec<Outcome>,
     /// The disaggregated run's state; `None` for a run through plain routers.
@@ -127,7 +127,7 @@ impl<'s> Run<'s> {
             sync: ReplicaBus::new(cfg),
             seqs: (0..n).map(|_| None).collect(),
             flights: (0..n).map(|_| None).collect(),
-            clock: Clock::default(),
+            clock: sim.clock(),
             tally: sim.tally(),
             outcomes: Vec::new(),
             pd: None,
@@ -163,9 +163,9 @@ impl<'s> Run<'s> {
         self.schedule_faults_and_scrapes();
         let sim = self.sim;
         let n = sim.requests().len();
-        while let Some((now, tick)) = self.clock.next(n, |i| sim.arrival(i)) {
-            if let Tick::Arrival(i) = tick {
-                progress(i + 1, n);
+        while let Some((now, tick)) = self.clock.next() {
+            if let Tick::Arrival(_) = tick {
+                progress(self.clock.arrived(), n);
             }
             self.tick(now, tick)?;
         }
@@ -212,6 +212,7 @@ impl<'s> Run<'s> {
             .sim
             .route(&mut self.replicas, i, now, &mut self.tally)?
         else {
+            self.clock.ended(i, now);
             return Ok(());
         };
         let w = routed.worker;
@@ -332,11 +333,13 @@ impl<'s> Run<'s> {
                         .tokens_after(&f.decision, output - 1, elapsed);
                 }
                 self.release(i, now);
+                self.clock.ended(i, now);
             }
             Outcome::Preempted(i) => self.tally.preempted(i),
             Outcome::Rejected(i) => {
                 self.tally.rejected(i);
                 self.release(i, now);
+                self.clock.ended(i, now);
             }
         }
         Ok(())
@@ -380,10 +383,9 @@ impl<'s> Run<'s> {
             self.sync
                 .send(&self.replicas, r, now, true, &mut self.clock);
         }
-        let n = self.sim.requests().len();
         let moving = self.pd.as_ref().is_some_and(pd::PdHost::moving);
         let busy = moving || self.workers.iter().any(|w| w.step.is_some());
-        if busy || !self.clock.arrivals_done(n) {
+        if busy || !self.clock.arrivals_done() {
             let interval = self.sim.config().scrape_interval_s;
             self.clock.schedule(now + interval, SCRAPE, 0);
         }
@@ -505,13 +507,9 @@ mod tests {
             .unwrap();
             let replicas = Replicas::new(&routers, sim.config()).unwrap();
             let mut run = Run::new(&sim, replicas, vec![Some(&mirror)]);
-            let n = sim.requests().len();
-            let mut arrived = 0;
-            while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
-                if let Tick::Arrival(i) = tick {
-                    arrived = i + 1;
-                }
+            while let Some((now, tick)) = run.clock.next() {
                 run.tick(now, tick).unwrap();
+                let arrived = run.clock.arrived();
                 for w in 0..workers as usize {
                     for r in &sim.requests()[..arrived] {
                         let mut tokens = Vec::new();
@@ -524,7 +522,7 @@ mod tests {
                 }
             }
             let report = run.report();
-            prop_assert_eq!(report.requests, n);
+            prop_assert_eq!(report.requests, sim.requests().len());
             let done = report.request_records.iter().all(|r| r.e2e_s.is_some() || r.rejected);
             prop_assert!(done, "every request finished or was dropped");
         }

@@ -1,8 +1,9 @@
-//! The event queue of a run: timed events in time order, and the trace's arrivals between
-//! them.
+//! The event queue of a run: timed events in time order, and the arrivals between them.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+use super::follow::ArrivalQueue;
 
 /// What happens next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,41 +15,56 @@ pub(super) enum Tick {
     Timed(u8, usize),
 }
 
-/// Timed events and the next arrival. Timed events go before an arrival at the same time.
+/// Timed events and the arrivals. Timed events go before an arrival at the same time.
 #[derive(Debug, Default)]
-pub(super) struct Clock {
+pub(super) struct Clock<'s> {
     /// (time bits, kind, subject). Times are non-negative, so their bits order as they do.
     timed: BinaryHeap<Reverse<(u64, u8, usize)>>,
-    next_arrival: usize,
+    arrivals: ArrivalQueue<'s>,
 }
 
-impl Clock {
+impl<'s> Clock<'s> {
+    /// A clock handing out `arrivals` between its timed events.
+    pub(super) fn new(arrivals: ArrivalQueue<'s>) -> Self {
+        Self {
+            timed: BinaryHeap::new(),
+            arrivals,
+        }
+    }
+
     /// Schedules a timed event of `kind` about `subject` at `at` (non-negative).
     pub(super) fn schedule(&mut self, at: f64, kind: u8, subject: usize) {
         self.timed
             .push(Reverse((at.max(0.0).to_bits(), kind, subject)));
     }
 
-    /// Whether all of `arrivals` arrivals have been handed out.
-    pub(super) fn arrivals_done(&self, arrivals: usize) -> bool {
-        self.next_arrival >= arrivals
+    /// Whether no arrival is left to hand out now: all arrived, or the rest wait for
+    /// requests still running.
+    pub(super) fn arrivals_done(&self) -> bool {
+        self.arrivals.done()
     }
 
-    /// The next tick and its time, `arrival(i)` giving request `i`'s arrival time for `i`
-    /// below `arrivals`.
-    pub(super) fn next(
-        &mut self,
-        arrivals: usize,
-        arrival: impl Fn(usize) -> f64,
-    ) -> Option<(f64, Tick)> {
+    /// Requests that have arrived so far.
+    pub(super) fn arrived(&self) -> usize {
+        self.arrivals.arrived
+    }
+
+    /// Request `i` ended at `now` (finished, refused or dropped): what waits for it may
+    /// arrive.
+    pub(super) fn ended(&mut self, i: usize, now: f64) {
+        self.arrivals.ended(i, now);
+    }
+
+    /// The next tick and its time.
+    pub(super) fn next(&mut self) -> Option<(f64, Tick)> {
         let timed = self
             .timed
             .peek()
             .map(|Reverse((t, _, _))| f64::from_bits(*t));
-        let i = self.next_arrival;
-        if i < arrivals && timed.is_none_or(|t| arrival(i) < t) {
-            self.next_arrival += 1;
-            return Some((arrival(i), Tick::Arrival(i)));
+        let arrival = self.arrivals.peek().map(|(at, _)| at);
+        if arrival.is_some_and(|at| timed.is_none_or(|t| at < t)) {
+            let (at, i) = self.arrivals.pop()?;
+            return Some((at, Tick::Arrival(i)));
         }
         let Reverse((t, kind, subject)) = self.timed.pop()?;
         Some((f64::from_bits(t), Tick::Timed(kind, subject)))

@@ -108,7 +108,7 @@ impl<'s> EventBus<'s> {
         worker: WorkerId,
         seq: u64,
         events: Vec<CacheEvent>,
-        clock: &mut Clock,
+        clock: &mut Clock<'_>,
     ) -> Result<(), Error> {
         let batch = Rc::new(Batch {
             worker,
@@ -128,7 +128,7 @@ impl<'s> EventBus<'s> {
     /// # Errors
     ///
     /// A sink's error applying an event.
-    pub(super) fn deliver(&mut self, now: f64, clock: &mut Clock) -> Result<(), Error> {
+    pub(super) fn deliver(&mut self, now: f64, clock: &mut Clock<'_>) -> Result<(), Error> {
         match self.in_flight.pop_front() {
             Some(batch) => self.arrive(now, &batch, clock),
             None => Ok(()),
@@ -151,7 +151,7 @@ impl<'s> EventBus<'s> {
     }
 
     /// `batch` reaches every sink's channel at `now`.
-    fn arrive(&mut self, now: f64, batch: &Rc<Batch>, clock: &mut Clock) -> Result<(), Error> {
+    fn arrive(&mut self, now: f64, batch: &Rc<Batch>, clock: &mut Clock<'_>) -> Result<(), Error> {
         for s in 0..self.sinks.len() {
             let Some(sink) = self.sinks[s] else { continue };
             let channel = s * self.workers + batch.worker.index();
@@ -229,7 +229,7 @@ mod tests {
         let mut clock = Clock::default();
         let mut published = 0;
         loop {
-            let next = clock.next(0, |_| 0.0);
+            let next = clock.next();
             let publish_at = published as f64 * 0.01;
             let due = next.is_none_or(|(t, _)| publish_at <= t);
             if due && published < batches.len() {
@@ -323,7 +323,7 @@ mod tests {
         let mut clock = Clock::default();
         bus.publish(1.0, W, 0, vec![event(1)], &mut clock).unwrap();
         assert_eq!(sink.cached_tokens(W, &[], &chain(1)), 0, "not yet");
-        assert_eq!(clock.next(0, |_| 0.0), Some((1.5, Tick::Timed(DELIVER, 0))));
+        assert_eq!(clock.next(), Some((1.5, Tick::Timed(DELIVER, 0))));
         bus.deliver(1.5, &mut clock).unwrap();
         assert_eq!(sink.cached_tokens(W, &[], &chain(1)), 4);
     }

@@ -52,11 +52,13 @@
 //!
 //! `cargo run --release --example simulate` runs every policy on the built-in workloads.
 
+mod agents;
 mod batched;
 mod chain_lru;
 mod clock;
 mod config;
 mod events;
+mod follow;
 mod host;
 mod pool;
 mod profile;
@@ -82,4 +84,4 @@ pub use self::report::{RequestRecord, SimReport};
 pub use self::simulation::Simulation;
 pub use self::tally::PREDICTION_WARMUP;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
-pub use self::workload::{Prompt, Request, Workload};
+pub use self::workload::{Follows, Prompt, Request, Workload};

@@ -54,7 +54,7 @@ impl ReplicaBus {
         r: Replica,
         now: f64,
         heartbeat: bool,
-        clock: &mut Clock,
+        clock: &mut Clock<'_>,
     ) {
         let Some(delay) = self.delay_s else { return };
         if replicas.len() < 2 {

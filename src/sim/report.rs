@@ -105,6 +105,14 @@ pub struct SimReport {
     pub ttft_error_p50: f64,
     /// The same error's 90th percentile.
     pub ttft_error_p90: f64,
+    /// Sessions whose every request finished (a sub-agent's requests count with the
+    /// session that started it, [`Request::follows`](super::Request::follows)).
+    pub sessions: usize,
+    /// Session completion time, from its first arrival to its last token, median over
+    /// those sessions, seconds (0 when none): what an agent's user waits for.
+    pub session_p50_s: f64,
+    /// Session completion time, 99th percentile.
+    pub session_p99_s: f64,
 }
 
 impl SimReport {
@@ -139,6 +147,7 @@ impl SimReport {
                 "\"makespan_s\":{:.6},\"throughput_rps\":{:.6},\"decision_ns\":{:.1},",
                 "\"transfers\":{},\"transfer_bytes\":{},\"pd_decider\":{},",
                 "\"ttft_error_p50\":{:.6},\"ttft_error_p90\":{:.6},",
+                "\"sessions\":{},\"session_p50_s\":{:.6},\"session_p99_s\":{:.6},",
                 "\"worker_prefill_tokens\":[{}]}}"
             ),
             self.policy.replace(['"', '\\'], ""),
@@ -185,6 +194,9 @@ impl SimReport {
             ),
             self.ttft_error_p50,
             self.ttft_error_p90,
+            self.sessions,
+            self.session_p50_s,
+            self.session_p99_s,
             self.worker_prefill_tokens
                 .iter()
                 .map(u64::to_string)

@@ -29,10 +29,10 @@ pub(super) fn run(
 ) -> Result<SimReport, Error> {
     let mut run = Run::new(sim, replicas)?;
     let n = sim.requests().len();
-    while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
+    while let Some((now, tick)) = run.clock.next() {
         match tick {
             Tick::Arrival(i) => {
-                progress(i + 1, n);
+                progress(run.clock.arrived(), n);
                 run.arrive(i, now)?;
             }
             Tick::Timed(PREFILL_DONE, i) => run.prefill_done(i, now)?,
@@ -65,7 +65,7 @@ struct Run<'s> {
     replicas: Replicas<'s>,
     fleet: Vec<WorkerSim>,
     flights: Vec<Option<InFlight>>,
-    clock: Clock,
+    clock: Clock<'s>,
     tally: Tally,
 }
 
@@ -94,7 +94,7 @@ impl<'s> Run<'s> {
             replicas,
             fleet,
             flights: (0..n).map(|_| None).collect(),
-            clock: Clock::default(),
+            clock: sim.clock(),
             tally: sim.tally(),
         })
     }
@@ -105,6 +105,7 @@ impl<'s> Run<'s> {
             .sim
             .route(&mut self.replicas, i, now, &mut self.tally)?
         else {
+            self.clock.ended(i, now);
             return Ok(());
         };
         let w = routed.worker;
@@ -143,6 +144,7 @@ impl<'s> Run<'s> {
                 .complete(&flight.routed.decision);
             self.tally
                 .finished(i, now, self.sim.requests()[i].output_tokens);
+            self.clock.ended(i, now);
         }
     }
 

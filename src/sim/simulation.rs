@@ -1,6 +1,8 @@
 //! The replay of a workload through a router against the modelled fleet.
 
+use super::clock::Clock;
 use super::config::{Arrivals, ClusterConfig, Engine, Fault, SyncMode, WorkerSpec};
+use super::follow::{ArrivalQueue, Plan};
 use super::references::References;
 use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
@@ -36,6 +38,8 @@ pub struct Simulation {
     faults: Vec<Fault>,
     hasher: PrefixHasher,
     references: References,
+    /// Who waits for whom (closed-loop workloads).
+    plan: Plan,
 }
 
 impl Simulation {
@@ -93,6 +97,7 @@ impl Simulation {
             .iter()
             .map(|w| w.capacity_tokens / config.block_size + host_blocks)
             .sum();
+        let plan = Plan::new(&requests)?;
         let references = References::compute(&requests, &hasher, pooled_blocks)?;
         let mut requests = requests;
         if config.arrivals == Arrivals::Spread {
@@ -105,6 +110,7 @@ impl Simulation {
             faults: Vec::new(),
             hasher,
             references,
+            plan,
         })
     }
 
@@ -201,9 +207,20 @@ impl Simulation {
             .filter(|_| self.config.sync == mode)
     }
 
-    /// Arrival time of request `i` at the configured speedup.
+    /// Arrival time of request `i` at the configured speedup (a closed-loop request's as
+    /// if every answer were instant).
     pub(super) fn arrival(&self, i: usize) -> f64 {
         self.requests[i].arrival_s / self.config.speedup
+    }
+
+    /// A clock for a run: the requests arrive at their times at the configured speedup, a
+    /// closed-loop request a gap after those it follows end.
+    pub(super) fn clock(&self) -> Clock<'_> {
+        Clock::new(ArrivalQueue::new(
+            &self.plan,
+            &self.requests,
+            self.config.speedup,
+        ))
     }
 
     /// The hasher of the fleet's blocks.
@@ -214,7 +231,7 @@ impl Simulation {
     /// A tally for a run of this workload.
     pub(super) fn tally(&self) -> Tally {
         Tally::new(
-            self.requests.len(),
+            self.plan.groups().to_vec(),
             (self.config.ttft_target_s, self.config.tpot_target_s),
         )
     }

@@ -22,6 +22,8 @@ pub(super) struct Tally {
     last_completion: f64,
     /// The decider of a disaggregated run.
     pub(super) pd_decider: Option<String>,
+    /// Each request's session group (sub-agents count with the session that started them).
+    groups: Vec<Option<u32>>,
 }
 
 /// The `p` quantile (nearest rank) of sorted `values`; 0 for none.
@@ -63,6 +65,29 @@ fn prediction_errors(records: &[RequestRecord]) -> [f64; 2] {
     [0.50, 0.90].map(|p| quantile(&errors, p))
 }
 
+/// The median and 99th percentile of session completion times, first arrival to last
+/// token, over the sessions whose every request finished, and how many those are.
+fn session_times(records: &[RequestRecord], groups: &[Option<u32>]) -> (usize, [f64; 2]) {
+    let count = groups.iter().flatten().max().map_or(0, |&g| g as usize + 1);
+    let mut spans = vec![(f64::MAX, 0.0_f64, true); count];
+    for (r, g) in records.iter().zip(groups) {
+        let Some(g) = *g else { continue };
+        let span = &mut spans[g as usize];
+        span.0 = span.0.min(r.arrival_s);
+        match r.e2e_s {
+            Some(e2e) => span.1 = span.1.max(r.arrival_s + e2e),
+            None => span.2 = false,
+        }
+    }
+    let mut times: Vec<f64> = spans
+        .iter()
+        .filter(|s| s.0 < f64::MAX && s.2)
+        .map(|s| s.1 - s.0)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (times.len(), [0.50, 0.99].map(|p| quantile(&times, p)))
+}
+
 /// What a run measured beside the records: per worker, tokens computed and busy time.
 pub(super) struct Workers {
     pub(super) prefill_tokens: Vec<u64>,
@@ -70,8 +95,10 @@ pub(super) struct Workers {
 }
 
 impl Tally {
-    /// A tally of `requests` requests against goodput's `targets` (TTFT, TPOT).
-    pub(super) fn new(requests: usize, targets: (f64, f64)) -> Self {
+    /// A tally of requests in session `groups` (one per request) against goodput's
+    /// `targets` (TTFT, TPOT).
+    pub(super) fn new(groups: Vec<Option<u32>>, targets: (f64, f64)) -> Self {
+        let requests = groups.len();
         Self {
             records: (0..requests)
                 .map(|index| RequestRecord {
@@ -86,6 +113,7 @@ impl Tally {
             decision_ns: 0,
             last_completion: 0.0,
             pd_decider: None,
+            groups,
         }
     }
 
@@ -194,6 +222,7 @@ impl Tally {
         let host_tokens: u64 = served().map(|r| r.host_cached_tokens as u64).sum();
         let ttft = percentiles(self.records.iter().filter_map(|r| r.ttft_s).collect());
         let errors = prediction_errors(&self.records);
+        let (sessions, session) = session_times(&self.records, &self.groups);
         let tpot = percentiles(self.records.iter().filter_map(|r| r.tpot_s).collect());
         let e2e = percentiles(self.records.iter().filter_map(|r| r.e2e_s).collect());
         let good = self.records.iter().filter(|r| self.good(r)).count();
@@ -252,6 +281,9 @@ impl Tally {
             pd_decider: self.pd_decider,
             ttft_error_p50: errors[0],
             ttft_error_p90: errors[1],
+            sessions,
+            session_p50_s: session[0],
+            session_p99_s: session[1],
             request_records: self.records,
         }
     }

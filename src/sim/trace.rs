@@ -84,6 +84,7 @@ pub fn parse_mooncake(reader: impl BufRead) -> Result<Vec<Request>, Error> {
             },
             output_tokens: output,
             session: None,
+            follows: None,
         });
     }
     out.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));

@@ -1,5 +1,6 @@
 //! Requests and seeded synthetic workloads.
 
+use super::agents::AgentLoop;
 use super::rng::{Rng, Zipf};
 use crate::hash::TokenId;
 
@@ -86,6 +87,30 @@ pub struct Request {
     pub output_tokens: u32,
     /// The conversation it belongs to, if any.
     pub session: Option<String>,
+    /// What it waits for in a closed-loop workload: it arrives a gap after the requests it
+    /// follows end, whatever its `arrival_s` (then only its place in the list's order).
+    /// `None`: it arrives at `arrival_s`.
+    pub follows: Option<Follows>,
+}
+
+/// The requests a closed-loop request waits for, and how long after them it arrives.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Follows {
+    /// Indices in the request list of the requests whose ends (last token, or refusal) it
+    /// waits for; each is earlier in the list than the request that follows it.
+    pub requests: Vec<usize>,
+    /// Seconds from the last of them ending to its arrival (at 1×: divided by the speedup,
+    /// as arrival times are).
+    pub gap_s: f64,
+}
+
+impl Follows {
+    /// Waits for `requests`, arriving `gap_s` after the last of them ends.
+    #[must_use]
+    pub fn new(requests: Vec<usize>, gap_s: f64) -> Self {
+        Self { requests, gap_s }
+    }
 }
 
 impl Request {
@@ -97,6 +122,7 @@ impl Request {
             prompt: Prompt::Tokens(tokens),
             output_tokens,
             session: None,
+            follows: None,
         }
     }
 
@@ -104,6 +130,14 @@ impl Request {
     #[must_use]
     pub fn with_session(mut self, session: impl Into<String>) -> Self {
         self.session = Some(session.into());
+        self
+    }
+
+    /// The same request arriving as `follows` says: a gap after the requests it waits for
+    /// end.
+    #[must_use]
+    pub fn with_follows(mut self, follows: Follows) -> Self {
+        self.follows = Some(follows);
         self
     }
 }
@@ -210,7 +244,7 @@ pub enum Workload {
     /// the model's action (`action_tokens`, also the output length) and the tool's result
     /// (`tool_tokens`), arriving `step_time_s` after the previous step (plus exponential
     /// jitter). Sessions start as a Poisson process. Arrivals are open-loop: a step does not
-    /// wait for the previous answer.
+    /// wait for the previous answer ([`Workload::AgentLoop`] is the closed-loop one).
     Agentic {
         /// Agent sessions.
         sessions: usize,
@@ -230,6 +264,43 @@ pub enum Workload {
         step_time_s: f64,
         /// Mean new sessions per second.
         rate_per_s: f64,
+    },
+    /// Agent sessions that wait for their answers (closed loop): each runs one of `agents`
+    /// agents (its system prompt, `system_tokens`, shared by its sessions) on a task of
+    /// `task_tokens` tokens for `steps` steps. Every step's prompt is the previous one plus
+    /// the model's action (`action_tokens`, also the output length) and the tool's result
+    /// (`tool_tokens`), and it arrives the tool's time after the previous step's last token
+    /// (`tool_time_s` on average: half of it fixed, the rest exponential). Every
+    /// `fan_out_every`-th step (0: never) waits instead for `subagents` parallel sub-agents,
+    /// started by the previous action: each a session of its own whose prompt is the
+    /// parent's context plus a sub-task (`task_tokens`), running `subagent_steps` steps as
+    /// the parent does; their results (an action's tokens each) join the parent's prompt.
+    /// Sessions start as a Poisson process; [`Request::follows`] carries the waits.
+    AgentLoop {
+        /// Agent sessions.
+        sessions: usize,
+        /// Steps of each session (its sub-agents' aside).
+        steps: usize,
+        /// Distinct agents (system prompts), chosen uniformly.
+        agents: usize,
+        /// Tokens of each agent's system prompt.
+        system_tokens: usize,
+        /// Tokens of each session's task and of each sub-agent's sub-task.
+        task_tokens: usize,
+        /// Tokens of each tool result.
+        tool_tokens: usize,
+        /// Tokens of each action (the output of every step).
+        action_tokens: u32,
+        /// Mean seconds a tool runs between an answer and the next step.
+        tool_time_s: f64,
+        /// Mean new sessions per second.
+        rate_per_s: f64,
+        /// Every this many steps the session fans out to sub-agents (0: never).
+        fan_out_every: usize,
+        /// Sub-agents per fan-out.
+        subagents: usize,
+        /// Steps of each sub-agent.
+        subagent_steps: usize,
     },
 }
 
@@ -284,8 +355,10 @@ impl Workload {
             ("few_shot", few_shot),
             ("document_qa", documents),
             ("mix", mix),
+            ("agentic", Self::agent_loop()),
+            ("agentic_swarm", Self::agent_swarm()),
             (
-                "agentic",
+                "agentic_open",
                 Workload::Agentic {
                     sessions: 150,
                     steps: 15,
@@ -313,13 +386,51 @@ impl Workload {
         ]
     }
 
-    /// The requests of this workload for `seed`, ordered by arrival.
+    /// The built-in `agentic` workload: 100 closed-loop sessions of 15 steps over 4 agents'
+    /// 6,000-token prompts, tools of 800 tokens and 2 s, two fan-outs of 2 sub-agents.
+    fn agent_loop() -> Workload {
+        Workload::AgentLoop {
+            sessions: 100,
+            steps: 15,
+            agents: 4,
+            system_tokens: 6_000,
+            task_tokens: 300,
+            tool_tokens: 800,
+            action_tokens: 120,
+            tool_time_s: 2.0,
+            rate_per_s: 1.0,
+            fan_out_every: 5,
+            subagents: 2,
+            subagent_steps: 3,
+        }
+    }
+
+    /// The built-in `agentic_swarm` workload: more agents, longer tool results and
+    /// outputs, and wider fan-outs than `agentic`.
+    fn agent_swarm() -> Workload {
+        Workload::AgentLoop {
+            sessions: 60,
+            steps: 10,
+            agents: 8,
+            system_tokens: 4_000,
+            task_tokens: 500,
+            tool_tokens: 2_000,
+            action_tokens: 400,
+            tool_time_s: 3.0,
+            rate_per_s: 0.5,
+            fan_out_every: 3,
+            subagents: 4,
+            subagent_steps: 3,
+        }
+    }
+
+    /// The requests of this workload for `seed`, ordered by arrival (a closed-loop
+    /// request's [`follows`](Request::follows) indices point into this order).
     #[must_use]
     pub fn generate(&self, seed: u64) -> Vec<Request> {
         let mut out = Vec::new();
         self.generate_into(&mut Rng::new(seed), 0, &mut out);
-        out.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
-        out
+        by_arrival(out)
     }
 
     fn generate_into(&self, rng: &mut Rng, tag: u64, out: &mut Vec<Request>) {
@@ -348,6 +459,34 @@ impl Workload {
             }
             Workload::Conversations { .. } => self.conversations(rng, tag, out),
             Workload::Agentic { .. } => self.agentic(rng, tag, out),
+            Workload::AgentLoop {
+                sessions,
+                steps,
+                agents,
+                system_tokens,
+                task_tokens,
+                tool_tokens,
+                action_tokens,
+                tool_time_s,
+                rate_per_s,
+                fan_out_every,
+                subagents,
+                subagent_steps,
+            } => AgentLoop {
+                sessions,
+                steps,
+                agents,
+                system_tokens,
+                task_tokens,
+                tool_tokens,
+                action_tokens,
+                tool_time_s,
+                rate_per_s,
+                fan_out_every,
+                subagents,
+                subagent_steps,
+            }
+            .generate(rng, tag, out),
             Workload::FewShot {
                 requests,
                 templates,
@@ -461,6 +600,7 @@ impl Workload {
                 prompt,
                 output_tokens,
                 session: None,
+                follows: None,
             });
         }
     }
@@ -547,13 +687,35 @@ impl Sessions {
     }
 }
 
+/// `requests` sorted by arrival (ties in their order), [`Request::follows`] renumbered
+/// to match.
+fn by_arrival(requests: Vec<Request>) -> Vec<Request> {
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by(|&a, &b| requests[a].arrival_s.total_cmp(&requests[b].arrival_s));
+    let mut place = vec![0; requests.len()];
+    for (new, &old) in order.iter().enumerate() {
+        place[old] = new;
+    }
+    let mut slots: Vec<Option<Request>> = requests.into_iter().map(Some).collect();
+    order
+        .iter()
+        .filter_map(|&old| slots[old].take())
+        .map(|mut r| {
+            if let Some(f) = r.follows.as_mut() {
+                f.requests.iter_mut().for_each(|i| *i = place[*i]);
+            }
+            r
+        })
+        .collect()
+}
+
 /// `n` random token IDs.
-fn tokens(rng: &mut Rng, n: usize) -> Vec<TokenId> {
+pub(super) fn tokens(rng: &mut Rng, n: usize) -> Vec<TokenId> {
     (0..n).map(|_| rng.below(VOCAB) as TokenId).collect()
 }
 
 /// `prefix` followed by `n` random token IDs.
-fn prefixed(rng: &mut Rng, prefix: &[TokenId], n: usize) -> Vec<TokenId> {
+pub(super) fn prefixed(rng: &mut Rng, prefix: &[TokenId], n: usize) -> Vec<TokenId> {
     let mut p = prefix.to_vec();
     p.extend(tokens(rng, n));
     p

@@ -151,6 +151,7 @@ impl<'s> Run<'s> {
             Ok(decision) => decision,
             Err(Error::Shed(_)) => {
                 self.tally.shed(i, now, tokens.len());
+                self.clock.ended(i, now);
                 return Ok(());
             }
             Err(e) => return Err(e),
@@ -229,6 +230,7 @@ impl<'s> Run<'s> {
                 self.tally.rejected(i);
                 self.seqs[id] = None;
                 self.finish_pair(i);
+                self.clock.ended(i, now);
             }
         }
         Ok(())
@@ -298,6 +300,7 @@ impl<'s> Run<'s> {
                 pd.router.tokens_after(&pair.decision, output - 1, decoded);
             }
             self.finish_pair(i);
+            self.clock.ended(i, now);
             return;
         }
         let Some(pair) = pd.pairs[i].as_ref() else {
@@ -397,13 +400,9 @@ mod tests {
             let replicas = Replicas::new(&inner, sim.config()).unwrap();
             let mirror = CacheIndex::new(IndexConfig::default().with_block_size(4)).unwrap();
             let mut run = Run::new(&sim, replicas, vec![Some(&mirror)]).disaggregated(&router);
-            let n = sim.requests().len();
-            let mut arrived = 0;
-            while let Some((now, tick)) = run.clock.next(n, |i| sim.arrival(i)) {
-                if let crate::sim::clock::Tick::Arrival(i) = tick {
-                    arrived = i + 1;
-                }
+            while let Some((now, tick)) = run.clock.next() {
                 run.tick(now, tick).unwrap();
+                let arrived = run.clock.arrived();
                 for w in 0..roles.len() {
                     for i in 0..arrived {
                         let tokens = sim.prompt(i);
@@ -418,7 +417,7 @@ mod tests {
             let moved = run.pd.as_ref().map_or(1, |pd| pd.in_transit);
             prop_assert_eq!(moved, 0);
             let report = run.report();
-            prop_assert_eq!(report.requests, n);
+            prop_assert_eq!(report.requests, sim.requests().len());
             let done = report.request_records.iter().all(|r| r.e2e_s.is_some() || r.rejected);
             prop_assert!(done, "every request finished or was dropped");
         }

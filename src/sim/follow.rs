@@ -1,0 +1,192 @@
+//! When requests arrive: on their own at their arrival times, or, in a closed-loop
+//! workload ([`Request::follows`]), a gap after the requests they wait for end.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::workload::Request;
+use crate::error::Error;
+
+/// Who waits for whom, checked and indexed once per simulation.
+#[derive(Debug, Default)]
+pub(super) struct Plan {
+    /// Requests that arrive on their own, in list order.
+    starts: Vec<usize>,
+    /// Request `i`'s dependents are `dependents[first[i]..first[i + 1]]`.
+    dependents: Vec<usize>,
+    first: Vec<usize>,
+    /// How many requests each waits for.
+    waits: Vec<u32>,
+    /// Each request's session group: the session of the request its chain of first
+    /// predecessors starts from, interned; `None` for a chain that starts with no session.
+    groups: Vec<Option<u32>>,
+}
+
+impl Plan {
+    /// The plan of `requests`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a request that follows none, one not earlier in the
+    /// list, or with a gap that is negative or not finite.
+    pub(super) fn new(requests: &[Request]) -> Result<Self, Error> {
+        let n = requests.len();
+        let mut plan = Plan {
+            waits: vec![0; n],
+            groups: vec![None; n],
+            ..Plan::default()
+        };
+        let mut count = vec![0usize; n + 1];
+        let mut sessions = std::collections::BTreeMap::new();
+        for (i, r) in requests.iter().enumerate() {
+            let Some(f) = &r.follows else {
+                plan.starts.push(i);
+                plan.groups[i] = r.session.as_ref().map(|s| {
+                    let next = sessions.len() as u32;
+                    *sessions.entry(s.as_str()).or_insert(next)
+                });
+                continue;
+            };
+            check(i, &f.requests, f.gap_s)?;
+            plan.waits[i] = f.requests.len() as u32;
+            plan.groups[i] = plan.groups[f.requests[0]];
+            for &p in &f.requests {
+                count[p + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            count[i + 1] += count[i];
+        }
+        plan.dependents = vec![0; count[n]];
+        let mut at = count.clone();
+        for (i, r) in requests.iter().enumerate() {
+            for &p in r.follows.iter().flat_map(|f| &f.requests) {
+                plan.dependents[at[p]] = i;
+                at[p] += 1;
+            }
+        }
+        plan.first = count;
+        Ok(plan)
+    }
+
+    /// Each request's session group (see [`Plan`]'s `groups`).
+    pub(super) fn groups(&self) -> &[Option<u32>] {
+        &self.groups
+    }
+
+    /// The requests that wait for request `i`.
+    fn dependents(&self, i: usize) -> &[usize] {
+        self.first
+            .get(i..i + 2)
+            .map_or(&[], |r| &self.dependents[r[0]..r[1]])
+    }
+}
+
+/// Checks that request `i` follows some earlier requests with a gap that is a duration.
+fn check(i: usize, waits: &[usize], gap_s: f64) -> Result<(), Error> {
+    if waits.is_empty() || waits.iter().any(|&p| p >= i) {
+        return Err(crate::config::invalid(
+            "follows",
+            format!("request {i} follows {waits:?}"),
+            "requests earlier in the list, at least one",
+        ));
+    }
+    crate::config::float("follows.gap_s", gap_s, 0.0..=f64::MAX, "seconds")?;
+    Ok(())
+}
+
+/// The arrivals of one run: the next request arriving on its own, and those released by
+/// the ends of the requests they waited for.
+#[derive(Debug, Default)]
+pub(super) struct ArrivalQueue<'s> {
+    plan: Option<&'s Plan>,
+    requests: &'s [Request],
+    /// Arrival times (and gaps) are divided by it.
+    speedup: f64,
+    /// The next of the plan's starts.
+    next_start: usize,
+    /// Requests each still waits for.
+    waits: Vec<u32>,
+    /// The latest end among what each waited for so far.
+    ready: Vec<f64>,
+    /// Whether each request has ended (an end counts once).
+    ended: Vec<bool>,
+    /// (time bits, request) released to arrive.
+    released: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Requests handed out so far.
+    pub(super) arrived: usize,
+}
+
+impl<'s> ArrivalQueue<'s> {
+    /// The arrivals of `requests` under `plan` at `speedup`.
+    pub(super) fn new(plan: &'s Plan, requests: &'s [Request], speedup: f64) -> Self {
+        Self {
+            plan: Some(plan),
+            requests,
+            speedup,
+            next_start: 0,
+            waits: plan.waits.clone(),
+            ready: vec![0.0; requests.len()],
+            ended: vec![false; requests.len()],
+            released: BinaryHeap::new(),
+            arrived: 0,
+        }
+    }
+
+    /// The next arrival, its time and request, without taking it: the earliest of the
+    /// next start and the released (a start first at equal times).
+    pub(super) fn peek(&self) -> Option<(f64, usize)> {
+        let start = self
+            .plan
+            .and_then(|p| p.starts.get(self.next_start))
+            .map(|&i| (self.requests[i].arrival_s / self.speedup, i));
+        let released = self
+            .released
+            .peek()
+            .map(|Reverse((t, i))| (f64::from_bits(*t), *i));
+        match (start, released) {
+            (Some(s), Some(r)) if r.0 < s.0 => Some(r),
+            (Some(s), _) => Some(s),
+            (None, r) => r,
+        }
+    }
+
+    /// Takes the next arrival (as [`peek`](Self::peek) gives it).
+    pub(super) fn pop(&mut self) -> Option<(f64, usize)> {
+        let next = self.peek()?;
+        let from_start = self
+            .plan
+            .and_then(|p| p.starts.get(self.next_start))
+            .is_some_and(|&i| i == next.1);
+        if from_start {
+            self.next_start += 1;
+        } else {
+            self.released.pop();
+        }
+        self.arrived += 1;
+        Some(next)
+    }
+
+    /// Request `i` ended at `now` (its last token, a refusal or a drop): the requests
+    /// that waited only for it, and for others already ended, arrive their gap later.
+    pub(super) fn ended(&mut self, i: usize, now: f64) {
+        let Some(plan) = self.plan else { return };
+        if std::mem::replace(&mut self.ended[i], true) {
+            return;
+        }
+        for &d in plan.dependents(i) {
+            self.ready[d] = self.ready[d].max(now);
+            self.waits[d] -= 1;
+            if self.waits[d] == 0 {
+                let gap = self.requests[d].follows.as_ref().map_or(0.0, |f| f.gap_s);
+                let at = self.ready[d] + gap / self.speedup;
+                self.released.push(Reverse((at.max(0.0).to_bits(), d)));
+            }
+        }
+    }
+
+    /// Whether no arrival is left to hand out now (one released later may still come).
+    pub(super) fn done(&self) -> bool {
+        self.peek().is_none()
+    }
+}
