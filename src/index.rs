@@ -144,6 +144,20 @@ struct Mirror {
     sync: SyncState,
 }
 
+/// What a route's choice reads of the mirror beside the prompt's holders, under its lock.
+#[derive(Clone, Copy)]
+pub(crate) struct MirrorView<'a> {
+    tree: &'a RadixTree,
+}
+
+impl MirrorView<'_> {
+    /// The blocks the mirror believes `worker` holds, at any tier.
+    #[inline]
+    pub(crate) fn blocks_held(self, worker: WorkerId) -> usize {
+        self.tree.blocks_held(worker)
+    }
+}
+
 impl CacheIndex {
     /// An empty index.
     ///
@@ -312,7 +326,7 @@ impl CacheIndex {
     pub(crate) fn match_choose_insert<T>(
         &self,
         blocks: &[BlockHash],
-        choose: impl FnOnce(&[(WorkerId, Held)]) -> Result<(T, WorkerId), Error>,
+        choose: impl FnOnce(&[(WorkerId, Held)], MirrorView<'_>) -> Result<(T, WorkerId), Error>,
     ) -> Result<T, Error> {
         let mut mirror = self.lock();
         let Mirror { tree, sync } = &mut *mirror;
@@ -325,7 +339,7 @@ impl CacheIndex {
             };
             holders.push((worker, held));
         });
-        let (chosen, worker) = choose(&holders)?;
+        let (chosen, worker) = choose(&holders, MirrorView { tree })?;
         tree.insert(worker, blocks);
         if sync.groups().any() {
             sync.groups_mut().routed(worker, blocks);

@@ -724,3 +724,55 @@ proptest::proptest! {
         }
     }
 }
+
+/// Sessions on an idle fleet that share one prompt, each with a context of its own, on
+/// workers whose KV holds three of them: told the capacity, the router fills the holder of
+/// the shared prompt up to its room and then opens new holders, every worker ends with
+/// three sessions, and each session's next turn stays where its context is. Not told the
+/// capacity, it piles every session onto the first holder, whose cache then evicts their
+/// contexts.
+#[test]
+fn sessions_do_not_pile_onto_one_worker_past_its_room() {
+    const ROOM: u64 = 16_384;
+    let shared: Vec<u32> = (0..1_024).collect();
+    let turn = |session: u32, turns: u32| -> Vec<u32> {
+        let own = 4_096 + 456 * (turns - 1);
+        let mut p = shared.clone();
+        p.extend((0..own).map(|t| 1_000_000 * (session + 1) + t));
+        p
+    };
+    let route = |router: &BalancedRouter, prompt: &[u32]| {
+        let request = RouteRequest::new(prompt).with_expected_output(256);
+        let d = router.route(&request).unwrap();
+        router.complete(&d);
+        d.worker().index()
+    };
+    let told = BalancedRouter::new(4).unwrap();
+    let blind = BalancedRouter::new(4).unwrap();
+    for w in 0..4 {
+        let profile = WorkerProfile::default().with_kv_capacity_tokens(ROOM);
+        told.set_profile(WorkerId::new(w), profile).unwrap();
+    }
+    let mut placed = [0usize; 4];
+    let mut blind_placed = [0usize; 4];
+    let mut homes = Vec::new();
+    for s in 0..12 {
+        let home = route(&told, &turn(s, 1));
+        placed[home] += 1;
+        homes.push(home);
+        blind_placed[route(&blind, &turn(s, 1))] += 1;
+    }
+    assert_eq!(placed, [3; 4], "told the room: {placed:?}");
+    assert_eq!(
+        blind_placed.iter().max(),
+        Some(&12),
+        "not told: {blind_placed:?}"
+    );
+    for (s, &home) in homes.iter().enumerate() {
+        assert_eq!(
+            route(&told, &turn(s as u32, 2)),
+            home,
+            "session {s}'s next turn"
+        );
+    }
+}

@@ -37,6 +37,10 @@ pub struct Candidate {
     /// same for every candidate of one request. An `f32`: it fits where the struct had
     /// padding, and a candidate is copied on every route.
     pub(crate) fleet_load: f32,
+    /// KV tokens the worker has free beyond what the mirror believes it holds
+    /// (`u32::MAX`: its capacity is unknown; see [`Candidate::kv_room_tokens`]). It fits
+    /// where the struct had padding.
+    pub(crate) kv_room: u32,
 }
 
 impl Candidate {
@@ -55,6 +59,7 @@ impl Candidate {
             cached_tokens: 0,
             cached_by_tier: [0; 4],
             fleet_load: 0.0,
+            kv_room: u32::MAX,
         }
     }
 
@@ -62,6 +67,18 @@ impl Candidate {
     #[inline]
     pub(crate) fn set_fleet_load(&mut self, load: f32) {
         self.fleet_load = load;
+    }
+
+    /// Records that the mirror believes the worker holds `held_tokens` tokens, at any tier:
+    /// its room is its KV capacity beyond them, where the capacity is known.
+    #[inline]
+    pub(crate) fn set_held_tokens(&mut self, held_tokens: u64) {
+        let capacity = self.estimate.kv_capacity_tokens;
+        self.kv_room = if capacity == 0 {
+            u32::MAX
+        } else {
+            u32::try_from(capacity.saturating_sub(held_tokens)).unwrap_or(u32::MAX - 1)
+        };
     }
 
     /// Counts the whole prompt of `tokens` cached: a decode worker receiving it from a
@@ -95,6 +112,18 @@ impl Candidate {
     #[must_use]
     pub fn fleet_load(&self) -> f64 {
         f64::from(self.fleet_load)
+    }
+
+    /// The KV tokens the worker has free, as far as the router knows: its capacity (told
+    /// by [`WorkerProfile::kv_capacity_tokens`](crate::WorkerProfile::kv_capacity_tokens) or
+    /// reported in [`EngineLoad::kv_blocks_total`](crate::EngineLoad::kv_blocks_total))
+    /// beyond the blocks the mirror believes it holds, cached or in use. `None` when the
+    /// capacity is unknown. A request whose new tokens (those it computes and generates)
+    /// exceed it evicts cached prefixes there.
+    #[inline]
+    #[must_use]
+    pub fn kv_room_tokens(&self) -> Option<u64> {
+        (self.kv_room != u32::MAX).then_some(u64::from(self.kv_room))
     }
 
     /// The worker.

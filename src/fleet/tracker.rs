@@ -311,6 +311,7 @@ impl Fleet {
             cached_tokens: 0,
             cached_by_tier: [0; 4],
             fleet_load: 0.0,
+            kv_room: u32::MAX,
         }
     }
 

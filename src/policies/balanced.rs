@@ -130,7 +130,12 @@ impl BalancedConfig {
 ///   ([`RouteRequest::with_expected_output`], else
 ///   [`LoadConfig::default_output_tokens`](crate::LoadConfig::default_output_tokens)), each
 ///   in a step carrying the worker's decodes and their context;
-/// - plus the reload time of a hit below the device tier.
+/// - plus the reload time of a hit below the device tier;
+/// - plus, where the worker's KV capacity is known, its **room**: the request's new tokens
+///   (uncached and generated) beyond the KV the worker has free of what the mirror believes
+///   it holds ([`Candidate::kv_room_tokens`]) evict cached prefixes, each a miss to come,
+///   priced as a miss is now. Sessions then spread before a worker's cache overflows,
+///   instead of piling where a shared prompt is and evicting each other's context.
 ///
 /// The cheapest wins; equal costs (a new prefix on an idle fleet) go to the worker handed
 /// the least prefill work so far. Load is what the engines report ([`EngineLoad`](crate::EngineLoad),
@@ -233,7 +238,8 @@ impl Balanced {
 
     /// [`Scoring::PredictedTtft`]'s cost beyond the candidate's load, in whole
     /// nanoseconds: the load model's time to first token and decode time beyond it
-    /// ([`Candidate::predicted_beyond_load_s`]), plus the reload of lower-tier hits. With
+    /// ([`Candidate::predicted_beyond_load_s`]), plus the reload of lower-tier hits and
+    /// the KV room's price ([`room_s`](Self::room_s)). With
     /// the load, the load model's time to first token
     /// ([`Candidate::predicted_ttft_s`]) and decode time
     /// ([`Candidate::predicted_decode_s`]) plus the reload.
@@ -242,9 +248,33 @@ impl Balanced {
         let (tokens, miss, output) = self.figures(request, c);
         let (load, miss_weight) = (&self.config.load, self.config.miss_weight.of(c));
         let beyond = c.predicted_beyond_load_s(load, tokens, miss, output, miss_weight);
-        // Both parts grow with the worker's figures and fall with its speed, as the
-        // contract of `cost_above_load_ns` asks; the cast is monotone too.
-        ((beyond + self.reload_s(c)) * 1e9) as u64
+        let room = self.room_s(c, miss, output);
+        // Every part grows with the worker's figures (the room's as the worker's room
+        // shrinks; an idle worker's is unknown, and costs nothing) and falls with its speed,
+        // as the contract of `cost_above_load_ns` asks; the cast is monotone too.
+        ((beyond + self.reload_s(c) + room) * 1e9) as u64
+    }
+
+    /// Seconds the request's new KV (its uncached tokens `miss` and its `output`) costs
+    /// where it overflows the worker's room ([`Candidate::kv_room_tokens`]): each token it
+    /// evicts from a cached prefix is a miss to come, priced as a miss is now (at the
+    /// configured rate, weighed by the [`MissWeight`]). 0 where the capacity is unknown.
+    #[inline]
+    fn room_s(&self, c: &Candidate, miss: usize, output: u32) -> f64 {
+        // An unknown room is `u32::MAX` tokens: more than any request adds.
+        let room = u64::from(c.kv_room);
+        let new = miss as u64 + u64::from(output);
+        if new <= room {
+            return 0.0;
+        }
+        self.overflow_s(c, new - room)
+    }
+
+    /// [`room_s`](Self::room_s) of `overflow` tokens evicted.
+    #[cold]
+    fn overflow_s(&self, c: &Candidate, overflow: u64) -> f64 {
+        let weight = self.config.miss_weight.of(c);
+        overflow as f64 * weight / self.config.load.prefill_tokens_per_s
     }
 
     /// The load model's time to first token and decode time of `c` for `request`.
@@ -350,10 +380,12 @@ impl Policy for Balanced {
         Some(match self.config.scoring {
             Scoring::PredictedTtft => {
                 let (ttft, decode) = self.terms(request, c);
+                let (_, miss, output) = self.figures(request, c);
                 Cost::of(&[
                     ("ttft_s", ttft),
                     ("decode_s", decode),
                     ("reload_s", self.reload_s(c)),
+                    ("kv_room_s", self.room_s(c, miss, output)),
                 ])
             }
             Scoring::Weighted => {

@@ -6,7 +6,7 @@
 use super::admission::{Admission, Gate, Open};
 use super::policy::{CandidateSet, Policy};
 use super::policy_router::PolicyRouter;
-use super::shortlist::{Classes, Scoring, fill};
+use super::shortlist::{Classes, Offer, Scoring, fill};
 use crate::error::Error;
 use crate::fleet::{Candidate, Candidates};
 use crate::index::Blocks;
@@ -70,8 +70,6 @@ impl<P: Policy> PolicyRouter<P> {
             gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
             return Ok((self.select(request, candidates)?, 0));
         }
-        let block_size = self.index.hasher().block_size();
-        let tokens = request.tokens().len();
         // Admission reads every worker: a refusal must hold for all of them.
         let shortlist =
             G::SHORTLIST && self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
@@ -79,11 +77,12 @@ impl<P: Policy> PolicyRouter<P> {
             // Every worker: the snapshot is taken before the mirror's lock.
             self.fleet.candidates(candidates);
         }
-        self.index.match_choose_insert(blocks, |holders| {
+        self.index.match_choose_insert(blocks, |holders, mirror| {
+            let offer = self.offer(request, fleet_load, mirror);
             // Holders come shallowest first.
             let deepest = holders.last().map_or(0, |h| h.1.blocks);
             if shortlist {
-                let chosen = self.choose_shortlisted(request, holders, candidates, fleet_load)?;
+                let chosen = self.choose_shortlisted(request, holders, candidates, offer)?;
                 return Ok(((chosen, deepest), candidates[chosen].worker));
             }
             fill(candidates, holders);
@@ -91,8 +90,7 @@ impl<P: Policy> PolicyRouter<P> {
                 return Err(Error::NoWorkers);
             }
             for c in candidates.iter_mut() {
-                c.set_cached(block_size, tokens);
-                c.set_fleet_load(fleet_load);
+                offer.complete(c);
             }
             gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
             let chosen = self.select(request, candidates)?;
@@ -109,10 +107,8 @@ impl<P: Policy> PolicyRouter<P> {
         request: &RouteRequest<'_>,
         holders: &[(WorkerId, crate::tree::Held)],
         candidates: &mut Candidates,
-        fleet_load: f32,
+        offer: Offer<'_>,
     ) -> Result<usize, Error> {
-        let block_size = self.index.hasher().block_size();
-        let tokens = request.tokens().len();
         let mut classes = Classes::new();
         classes.group(holders);
         classes.shortlist(&self.fleet, request.key(), candidates);
@@ -120,14 +116,12 @@ impl<P: Policy> PolicyRouter<P> {
             return Err(Error::NoWorkers);
         }
         for c in candidates.iter_mut() {
-            c.set_cached(block_size, tokens);
-            c.set_fleet_load(fleet_load);
+            offer.complete(c);
         }
         let scoring = Scoring {
             policy: &self.policy,
             request,
-            block_size,
-            fleet_load,
+            offer,
         };
         match classes.choose(&self.fleet, &scoring, candidates) {
             Some(chosen) => Ok(chosen),
@@ -141,6 +135,22 @@ impl<P: Policy> PolicyRouter<P> {
     #[inline]
     fn fleet_load(&self) -> f32 {
         self.fleet.load_share()
+    }
+
+    /// What `request`'s route writes into each candidate, the fleet's load `fleet_load`.
+    #[inline]
+    fn offer<'m>(
+        &self,
+        request: &RouteRequest<'_>,
+        fleet_load: f32,
+        mirror: crate::index::MirrorView<'m>,
+    ) -> Offer<'m> {
+        Offer {
+            block_size: self.index.hasher().block_size(),
+            tokens: request.tokens().len(),
+            fleet_load,
+            mirror,
+        }
     }
 
     /// Every available worker as a candidate for `request` (its blocks `blocks`, hashed by
@@ -161,14 +171,12 @@ impl<P: Policy> PolicyRouter<P> {
         if candidates.is_empty() {
             return Err(Error::NoWorkers);
         }
-        let block_size = self.index.hasher().block_size();
-        let tokens = request.tokens().len();
         let fleet_load = self.fleet_load();
-        self.index.match_choose_insert(blocks, |holders| {
+        self.index.match_choose_insert(blocks, |holders, mirror| {
+            let offer = self.offer(request, fleet_load, mirror);
             fill(&mut candidates, holders);
             for c in candidates.iter_mut() {
-                c.set_cached(block_size, tokens);
-                c.set_fleet_load(fleet_load);
+                offer.complete(c);
             }
             let deepest = holders.last().map_or(0, |h| h.1.blocks);
             choose(&mut candidates, deepest)

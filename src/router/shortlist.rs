@@ -18,6 +18,7 @@ use smallvec::SmallVec;
 use super::policy::CandidateSet;
 use super::policy::Policy;
 use crate::fleet::{Candidate, Candidates, Estimate, Fleet, NO_CLASS, Tie, Widened, spread};
+use crate::index::MirrorView;
 use crate::request::RouteRequest;
 use crate::tree::Held;
 use crate::tree::WorkerId;
@@ -59,13 +60,38 @@ pub(super) struct Classes {
     slots: usize,
 }
 
+/// What a route writes into each candidate it offers its policy, beside the load snapshot
+/// and what the worker holds of the prompt.
+#[derive(Clone, Copy)]
+pub(super) struct Offer<'a> {
+    pub(super) block_size: usize,
+    /// The prompt's tokens.
+    pub(super) tokens: usize,
+    /// The fleet's load every candidate of the route carries.
+    pub(super) fleet_load: f32,
+    /// The mirror, for each worker's KV room.
+    pub(super) mirror: MirrorView<'a>,
+}
+
+impl Offer<'_> {
+    /// Completes `c` (its held blocks set) with its cached tokens, the fleet's load and,
+    /// where its capacity is known, its KV room.
+    #[inline]
+    pub(super) fn complete(&self, c: &mut Candidate) {
+        c.set_cached(self.block_size, self.tokens);
+        c.set_fleet_load(self.fleet_load);
+        if c.estimate.kv_capacity_tokens > 0 {
+            let held = self.mirror.blocks_held(c.worker) * self.block_size;
+            c.set_held_tokens(held as u64);
+        }
+    }
+}
+
 /// What the policy and the request a shortlist is widened for.
 pub(super) struct Scoring<'a, P> {
     pub(super) policy: &'a P,
     pub(super) request: &'a RouteRequest<'a>,
-    pub(super) block_size: usize,
-    /// The fleet's load every candidate of the route carries.
-    pub(super) fleet_load: f32,
+    pub(super) offer: Offer<'a>,
 }
 
 impl Classes {
@@ -172,14 +198,12 @@ impl Classes {
         let offered = candidates.len();
         let classes = (self.class_of.as_slice(), self.held.len());
         fleet.widen(classes, &widened, (best, salt), candidates);
-        let tokens = scoring.request.tokens().len();
         for i in offered..candidates.len() {
             let c = &mut candidates[i];
             if let Some(held) = self.held.get(self.class(c.worker.index())) {
                 c.hold(*held);
             }
-            c.set_cached(scoring.block_size, tokens);
-            c.set_fleet_load(scoring.fleet_load);
+            scoring.offer.complete(c);
             let cost = order(c, scoring.policy.cost_above_load_ns(scoring.request, c)?);
             if cost < best {
                 (chosen, best) = (i, cost);
@@ -227,10 +251,12 @@ impl Classes {
         class: usize,
         scoring: &Scoring<'_, P>,
     ) -> Option<u64> {
+        // Its KV room is not set: unknown, it costs nothing, at most what any worker's does.
         let mut idle = Candidate::idle(floor);
         idle.hold(self.held.get(class).copied().unwrap_or_default());
-        idle.set_cached(scoring.block_size, scoring.request.tokens().len());
-        idle.set_fleet_load(scoring.fleet_load);
+        let offer = scoring.offer;
+        idle.set_cached(offer.block_size, offer.tokens);
+        idle.set_fleet_load(offer.fleet_load);
         scoring.policy.cost_above_load_ns(scoring.request, &idle)
     }
 }

@@ -633,6 +633,12 @@ impl RadixTree {
         self.arena.maybe_compact();
     }
 
+    /// The blocks `worker` holds, at any tier.
+    #[must_use]
+    pub fn blocks_held(&self, worker: WorkerId) -> usize {
+        self.recency.blocks_of(worker.index())
+    }
+
     /// The capacity of `worker` in blocks (`usize::MAX` when unbounded or unknown).
     #[must_use]
     pub fn capacity(&self, worker: WorkerId) -> usize {
