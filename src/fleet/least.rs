@@ -224,6 +224,7 @@ mod tests {
             matched_blocks: 0,
             cached_tokens: 0,
             fleet_load: 0.0,
+            kv_room: u32::MAX,
             cached_by_tier: [0; 4],
         }
     }
