@@ -6,8 +6,8 @@
 //! if every answer were instant (a predecessor's plus the gap): it orders the list (so a
 //! request comes after those it follows) and the references' replay, not the simulation.
 
+use super::request::{Follows, Request, prefixed, tokens};
 use super::rng::Rng;
-use super::workload::{Follows, Request, prefixed, tokens};
 use crate::hash::TokenId;
 
 /// The shape of [`Workload::AgentLoop`](super::Workload::AgentLoop)'s sessions.

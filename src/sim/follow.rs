@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::workload::Request;
+use super::request::Request;
 use crate::error::Error;
 
 /// Who waits for whom, checked and indexed once per simulation.

@@ -67,6 +67,7 @@ mod references;
 mod replica_bus;
 mod replicas;
 mod report;
+mod request;
 mod rng;
 mod run;
 mod scheduler;
@@ -81,7 +82,8 @@ pub use self::config::{
 };
 pub use self::profile::{ENGINE_PROFILES, EngineProfile, StepProfile};
 pub use self::report::{RequestRecord, SimReport};
+pub use self::request::{Follows, Prompt, Request};
 pub use self::simulation::Simulation;
 pub use self::tally::PREDICTION_WARMUP;
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
-pub use self::workload::{Follows, Prompt, Request, Workload};
+pub use self::workload::Workload;

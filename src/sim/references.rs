@@ -1,6 +1,6 @@
 //! The two references that bound any router's hit ratio on a workload.
 
-use super::workload::{Prompt, Request};
+use super::request::{Prompt, Request};
 use crate::error::Error;
 use crate::hash::{PrefixHasher, TokenId};
 use crate::tree::{RadixTree, TreeConfig, WorkerId};

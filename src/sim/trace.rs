@@ -3,7 +3,7 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use super::workload::{Prompt, Request};
+use super::request::{Prompt, Request};
 use crate::error::Error;
 
 /// Tokens per hash id in the Mooncake traces.
