@@ -1,7 +1,7 @@
 //! [`RouteDecision`]: where a request went, what was predicted of it, and the load it
 //! charged, released once.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use crate::tree::WorkerId;
 
@@ -34,7 +34,15 @@ pub struct RouteDecision {
     state: AtomicU8,
     /// The request's number in the router's replica sync records (0: none).
     sync: u64,
+    /// The router's clock when it routed the request (nanoseconds).
+    routed_ns: u64,
+    /// The furthest progress reported: output tokens after the first (high 24 bits) and
+    /// the microseconds they took (low 40 bits); 0 before any report.
+    progress: AtomicU64,
 }
+
+/// Bits of [`RouteDecision`]'s progress that hold microseconds.
+const MICROS_BITS: u32 = 40;
 
 const RELEASED: u8 = 1;
 const PREFILLED: u8 = 2;
@@ -62,6 +70,8 @@ impl RouteDecision {
             output_tokens: 0,
             state: AtomicU8::new(0),
             sync: 0,
+            routed_ns: 0,
+            progress: AtomicU64::new(0),
         }
     }
 
@@ -77,6 +87,44 @@ impl RouteDecision {
         self.terms = terms;
         self.output_tokens = output_tokens;
         self
+    }
+
+    /// The same decision routed at the router's clock time `routed_ns`.
+    pub(crate) fn routed_at(mut self, routed_ns: u64) -> Self {
+        self.routed_ns = routed_ns;
+        self
+    }
+
+    /// The router's clock when it routed the request (nanoseconds).
+    pub(crate) fn routed_ns(&self) -> u64 {
+        self.routed_ns
+    }
+
+    /// Records a progress report of `tokens` output tokens after the first in `elapsed`:
+    /// the tokens and seconds since the furthest report before it, when this one goes
+    /// further in both (a repeated, reordered or late report returns `None`).
+    pub(crate) fn advance(&self, tokens: u32, elapsed: std::time::Duration) -> Option<(u32, f64)> {
+        let tokens = tokens.min((1 << (64 - MICROS_BITS)) - 1);
+        let micros = u64::try_from(elapsed.as_micros())
+            .unwrap_or(u64::MAX)
+            .min((1 << MICROS_BITS) - 1);
+        let packed = (u64::from(tokens) << MICROS_BITS) | micros;
+        let mut before = self.progress.load(Ordering::Acquire);
+        loop {
+            let (t0, m0) = ((before >> MICROS_BITS) as u32, before & ((1 << MICROS_BITS) - 1));
+            if tokens <= t0 || micros < m0 {
+                return None;
+            }
+            match self.progress.compare_exchange_weak(
+                before,
+                packed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some((tokens - t0, (micros - m0) as f64 * 1e-6)),
+                Err(now) => before = now,
+            }
+        }
     }
 
     /// The terms the time-to-first-token prediction counted.

@@ -9,7 +9,7 @@ pub(crate) mod refusal;
 
 pub use self::decision::RouteDecision;
 pub use self::priority::AdmissionConfig;
-pub use self::refusal::{LIMITS, Limit, Priority, Shed};
+pub use self::refusal::{GATES, Gate, LIMITS, Limit, Priority, Shed};
 
 use crate::fold::mix64;
 use crate::hash::TokenId;

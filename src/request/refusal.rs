@@ -74,6 +74,45 @@ pub const LIMITS: [Limit; 5] = [
     Limit::Stale,
 ];
 
+/// Which of admission's checks refused a request, in a [`Shed`]. The load model's check
+/// runs first; the observed gates can only refuse more of what it admits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Gate {
+    /// The load model's prediction missed a target.
+    Model,
+    /// The request's own prefill, or its decode steps alone, miss the target on an idle
+    /// worker: no wait helps.
+    Prompt,
+    /// The worker's prefill window: the prediction scaled by how much slower than predicted
+    /// the worker's first tokens came (or are coming) misses the time-to-first-token target.
+    PrefillWindow,
+    /// The worker's decode bound: the decode step scaled by how much slower than predicted
+    /// its streamed progress was misses the time-per-output-token target.
+    DecodeBound,
+}
+
+impl Gate {
+    /// The gate's name: `model`, `prompt`, `prefill_window` or `decode_bound`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Gate::Model => "model",
+            Gate::Prompt => "prompt",
+            Gate::PrefillWindow => "prefill_window",
+            Gate::DecodeBound => "decode_bound",
+        }
+    }
+}
+
+/// Every [`Gate`], in the order [`FleetSignals::shed_by_gate`](crate::FleetSignals::shed_by_gate) counts them.
+pub const GATES: [Gate; 4] = [
+    Gate::Model,
+    Gate::Prompt,
+    Gate::PrefillWindow,
+    Gate::DecodeBound,
+];
+
 /// Why a request was refused ([`Error::Shed`](crate::Error::Shed)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -94,6 +133,14 @@ pub struct Shed {
     pub best_worker: WorkerId,
     /// What bound that prediction most.
     pub limit: Limit,
+    /// The check that refused it.
+    pub gate: Gate,
+    /// What the gate measured on the best worker: a time to first token, or a time per
+    /// output token for [`Gate::DecodeBound`] (and for the model's check when the decode
+    /// bound it), scaled by what was observed for the observed gates.
+    pub measured: Duration,
+    /// The threshold `measured` passed: the target it was held to.
+    pub threshold: Duration,
     /// How long until the best worker is predicted to meet the target, if nothing more
     /// arrives there: when a host queues the request instead of refusing it, the time to
     /// route it again. `None` when waiting cannot help ([`Limit::Prompt`]).
@@ -121,9 +168,12 @@ impl std::fmt::Display for Shed {
         }
         write!(
             f,
-            " (worker {}, bound by {})",
+            " (worker {}, bound by {}; gate {}: {:.4} s against {:.4} s)",
             self.best_worker.index(),
-            self.limit.name()
+            self.limit.name(),
+            self.gate.name(),
+            self.measured.as_secs_f64(),
+            self.threshold.as_secs_f64(),
         )
     }
 }
