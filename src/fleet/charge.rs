@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::candidate::Candidate;
+use super::clock::nanos;
 use super::registry::Registered;
 use super::timing::{Terms, attended};
 use super::tracker::Fleet;
@@ -45,7 +46,10 @@ impl Fleet {
             e.timing.of(&ttft_terms) + saturated,
             e.timing.of(&tpot_terms),
         );
-        slot.load.routed(prompt_tokens as u64, prefill, output);
+        let now_ns = self.clock.now_ns();
+        if slot.load.routed(prompt_tokens as u64, prefill, output) {
+            slot.observed.started(now_ns);
+        }
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
         slot.available_blocks
@@ -70,7 +74,8 @@ impl Fleet {
                 cached_tokens,
                 by_tier,
             )
-            .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output),
+            .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output)
+            .routed_at(now_ns),
         )
     }
 
@@ -83,10 +88,16 @@ impl Fleet {
         self.registry.with_current(decision, |r| {
             let (prompt, prefill) = (decision.prompt_tokens(), decision.prefill_tokens());
             r.slot.load.first_token(prompt as u64, prefill as u64);
-            match elapsed {
-                // A saturated worker's prediction carries an hour for the stale report:
-                // nothing to learn from it.
-                Some(elapsed) if self.learns() && decision.predicted_ttft_s() < 3_600.0 => {
+            // A saturated worker's prediction carries an hour for the stale report:
+            // nothing to learn from it.
+            let timed = elapsed.filter(|_| decision.predicted_ttft_s() < 3_600.0);
+            if let Some(elapsed) = timed {
+                let at = decision.routed_ns().saturating_add(nanos(elapsed));
+                let observed = (elapsed.as_secs_f64(), decision.predicted_ttft_s());
+                r.slot.observed.first_token(at, observed.0, observed.1);
+            }
+            match timed {
+                Some(elapsed) if self.learns() => {
                     let terms = Terms(decision.ttft_terms());
                     self.learn(r, (&terms, elapsed.as_secs_f64()), true);
                 }
@@ -95,21 +106,34 @@ impl Fleet {
         });
     }
 
-    /// A request's `tokens` output tokens after its first took `elapsed`: the worker's
-    /// terms learn its time per output token, once per decision.
+    /// A request's `tokens` output tokens after its first took `elapsed` (cumulative, as
+    /// its stream goes): the worker's observed step learns from what this report adds to
+    /// the furthest before it while the request runs; the worker's terms learn its time per
+    /// output token from its first report.
     pub(crate) fn decoded(
         &self,
         decision: &RouteDecision,
         tokens: u32,
         elapsed: std::time::Duration,
     ) {
-        if tokens == 0 || !self.learns() || !decision.mark_decoded() {
+        if tokens == 0 {
             return;
         }
+        let Some(added) = decision.advance(tokens, elapsed) else {
+            return;
+        };
+        let running = !decision.is_completed();
+        let learns = self.learns() && decision.mark_decoded();
         self.registry.with_current(decision, |r| {
-            let terms = Terms(decision.tpot_terms());
-            let per_token = elapsed.as_secs_f64() / f64::from(tokens);
-            self.learn(r, (&terms, per_token), false);
+            if running {
+                let step_s = self.estimate(r).running_step_s();
+                r.slot.observed.progress(added.0, added.1, step_s);
+            }
+            if learns {
+                let terms = Terms(decision.tpot_terms());
+                let per_token = elapsed.as_secs_f64() / f64::from(tokens);
+                self.learn(r, (&terms, per_token), false);
+            }
         });
     }
 

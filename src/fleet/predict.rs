@@ -101,6 +101,13 @@ impl Estimate {
         self.timing.step_s(0.0, decodes, context)
     }
 
+    /// The decode step of the requests running on this worker (at least one): what a
+    /// running request's time per output token is measured against.
+    pub(crate) fn running_step_s(&self) -> f64 {
+        let decodes = (self.decoding as f64).max(1.0);
+        self.timing.step_s(0.0, decodes, self.decode_context())
+    }
+
     /// A request's time per output token on this worker were it idle: a decode step with
     /// only the request's own context. A target below it no wait can meet.
     pub(crate) fn idle_tpot_s(&self, (prompt, _, _): (u64, u64, u32)) -> f64 {

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::observed::Observed;
 use super::state::LoadState;
 use crate::error::Error;
 use crate::request::RouteDecision;
@@ -69,6 +70,8 @@ pub(crate) struct Slot {
     pub(crate) reported_cached: AtomicU64,
     pub(crate) predicted_for_reports: AtomicU64,
     pub(crate) mispredicted: AtomicU64,
+    /// What the worker was observed to deliver (`observed.rs`).
+    pub(crate) observed: Observed,
 }
 
 impl Slot {
@@ -84,6 +87,7 @@ impl Slot {
             reported_cached: AtomicU64::new(0),
             predicted_for_reports: AtomicU64::new(0),
             mispredicted: AtomicU64::new(0),
+            observed: Observed::default(),
         }
     }
 }

@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::estimate::Estimate;
+use super::observed::Factors;
 use super::registry::Registered;
 use crate::fleet::EngineLoad;
-use crate::request::{LIMITS, Limit, Priority, Shed};
+use crate::request::{GATES, LIMITS, Limit, Priority, Shed};
 use crate::tree::WorkerId;
 
 /// The index of `limit` in [`LIMITS`].
@@ -30,11 +31,12 @@ fn priority_index(priority: Priority) -> usize {
         .unwrap_or(0)
 }
 
-/// Requests refused by admission, by limit and by priority (lock-free).
+/// Requests refused by admission, by limit, by priority and by gate (lock-free).
 #[derive(Debug, Default)]
 pub(crate) struct ShedCounts {
     by_limit: [AtomicU64; 5],
     by_priority: [AtomicU64; 3],
+    by_gate: [AtomicU64; 4],
 }
 
 impl ShedCounts {
@@ -42,6 +44,13 @@ impl ShedCounts {
     pub(crate) fn count(&self, shed: &Shed) {
         self.by_limit[limit_index(shed.limit)].fetch_add(1, Relaxed);
         self.by_priority[priority_index(shed.priority)].fetch_add(1, Relaxed);
+        let gate = GATES.iter().position(|g| *g == shed.gate).unwrap_or(0);
+        self.by_gate[gate].fetch_add(1, Relaxed);
+    }
+
+    /// The counts by [`GATES`].
+    pub(crate) fn by_gate(&self) -> [u64; 4] {
+        self.by_gate.each_ref().map(|c| c.load(Relaxed))
     }
 
     /// The counts: by [`LIMITS`], then by [`Priority::ALL`].
@@ -118,12 +127,75 @@ pub struct WorkerLoad {
     pub predicted_for_reports_tokens: u64,
     /// Reports that disagreed with the mirror's prediction.
     pub mispredicted_reports: u64,
+    /// What admission's observed gates read of the worker; `None` until the host reports a
+    /// timed first token or streamed progress for it.
+    pub observed: Option<ObservedLoad>,
+}
+
+/// What a worker was observed to deliver against what the load model predicts: the
+/// state of admission's prefill window and decode bound on it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ObservedLoad {
+    /// Measured over predicted time to first token, weighted towards the last ten or so,
+    /// with the wait for a first token as evidence (1.0 until measured).
+    pub prefill_factor: f64,
+    /// Measured time per output token between streamed progress reports over the model's
+    /// decode step then (1.0 until measured).
+    pub step_factor: f64,
+    /// The observed prefill rate, in uncached prompt tokens per second: the window is the
+    /// prefill a worker may hold outstanding, this rate times a request's target.
+    pub prefill_tokens_per_s: f64,
+    /// The window's occupancy: uncached prompt tokens outstanding (not yet at their first
+    /// token), as estimated.
+    pub outstanding_prefill_tokens: u64,
+    /// The observed time per output token, from streamed progress (0 until reported).
+    pub step_s: f64,
+    /// Seconds since a first token last came while prefill was outstanding.
+    pub stalled_s: f64,
+}
+
+impl ObservedLoad {
+    /// The observed load of a worker estimated at `e`, with factors `f`.
+    pub(crate) fn of(e: &Estimate, f: &Factors) -> Self {
+        // The model's prefill rate: over the prefill outstanding, or a 4,096-token prompt.
+        let tokens = if e.prefill_tokens > 0 {
+            e.prefill_tokens as f64
+        } else {
+            4_096.0
+        };
+        let pairs = if e.prefill_tokens > 0 {
+            e.prefill_pairs as f64
+        } else {
+            super::timing::attended(4_096, 4_096) as f64
+        };
+        let model_s = e.timing.prefill_s(tokens, pairs);
+        let outstanding_s = e.timing.prefill_s(e.prefill_tokens as f64, e.prefill_pairs as f64);
+        let factor = f.prefill_at(outstanding_s);
+        ObservedLoad {
+            prefill_factor: factor,
+            step_factor: f.step,
+            prefill_tokens_per_s: if model_s > 0.0 {
+                tokens / model_s / factor
+            } else {
+                0.0
+            },
+            outstanding_prefill_tokens: e.prefill_tokens,
+            step_s: f.per_token_s,
+            stalled_s: f.stalled_s,
+        }
+    }
 }
 
 impl WorkerLoad {
     /// The snapshot of registered worker `r`, whose load is estimated at `e`; `block_size`
     /// turns the blocks its best holders held into tokens.
-    pub(crate) fn of(r: Registered<'_>, e: &Estimate, block_size: u64) -> Self {
+    pub(crate) fn of(
+        r: Registered<'_>,
+        e: &Estimate,
+        block_size: u64,
+        factors: Option<Factors>,
+    ) -> Self {
         let Registered { slot: s, key } = r;
         WorkerLoad {
             available: s.available.load(Relaxed),
@@ -148,6 +220,7 @@ impl WorkerLoad {
             reported_cached_tokens: s.reported_cached.load(Relaxed),
             predicted_for_reports_tokens: s.predicted_for_reports.load(Relaxed),
             mispredicted_reports: s.mispredicted.load(Relaxed),
+            observed: factors.map(|f| ObservedLoad::of(e, &f)),
         }
     }
 }
@@ -181,6 +254,8 @@ pub struct WorkerSignals {
     pub reported_cached_tokens: u64,
     /// What the mirror predicted cached for those same prompts.
     pub predicted_for_reports_tokens: u64,
+    /// Admission's observed gates on it ([`WorkerLoad::observed`]).
+    pub observed: Option<ObservedLoad>,
 }
 
 impl WorkerSignals {
@@ -200,6 +275,7 @@ impl WorkerSignals {
             available_tokens: load.available_cached_tokens,
             reported_cached_tokens: load.reported_cached_tokens,
             predicted_for_reports_tokens: load.predicted_for_reports_tokens,
+            observed: load.observed,
         }
     }
 }
@@ -235,6 +311,8 @@ pub struct FleetSignals {
     pub shed_by_limit: [u64; 5],
     /// Requests refused by admission, by [`Priority::ALL`].
     pub shed_by_priority: [u64; 3],
+    /// Requests refused by admission, by the gate that refused them ([`GATES`]).
+    pub shed_by_gate: [u64; 4],
 }
 
 impl FleetSignals {
@@ -246,7 +324,15 @@ impl FleetSignals {
             workers,
             shed_by_limit: shed.0,
             shed_by_priority: shed.1,
+            shed_by_gate: [0; 4],
         }
+    }
+
+    /// The same signals with the refusals counted by gate ([`GATES`]).
+    #[must_use]
+    pub fn with_shed_by_gate(mut self, by_gate: [u64; 4]) -> Self {
+        self.shed_by_gate = by_gate;
+        self
     }
 
     fn sum(&self, field: impl Fn(&WorkerSignals) -> u64) -> u64 {

@@ -108,11 +108,11 @@ impl Default for LoadState {
 
 impl LoadState {
     /// A request of `prompt` tokens, `prefill` of them uncached, expected to generate
-    /// `output`, was routed here.
-    pub(crate) fn routed(&self, prompt: u64, prefill: u64, output: u32) {
+    /// `output`, was routed here; whether no other awaited its first token.
+    pub(crate) fn routed(&self, prompt: u64, prefill: u64, output: u32) -> bool {
         let output = u64::from(output);
         self.in_flight.fetch_add(1, Relaxed);
-        self.awaiting_first.fetch_add(1, Relaxed);
+        let first = self.awaiting_first.fetch_add(1, Relaxed) == 0;
         self.prefill_tokens.fetch_add(prefill, Relaxed);
         self.prefill_pairs
             .fetch_add(attended(prompt, prefill), Relaxed);
@@ -120,6 +120,7 @@ impl LoadState {
         self.kv_tokens.fetch_add(prefill + output, Relaxed);
         self.since.routed.fetch_add(1, Relaxed);
         self.since.prefill.fetch_add(prefill, Relaxed);
+        first
     }
 
     /// A request's first token came: its `prefill` tokens of a `prompt`-token prompt are

@@ -198,7 +198,12 @@ impl Fleet {
     pub(crate) fn load(&self, worker: WorkerId) -> Option<WorkerLoad> {
         self.registry
             .with_slot(worker, |r| {
-                WorkerLoad::of(r, &self.estimate(r), self.block_size)
+                let e = self.estimate(r);
+                let factors = r
+                    .slot
+                    .observed
+                    .factors(self.clock.now_ns(), e.prefill_tokens > 0);
+                WorkerLoad::of(r, &e, self.block_size, factors)
             })
             .ok()
     }
@@ -211,6 +216,7 @@ impl Fleet {
             .filter_map(|w| Some(WorkerSignals::of(w, &self.load(w)?)))
             .collect();
         FleetSignals::new(self.clock.now(), workers, self.shed.get())
+            .with_shed_by_gate(self.shed.by_gate())
     }
 
     /// Counts a cached-token report for `worker`: the mirror predicted `predicted` tokens,

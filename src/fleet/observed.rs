@@ -1,0 +1,247 @@
+//! What a worker was observed to deliver, beside what the load model predicts of it: the
+//! closed loop under admission.
+//!
+//! Two factors, each the observed time over the predicted one, kept as a ratio of decayed
+//! sums (so that a long time weighs by its length, and a short one cannot swing it):
+//!
+//! - the **prefill factor**, from first tokens: the time the host measured from forwarding
+//!   a request to its first token, over the time the model predicted for it at routing.
+//!   Before a first token comes, waiting counts as evidence too: when the worker has had
+//!   prefill outstanding for longer than the model predicts all of it takes, and no first
+//!   token came in that time, the worker is at least that much slower
+//!   ([`Factors::prefill_at`]).
+//! - the **step factor**, from streamed progress: the time per output token between two of
+//!   a request's progress reports, over the model's decode step on the worker when the later
+//!   report came.
+//!
+//! The work a worker has not yet started is what the model counts as its outstanding
+//! prefill, which only first tokens (or completions) free: so the room a factor leaves
+//! frees on observed events, never on a timer. A worker whose host has reported no timed
+//! first token and no progress has no factors: its gates stay open.
+//!
+//! Invariant: a factor is positive and finite; 1 until measured.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
+
+use smallvec::SmallVec;
+
+use super::candidate::Candidates;
+use super::tracker::Fleet;
+
+/// How much of the decayed sums each new observation keeps: about the last ten weigh.
+const KEEP: f64 = 0.9;
+
+/// Observed over predicted, as decayed sums.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ratio {
+    observed: f64,
+    predicted: f64,
+}
+
+impl Ratio {
+    fn add(&mut self, observed: f64, predicted: f64) {
+        self.observed = KEEP * self.observed + observed;
+        self.predicted = KEEP * self.predicted + predicted;
+    }
+
+    /// The ratio; 1 before any observation.
+    fn get(&self) -> f64 {
+        if self.predicted > 0.0 && self.observed > 0.0 {
+            self.observed / self.predicted
+        } else {
+            1.0
+        }
+    }
+}
+
+/// The sums, changed only under the lock; the factors are published from them.
+#[derive(Debug, Default)]
+struct Sums {
+    ttft: Ratio,
+    step: Ratio,
+    /// Observed seconds per output token, decayed: (seconds, tokens).
+    per_token: (f64, f64),
+}
+
+/// One worker's observations ([`crate::fleet`]'s `Slot` holds one).
+#[derive(Debug)]
+pub(crate) struct Observed {
+    /// Whether the host reported a timed first token or progress for this worker.
+    reporting: AtomicBool,
+    /// The prefill factor (f64 bits).
+    prefill_bits: AtomicU64,
+    /// The step factor (f64 bits).
+    step_bits: AtomicU64,
+    /// Observed seconds per output token (f64 bits; 0 until observed).
+    per_token_bits: AtomicU64,
+    /// The router-clock time (ns) since which no first token came while prefill was
+    /// outstanding: the last first token, or the route that found none outstanding.
+    since_ns: AtomicU64,
+    sums: Mutex<Sums>,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Self {
+            reporting: AtomicBool::new(false),
+            prefill_bits: AtomicU64::new(1.0f64.to_bits()),
+            step_bits: AtomicU64::new(1.0f64.to_bits()),
+            per_token_bits: AtomicU64::new(0),
+            since_ns: AtomicU64::new(0),
+            sums: Mutex::new(Sums::default()),
+        }
+    }
+}
+
+/// A worker's factors as a route reads them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Factors {
+    /// The prefill factor from first tokens.
+    pub(crate) prefill: f64,
+    /// The step factor from progress.
+    pub(crate) step: f64,
+    /// Seconds since a first token last came while prefill was outstanding.
+    pub(crate) stalled_s: f64,
+    /// Observed seconds per output token (0 until observed).
+    pub(crate) per_token_s: f64,
+}
+
+impl Factors {
+    /// The prefill factor with the wait as evidence, for a worker the model predicts takes
+    /// `outstanding_s` for the prefill outstanding there: at least the time it has waited
+    /// for a first token over that.
+    pub(crate) fn prefill_at(&self, outstanding_s: f64) -> f64 {
+        if outstanding_s > 0.0 && self.stalled_s > outstanding_s {
+            self.prefill.max(self.stalled_s / outstanding_s)
+        } else {
+            self.prefill
+        }
+    }
+}
+
+impl Observed {
+    /// The factors at router-clock time `now_ns`; `None` when the host has reported nothing
+    /// timed for the worker.
+    #[inline]
+    pub(crate) fn factors(&self, now_ns: u64, outstanding: bool) -> Option<Factors> {
+        if !self.reporting.load(Relaxed) {
+            return None;
+        }
+        let since = self.since_ns.load(Relaxed);
+        let stalled_s = if outstanding {
+            now_ns.saturating_sub(since) as f64 * 1e-9
+        } else {
+            0.0
+        };
+        Some(Factors {
+            prefill: f64::from_bits(self.prefill_bits.load(Relaxed)),
+            step: f64::from_bits(self.step_bits.load(Relaxed)),
+            stalled_s,
+            per_token_s: f64::from_bits(self.per_token_bits.load(Relaxed)),
+        })
+    }
+
+    /// A route at `now_ns` found no prefill outstanding here: the wait starts now.
+    pub(crate) fn started(&self, now_ns: u64) {
+        self.since_ns.fetch_max(now_ns, Relaxed);
+    }
+
+    /// A first token came at `at_ns`, `observed_s` after forwarding against `predicted_s`.
+    pub(crate) fn first_token(&self, at_ns: u64, observed_s: f64, predicted_s: f64) {
+        self.since_ns.fetch_max(at_ns, Relaxed);
+        if !(observed_s.is_finite() && predicted_s.is_finite() && predicted_s > 0.0) {
+            return;
+        }
+        let mut sums = self.sums.lock().unwrap_or_else(PoisonError::into_inner);
+        sums.ttft.add(observed_s, predicted_s);
+        self.prefill_bits.store(sums.ttft.get().to_bits(), Relaxed);
+        self.reporting.store(true, Relaxed);
+    }
+
+    /// `tokens` output tokens took `seconds` while the model's decode step here was
+    /// `step_s`.
+    pub(crate) fn progress(&self, tokens: u32, seconds: f64, step_s: f64) {
+        if tokens == 0 || !(seconds.is_finite() && seconds >= 0.0) {
+            return;
+        }
+        let tokens = f64::from(tokens);
+        let mut sums = self.sums.lock().unwrap_or_else(PoisonError::into_inner);
+        if step_s.is_finite() && step_s > 0.0 {
+            sums.step.add(seconds, step_s * tokens);
+            self.step_bits.store(sums.step.get().to_bits(), Relaxed);
+        }
+        let (s, t) = sums.per_token;
+        sums.per_token = (KEEP * s + seconds, KEEP * t + tokens);
+        let per_token = sums.per_token.0 / sums.per_token.1;
+        self.per_token_bits.store(per_token.to_bits(), Relaxed);
+        self.reporting.store(true, Relaxed);
+    }
+}
+
+impl Fleet {
+    /// Each candidate's factors now, in order: `None` for a worker the host reports nothing
+    /// timed for (or removed since the snapshot).
+    pub(crate) fn factors(&self, candidates: &Candidates) -> SmallVec<[Option<Factors>; 64]> {
+        let now_ns = self.clock.now_ns();
+        let slots = self.registry.read();
+        candidates
+            .iter()
+            .map(|c| {
+                let r = slots.get(c.worker.index())?;
+                if r.slot.epoch != c.epoch {
+                    return None;
+                }
+                let outstanding = c.estimate.prefill_tokens > 0;
+                r.slot.observed.factors(now_ns, outstanding)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_reported_means_no_factors() {
+        let o = Observed::default();
+        o.started(5);
+        assert_eq!(o.factors(1_000_000_000, true), None);
+    }
+
+    #[test]
+    fn a_slower_worker_is_seen_in_both_factors() {
+        let o = Observed::default();
+        for i in 0..20 {
+            o.first_token(i * 1_000_000_000, 3.0, 1.0);
+            o.progress(16, 16.0 * 0.3, 0.1);
+        }
+        let f = o.factors(20_000_000_000, false).expect("reported");
+        assert!((f.prefill - 3.0).abs() < 1e-9, "{f:?}");
+        assert!((f.step - 3.0).abs() < 1e-9, "{f:?}");
+        assert!((f.per_token_s - 0.3).abs() < 1e-9, "{f:?}");
+    }
+
+    #[test]
+    fn waiting_without_a_first_token_is_evidence() {
+        let o = Observed::default();
+        o.first_token(1_000_000_000, 1.0, 1.0);
+        let f = o.factors(5_000_000_000, true).expect("reported");
+        assert_eq!(f.stalled_s, 4.0);
+        assert_eq!(f.prefill_at(2.0), 2.0, "4 s waited for 2 s predicted");
+        assert_eq!(f.prefill_at(8.0), 1.0, "within the prediction: no evidence");
+        let idle = o.factors(5_000_000_000, false).expect("reported");
+        assert_eq!(idle.prefill_at(2.0), 1.0, "nothing outstanding, nothing waited");
+    }
+
+    #[test]
+    fn bad_times_change_nothing() {
+        let o = Observed::default();
+        o.first_token(0, f64::NAN, 1.0);
+        o.first_token(0, 1.0, 0.0);
+        o.progress(0, 1.0, 0.1);
+        o.progress(4, f64::INFINITY, 0.1);
+        assert_eq!(o.factors(0, false), None);
+    }
+}
