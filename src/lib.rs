@@ -223,8 +223,8 @@ mod tree;
 pub use crate::{
     error::Error,
     fleet::{
-        Candidate, EngineLoad, FleetRates, FleetSignals, LoadConfig, ReloadConfig, Staleness,
-        StepModel, WorkerLoad, WorkerProfile, WorkerSignals,
+        Candidate, EngineLoad, FleetRates, FleetSignals, LoadConfig, ObservedLoad, ReloadConfig,
+        Staleness, StepModel, WorkerLoad, WorkerProfile, WorkerSignals,
     },
     hash::{BlockHash, BlockKey, HashAlgorithm, PrefixHasher, TokenId, namespace_salt},
     index::{CacheIndex, DEFAULT_BLOCK_SIZE, IndexConfig},
@@ -240,7 +240,9 @@ pub use crate::{
     },
     ranks::RankLayout,
     replica::{Drained, ReplicaConfig, ReplicaOutcome, ReplicaStats},
-    request::{AdmissionConfig, LIMITS, Limit, Priority, RouteDecision, RouteRequest, Shed},
+    request::{
+        AdmissionConfig, GATES, Gate, LIMITS, Limit, Priority, RouteDecision, RouteRequest, Shed,
+    },
     router::{
         Admit, CandidateSet, Cost, CostTerm, Policy, PolicyRouter, Receipt, ReceiptLine,
         RouteGuard, Router, choose_min,

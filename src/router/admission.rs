@@ -9,8 +9,8 @@ use smallvec::SmallVec;
 
 use super::policy::{Admit, Policy};
 use crate::error::Error;
-use crate::fleet::{Candidate, Candidates, LoadConfig, TtftParts, meets_target};
-use crate::request::{Limit, Priority, RouteRequest, Shed};
+use crate::fleet::{Candidate, Candidates, Fleet, LoadConfig, TtftParts, meets_target};
+use crate::request::{Gate, Limit, Priority, RouteRequest, Shed};
 use crate::tree::WorkerId;
 
 /// One request's admission: its target and priority, and the request's shape for the load
@@ -52,7 +52,7 @@ impl Admission {
 
 /// What a route passes its candidates through before the policy chooses: [`Open`] for a
 /// request without a target, its [`Admission`] otherwise.
-pub(crate) trait Gate {
+pub(crate) trait Filter {
     /// Whether the candidates may be a shortlist; admission needs every worker.
     const SHORTLIST: bool;
 
@@ -63,7 +63,7 @@ pub(crate) trait Gate {
     /// [`Error::Shed`] when none may.
     fn filter(
         &self,
-        config: &LoadConfig,
+        fleet: &Fleet,
         asking: (&dyn Policy, &RouteRequest<'_>),
         candidates: &mut Candidates,
     ) -> Result<(), Error>;
@@ -72,13 +72,13 @@ pub(crate) trait Gate {
 /// Every candidate may take the request.
 pub(crate) struct Open;
 
-impl Gate for Open {
+impl Filter for Open {
     const SHORTLIST: bool = true;
 
     #[inline(always)]
     fn filter(
         &self,
-        _: &LoadConfig,
+        _: &Fleet,
         _: (&dyn Policy, &RouteRequest<'_>),
         _: &mut Candidates,
     ) -> Result<(), Error> {
@@ -86,7 +86,7 @@ impl Gate for Open {
     }
 }
 
-impl Gate for Admission {
+impl Filter for Admission {
     const SHORTLIST: bool = false;
 
     /// Asks `policy` first; under the crate's rule keeps the candidates predicted to meet
@@ -94,10 +94,11 @@ impl Gate for Admission {
     /// the request when none does and it is not critical.
     fn filter(
         &self,
-        config: &LoadConfig,
+        fleet: &Fleet,
         (policy, request): (&dyn Policy, &RouteRequest<'_>),
         candidates: &mut Candidates,
     ) -> Result<(), Error> {
+        let config = fleet.config();
         match policy.admit(request, candidates) {
             Admit::All => Ok(()),
             Admit::Refuse(limit) => {
@@ -112,18 +113,18 @@ impl Gate for Admission {
                 )))
             }
             Admit::Predicted if self.priority == Priority::Critical => Ok(()),
-            Admit::Predicted => self.keep_meeting(config, candidates),
+            Admit::Predicted => self.keep_meeting(fleet, candidates),
         }
     }
 }
 
 /// A candidate's predicted times.
 #[derive(Clone, Copy, Debug)]
-struct Prediction {
-    ttft: TtftParts,
+pub(super) struct Prediction {
+    pub(super) ttft: TtftParts,
     /// The decode step it would join ([`Estimate::decode_step_s`](crate::fleet::Estimate)):
     /// what the time-per-output-token target is held to.
-    tpot_s: f64,
+    pub(super) tpot_s: f64,
     /// The time per output token on the worker were it idle.
     idle_tpot_s: f64,
 }
@@ -189,16 +190,19 @@ impl Admission {
         self.shed((ttft_s, tpot_s), worker, limit)
     }
 
-    /// Keeps the candidates predicted to meet the target, or refuses the request when none
-    /// is.
-    fn keep_meeting(&self, config: &LoadConfig, candidates: &mut Candidates) -> Result<(), Error> {
-        let predictions = self.predict(config, candidates);
+    /// Keeps the candidates predicted to meet the target and, of those, the ones the
+    /// observed gates pass (see `observed.rs`); refuses the request when none is kept,
+    /// naming the check that refused it.
+    fn keep_meeting(&self, fleet: &Fleet, candidates: &mut Candidates) -> Result<(), Error> {
+        let predictions = self.predict(fleet.config(), candidates);
         let meets = |p: &Prediction| self.meets(p);
-        if predictions.iter().all(meets) {
-            return Ok(());
-        }
         if predictions.iter().any(meets) {
-            let mut kept = predictions.iter().map(meets);
+            let mut kept: SmallVec<[bool; 64]> = predictions.iter().map(meets).collect();
+            self.keep_observed(fleet, (&predictions, &mut kept), candidates)?;
+            if kept.iter().all(|&k| k) {
+                return Ok(());
+            }
+            let mut kept = kept.into_iter();
             candidates.retain(|_| kept.next().unwrap_or(false));
             return Ok(());
         }
@@ -235,10 +239,38 @@ impl Admission {
     }
 
     /// The refusal bound by `limit`, from the best worker's predicted times to first token
-    /// and per output token.
-    fn shed(&self, (total, tpot_s): (f64, f64), worker: WorkerId, limit: Limit) -> Shed {
+    /// and per output token: by the model's check, or the prompt's when no wait helps.
+    pub(super) fn shed(&self, (total, tpot_s): (f64, f64), worker: WorkerId, limit: Limit) -> Shed {
+        let gate = if limit == Limit::Prompt {
+            Gate::Prompt
+        } else {
+            Gate::Model
+        };
+        let (measured, threshold) = if limit == Limit::Decode
+            || (limit == Limit::Prompt && tpot_s > self.tpot_target_s)
+        {
+            (tpot_s, self.tpot_target_s)
+        } else {
+            (total, self.target_s)
+        };
         let wait = (total - self.target_s).max(0.0);
-        let seconds = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 1e9));
+        let mut shed = self.shed_at((total, tpot_s), worker, limit, wait);
+        shed.gate = gate;
+        shed.measured = seconds(measured);
+        shed.threshold = seconds(threshold);
+        shed
+    }
+
+    /// The refusal of the best worker's predicted times, bound by `limit`, with
+    /// `retry_after` from `wait_s` (none for [`Limit::Prompt`]); the gate is the model's
+    /// until the caller names another.
+    pub(super) fn shed_at(
+        &self,
+        (total, tpot_s): (f64, f64),
+        worker: WorkerId,
+        limit: Limit,
+        wait: f64,
+    ) -> Shed {
         Shed {
             priority: self.priority,
             target: seconds(self.target_s),
@@ -250,7 +282,15 @@ impl Admission {
             best_tpot: seconds(tpot_s),
             best_worker: worker,
             limit,
+            gate: Gate::Model,
+            measured: seconds(total),
+            threshold: seconds(self.target_s),
             retry_after: (limit != Limit::Prompt).then(|| seconds(wait)),
         }
     }
+}
+
+/// `s` seconds as a duration, clamped to `0..=10^9` s.
+pub(super) fn seconds(s: f64) -> Duration {
+    Duration::from_secs_f64(if s.is_nan() { 0.0 } else { s.clamp(0.0, 1e9) })
 }

@@ -17,6 +17,7 @@ use crate::request::{RouteDecision, RouteRequest};
 use crate::tree::WorkerId;
 
 mod admission;
+mod observed_gates;
 mod impls;
 mod policy;
 mod policy_router;

@@ -3,7 +3,7 @@
 //! optimistic insert under the mirror's lock, and the charge; and the pieces of it the pair
 //! router shares.
 
-use super::admission::{Admission, Gate, Open};
+use super::admission::{Admission, Filter, Open};
 use super::policy::{CandidateSet, Policy};
 use super::policy_router::PolicyRouter;
 use super::shortlist::{Classes, Offer, Scoring, fill};
@@ -51,7 +51,7 @@ impl<P: Policy> PolicyRouter<P> {
 
     /// [`choose`](Self::choose) with the candidates passed through `gate`.
     #[inline]
-    fn choose_gated<G: Gate>(
+    fn choose_gated<G: Filter>(
         &self,
         request: &RouteRequest<'_>,
         blocks: &Blocks,
@@ -67,7 +67,7 @@ impl<P: Policy> PolicyRouter<P> {
             for c in candidates.iter_mut() {
                 c.set_fleet_load(fleet_load);
             }
-            gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
+            gate.filter(&self.fleet, (&self.policy, request), candidates)?;
             return Ok((self.select(request, candidates)?, 0));
         }
         // Admission reads every worker: a refusal must hold for all of them.
@@ -92,7 +92,7 @@ impl<P: Policy> PolicyRouter<P> {
             for c in candidates.iter_mut() {
                 offer.complete(c);
             }
-            gate.filter(self.fleet.config(), (&self.policy, request), candidates)?;
+            gate.filter(&self.fleet, (&self.policy, request), candidates)?;
             let chosen = self.select(request, candidates)?;
             Ok(((chosen, deepest), candidates[chosen].worker))
         })
