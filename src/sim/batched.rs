@@ -116,7 +116,7 @@ impl<'s> Run<'s> {
     ) -> Self {
         let cfg = sim.config();
         let bus = EventBus::new(sinks, sim.fleet().len(), cfg);
-        let n = sim.requests().len();
+        let n = sim.replayed().len();
         Self {
             sim,
             replicas,
@@ -145,7 +145,8 @@ impl<'s> Run<'s> {
                 cfg.block_size,
                 cfg.batch,
                 record,
-            ),
+            )
+            .with_progress_every(cfg.progress_every),
             step: None,
             generation: 0,
             down: false,
@@ -162,7 +163,7 @@ impl<'s> Run<'s> {
     fn drive(mut self, progress: &mut dyn FnMut(usize, usize)) -> Result<SimReport, Error> {
         self.schedule_faults_and_scrapes();
         let sim = self.sim;
-        let n = sim.requests().len();
+        let n = sim.replayed().len();
         while let Some((now, tick)) = self.clock.next() {
             if let Tick::Arrival(_) = tick {
                 progress(self.clock.arrived(), n);
@@ -181,7 +182,7 @@ impl<'s> Run<'s> {
             }
         }
         let interval = self.sim.config().scrape_interval_s;
-        if interval > 0.0 && !self.sim.requests().is_empty() {
+        if interval > 0.0 && !self.sim.replayed().is_empty() {
             self.clock
                 .schedule(self.sim.arrival(0) + interval, SCRAPE, 0);
         }
@@ -224,7 +225,7 @@ impl<'s> Run<'s> {
                 .complete(&routed.decision);
             return Err(Error::UnknownWorker(routed.decision.worker()));
         }
-        let output = self.sim.requests()[i].output_tokens;
+        let output = self.sim.replayed()[i].output_tokens;
         self.seqs[i] = Some(Seq::new(routed.tokens, routed.blocks, output));
         self.flights[i] = Some(Flight {
             replica: routed.replica,
@@ -321,17 +322,14 @@ impl<'s> Run<'s> {
                         .send(&self.replicas, f.replica, now, false, &mut self.clock);
                 }
             }
+            Outcome::Progress(i) => {
+                let generated = self.seqs[i].as_ref().map_or(0, |s| s.generated);
+                self.stream(i, generated.saturating_sub(1), now);
+            }
             Outcome::Finished(i) => {
-                let output = self.sim.requests()[i].output_tokens.max(1);
+                let output = self.sim.replayed()[i].output_tokens.max(1);
                 self.tally.finished(i, now, output);
-                // The host streamed the answer: what its output tokens took teaches the
-                // worker's decode terms.
-                if let (Some(f), Some(first)) = (&self.flights[i], self.tally.first_token_at(i)) {
-                    let elapsed = std::time::Duration::from_secs_f64((now - first).max(0.0));
-                    self.replicas
-                        .router(f.replica)
-                        .tokens_after(&f.decision, output - 1, elapsed);
-                }
+                self.stream(i, output - 1, now);
                 self.release(i, now);
                 self.clock.ended(i, now);
             }
@@ -343,6 +341,18 @@ impl<'s> Run<'s> {
             }
         }
         Ok(())
+    }
+
+    /// The host streaming request `i`'s answer saw `tokens` output tokens after the first by
+    /// `now`: it reports them to the replica that routed it (cumulative, from the first
+    /// token), which learns the worker's decode terms and observed step from them.
+    fn stream(&mut self, i: usize, tokens: u32, now: f64) {
+        if let (Some(f), Some(first)) = (&self.flights[i], self.tally.first_token_at(i)) {
+            let elapsed = std::time::Duration::from_secs_f64((now - first).max(0.0));
+            self.replicas
+                .router(f.replica)
+                .tokens_after(&f.decision, tokens, elapsed);
+        }
     }
 
     /// Request `i` leaves its worker at `now`: its replica completes its decision.

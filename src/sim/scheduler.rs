@@ -125,6 +125,9 @@ pub(super) enum Outcome {
     /// It was admitted for the first time, finding `hit` prompt tokens cached, `host` of
     /// them loaded back from the host tier.
     Admitted { seq: SeqId, hit: usize, host: usize },
+    /// It generated a multiple of the host's progress cadence of output tokens, short of its
+    /// last: the host reports its stream's progress.
+    Progress(SeqId),
     /// It was preempted.
     Preempted(SeqId),
     /// It can never fit in the pool and was dropped.
@@ -177,6 +180,8 @@ pub(super) struct Scheduler {
     running: Vec<SeqId>,
     /// The blocks the sequence being admitted hits (reused from one admission to the next).
     hit: Vec<BlockId>,
+    /// Every how many output tokens a running sequence reports progress (0: never).
+    progress_every: u32,
 }
 
 impl Scheduler {
@@ -194,7 +199,14 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             hit: Vec::new(),
+            progress_every: 0,
         }
+    }
+
+    /// Reports progress every `every` output tokens after the first (0: never).
+    pub(super) fn with_progress_every(mut self, every: u32) -> Self {
+        self.progress_every = every;
+        self
     }
 
     /// Queues a new sequence.
@@ -483,6 +495,13 @@ impl Scheduler {
             if seq.generated == 1 {
                 out.push(Outcome::FirstToken(id));
             }
+            let every = self.progress_every;
+            if every > 0 && seq.generated > 1 && seq.generated < seq.output {
+                let after = seq.generated - 1;
+                if after % every == 0 {
+                    out.push(Outcome::Progress(id));
+                }
+            }
             if seq.generated >= seq.output {
                 self.running.retain(|&r| r != id);
                 self.pool.free(seq.blocks.drain(..).rev());
@@ -519,5 +538,46 @@ impl Scheduler {
             host.copy(&seq.hashes, seq.cached_blocks, full);
         }
         seq.cached_blocks = seq.cached_blocks.max(full);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outcomes of running one sequence of `output` tokens to its end on a worker that
+    /// reports progress every `every` tokens: each progress report with the tokens
+    /// generated then.
+    fn progress_of(output: u32, every: u32) -> Vec<u32> {
+        let hasher = PrefixHasher::new(16).expect("block size");
+        let prompt: Vec<TokenId> = (0..64).collect();
+        let hashes = hasher.hash(&prompt);
+        let mut seqs = vec![Some(Seq::new(prompt, hashes, output))];
+        let mut scheduler =
+            Scheduler::new(1_000, 16, BatchConfig::default(), false).with_progress_every(every);
+        scheduler.enqueue(0);
+        let (mut out, mut reports) = (Vec::new(), Vec::new());
+        while scheduler.has_work() {
+            let step = scheduler.schedule(&mut seqs, &mut out);
+            scheduler.finish_step(&step, &mut seqs, &hasher, &mut out);
+            for o in out.drain(..) {
+                if let Outcome::Progress(id) = o {
+                    reports.push(seqs[id].as_ref().map_or(0, |s| s.generated));
+                }
+            }
+        }
+        reports
+    }
+
+    #[test]
+    fn progress_is_reported_every_n_tokens_after_the_first_short_of_the_last() {
+        assert_eq!(progress_of(40, 16), vec![17, 33]);
+        assert_eq!(
+            progress_of(33, 16),
+            vec![17],
+            "the last token is the end, not progress"
+        );
+        assert_eq!(progress_of(40, 0), Vec::<u32>::new(), "0: only the end");
+        assert_eq!(progress_of(1, 1), Vec::<u32>::new());
     }
 }

@@ -120,7 +120,7 @@ fn elapsed(seconds: f64) -> Duration {
 impl<'s> Run<'s> {
     /// The same replay routing through `router` (see the module docs).
     pub(super) fn disaggregated(mut self, router: &'s PdRouter<Box<dyn Decide>>) -> Self {
-        let n = self.sim.requests().len();
+        let n = self.sim.replayed().len();
         self.seqs.resize_with(2 * n, || None);
         self.tally.pd_decider = Some(router.decider_name().to_owned());
         self.pd = Some(PdHost {
@@ -184,7 +184,7 @@ impl<'s> Run<'s> {
         };
         self.tally
             .routed(i, (now, tokens.len()), (decode.get(), 0), predicted);
-        let output = sim.requests()[i].output_tokens;
+        let output = sim.replayed()[i].output_tokens;
         let (w, id, decode_leg) = match prefill {
             None => {
                 self.seqs[i] = Some(Seq::new(tokens, blocks, output));
@@ -193,7 +193,7 @@ impl<'s> Run<'s> {
             Some(p) => {
                 let mut leg = Seq::new(tokens.clone(), blocks.clone(), output);
                 leg.remote_prefix = true;
-                let n = sim.requests().len();
+                let n = sim.replayed().len();
                 self.seqs[n + i] = Some(Seq::new(tokens, blocks, 1));
                 (p.index(), n + i, Some(leg))
             }
@@ -224,6 +224,7 @@ impl<'s> Run<'s> {
             }
             Outcome::FirstToken(id) => self.leg_first_token(id, now),
             Outcome::Finished(id) => self.leg_finished(id, w, now),
+            Outcome::Progress(id) => self.leg_progress(id, now),
             Outcome::Preempted(id) => self.tally.preempted(pd.leg(id).0),
             Outcome::Rejected(id) => {
                 let i = pd.leg(id).0;
@@ -282,6 +283,25 @@ impl<'s> Run<'s> {
         }
     }
 
+    /// Sequence `id` streamed more of its answer by `now`: a decode leg's host reports its
+    /// progress to the decode worker.
+    fn leg_progress(&mut self, id: SeqId, now: f64) {
+        let Some(pd) = self.pd.as_ref() else {
+            return;
+        };
+        let (i, prefill_leg) = pd.leg(id);
+        let generated = self.seqs[id].as_ref().map_or(0, |s| s.generated);
+        if let (false, Some(pair), Some(first)) = (
+            prefill_leg,
+            pd.pairs[i].as_ref(),
+            self.tally.first_token_at(i),
+        ) {
+            let decoded = elapsed((now - first).max(0.0));
+            pd.router
+                .tokens_after(&pair.decision, generated.saturating_sub(1), decoded);
+        }
+    }
+
     /// Sequence `id` finished on worker `w` at `now`: a decode leg completes its request; a
     /// prefill leg starts its KV's move to the decode worker (see the module docs).
     fn leg_finished(&mut self, id: SeqId, w: usize, now: f64) {
@@ -291,7 +311,7 @@ impl<'s> Run<'s> {
         let (i, prefill_leg) = pd.leg(id);
         self.seqs[id] = None;
         if !prefill_leg {
-            let output = self.sim.requests()[i].output_tokens.max(1);
+            let output = self.sim.replayed()[i].output_tokens.max(1);
             self.tally.finished(i, now, output);
             // The host streamed the answer: its output tokens teach the decode worker.
             if let (Some(pair), Some(first)) = (pd.pairs[i].as_ref(), self.tally.first_token_at(i))
