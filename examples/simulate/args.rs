@@ -260,6 +260,14 @@ struct RouterFlags {
     /// Shares of priorities under admission, drawn per request: critical:0.1,standard:0.6,sheddable:0.3.
     #[arg(long, value_name = "SPEC", default_value = "standard:1", value_parser = priorities)]
     priorities: PriorityMix,
+    /// Every how many output tokens the host reports a running request's progress to the
+    /// router that routed it, as a gateway reading the stream would; 0: only at its end.
+    #[arg(long, value_name = "N", default_value_t = cluster().progress_every)]
+    progress_every: u32,
+    /// Seconds of the same workload at 1x (prompts of their own) before the measured load;
+    /// the router keeps what it learned, the figures count only the measured part.
+    #[arg(long, value_name = "S", default_value_t = cluster().warmup_s)]
+    warmup: f64,
 }
 
 /// What is printed and written.
@@ -435,6 +443,8 @@ impl From<Cli> for Args {
         cluster.event_replay = matches!(r.event_replay, OnOff::On);
         cluster.admission = matches!(r.admission, OnOff::On);
         cluster.priorities = r.priorities;
+        cluster.progress_every = r.progress_every;
+        cluster.warmup_s = r.warmup;
         cluster.ttft_target_s = o.ttft_target;
         cluster.tpot_target_s = o.tpot_target;
         if let Some(seed) = run.seed {

@@ -31,7 +31,9 @@
 //!   default unknown: they learn them),
 //!   `--sync optimistic|feedback|events` (`none` is `optimistic`: no correction),
 //!   `--scrape-interval S` (load reports), `--event-delay S`, `--event-loss P`,
-//!   `--event-replay on|off`;
+//!   `--event-replay on|off`, `--admission on|off` with `--priorities SPEC`,
+//!   `--progress-every N` (the host's progress reports), `--warmup S` (S seconds of the
+//!   workload at 1x before the measured load);
 //! - output: `--format table|json|csv`, `--ttft-target S`, `--tpot-target S` (goodput's
 //!   targets), `--requests-out FILE` (one JSON line per request of every run: workload,
 //!   policy and the request's record), `--plot FILE.svg` (with `--load-sweep 1,2,4,8`,

@@ -431,6 +431,16 @@ pub struct ClusterConfig {
     /// The share of requests of each priority under [`admission`](Self::admission).
     /// Default: every request [`Priority::Standard`].
     pub priorities: PriorityMix,
+    /// Every how many output tokens after the first the host reports a running request's
+    /// progress ([`Router::tokens_after`](crate::Router::tokens_after), cumulative), as a
+    /// gateway reading the stream would; its last token is always reported. 0: only the
+    /// last. Default 16. The batched engine only.
+    pub progress_every: u32,
+    /// Seconds of the same workload at 1× the host runs before the measured load (its
+    /// requests arriving in the first `warmup_s` of the trace, their prompts made distinct):
+    /// the router starts the measured part with what it learned, and the report counts only
+    /// the measured part. Default 0 (cold).
+    pub warmup_s: f64,
     /// Bytes of KV one prompt token takes, for the KV a disaggregated run moves from a
     /// prefill worker to a decode worker
     /// ([`Simulation::run_pd`](super::Simulation::run_pd)): 2 × layers × KV heads × head
@@ -569,6 +579,10 @@ impl ClusterConfig {
         with_kv_bytes_per_token: kv_bytes_per_token: u64;
         /// Sets [`kv_transfer_bytes_per_s`](Self::kv_transfer_bytes_per_s).
         with_kv_transfer_bytes_per_s: kv_transfer_bytes_per_s: f64;
+        /// Sets [`progress_every`](Self::progress_every).
+        with_progress_every: progress_every: u32;
+        /// Sets [`warmup_s`](Self::warmup_s).
+        with_warmup_s: warmup_s: f64;
     }
 
     /// Checks every field.
@@ -624,6 +638,7 @@ impl ClusterConfig {
             ("tpot_target_s", self.tpot_target_s),
             ("scrape_interval_s", self.scrape_interval_s),
             ("event_delay_s", self.event_delay_s),
+            ("warmup_s", self.warmup_s),
         ] {
             float(field, value, 0.0..=f64::MAX, "zero or more seconds")?;
         }
@@ -711,6 +726,8 @@ impl Default for ClusterConfig {
             priorities: PriorityMix::default(),
             kv_bytes_per_token: 131_072,
             kv_transfer_bytes_per_s: 50e9,
+            progress_every: 16,
+            warmup_s: 0.0,
         }
     }
 }

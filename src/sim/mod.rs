@@ -75,6 +75,7 @@ mod simple;
 mod simulation;
 mod tally;
 mod trace;
+mod warmup;
 mod workload;
 
 pub use self::config::{

@@ -113,6 +113,11 @@ pub struct SimReport {
     pub session_p50_s: f64,
     /// Session completion time, 99th percentile.
     pub session_p99_s: f64,
+    /// How steady goodput was: over the 10-second windows of the arrivals' span, the lowest
+    /// window's goodput per second (requests arriving in it that met both targets) over the
+    /// mean of the windows'. 1 for steady goodput, 0 for a window where none was met; 1 when
+    /// the arrivals span less than two windows.
+    pub goodput_min_10s_ratio: f64,
 }
 
 impl SimReport {
@@ -148,6 +153,7 @@ impl SimReport {
                 "\"transfers\":{},\"transfer_bytes\":{},\"pd_decider\":{},",
                 "\"ttft_error_p50\":{:.6},\"ttft_error_p90\":{:.6},",
                 "\"sessions\":{},\"session_p50_s\":{:.6},\"session_p99_s\":{:.6},",
+                "\"goodput_min_10s_ratio\":{:.6},",
                 "\"worker_prefill_tokens\":[{}]}}"
             ),
             self.policy.replace(['"', '\\'], ""),
@@ -197,6 +203,7 @@ impl SimReport {
             self.sessions,
             self.session_p50_s,
             self.session_p99_s,
+            self.goodput_min_10s_ratio,
             self.worker_prefill_tokens
                 .iter()
                 .map(u64::to_string)

@@ -28,7 +28,7 @@ pub(super) fn run(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<SimReport, Error> {
     let mut run = Run::new(sim, replicas)?;
-    let n = sim.requests().len();
+    let n = sim.replayed().len();
     while let Some((now, tick)) = run.clock.next() {
         match tick {
             Tick::Arrival(i) => {
@@ -88,7 +88,7 @@ impl<'s> Run<'s> {
                 })
             })
             .collect::<Result<_, Error>>()?;
-        let n = sim.requests().len();
+        let n = sim.replayed().len();
         Ok(Self {
             sim,
             replicas,
@@ -127,7 +127,7 @@ impl<'s> Run<'s> {
         self.tally.first_token(i, now);
         flight.routed.first_token(&self.replicas, now);
         self.fleet[w].cache.insert(W0, &flight.routed.blocks);
-        let output = f64::from(self.sim.requests()[i].output_tokens);
+        let output = f64::from(self.sim.replayed()[i].output_tokens);
         let decode = output * self.sim.config().decode_s_per_token / self.fleet[w].speed;
         self.clock.schedule(now + decode, COMPLETE, i);
         self.fleet[w].busy = false;
@@ -143,7 +143,7 @@ impl<'s> Run<'s> {
                 .router(flight.routed.replica)
                 .complete(&flight.routed.decision);
             self.tally
-                .finished(i, now, self.sim.requests()[i].output_tokens);
+                .finished(i, now, self.sim.replayed()[i].output_tokens);
             self.clock.ended(i, now);
         }
     }

@@ -8,6 +8,7 @@ use super::replicas::{Replica, Replicas};
 use super::report::SimReport;
 use super::request::Request;
 use super::tally::{Tally, Workers};
+use super::warmup::with_warmup;
 use crate::error::Error;
 use crate::hash::{BlockHash, PrefixHasher, TokenId};
 use crate::request::{RouteDecision, RouteRequest};
@@ -40,6 +41,8 @@ pub struct Simulation {
     references: References,
     /// Who waits for whom (closed-loop workloads).
     plan: Plan,
+    /// How many of `requests`, first, are warm-up copies (see `warmup.rs`).
+    warmup: usize,
 }
 
 impl Simulation {
@@ -97,12 +100,14 @@ impl Simulation {
             .iter()
             .map(|w| w.capacity_tokens / config.block_size + host_blocks)
             .sum();
-        let plan = Plan::new(&requests)?;
+        Plan::new(&requests)?;
         let references = References::compute(&requests, &hasher, pooled_blocks)?;
         let mut requests = requests;
         if config.arrivals == Arrivals::Spread {
             spread(&mut requests, config.seed);
         }
+        let (requests, warmup) = with_warmup(requests, config.warmup_s, config.speedup);
+        let plan = Plan::new(&requests)?;
         Ok(Self {
             requests,
             config,
@@ -111,6 +116,7 @@ impl Simulation {
             hasher,
             references,
             plan,
+            warmup,
         })
     }
 
@@ -169,9 +175,15 @@ impl Simulation {
         self.references.ideal_blocks
     }
 
-    /// The requests.
+    /// The measured requests (after the warm-up's, when
+    /// [`ClusterConfig::warmup_s`] asks for one), arrival times as stored.
     #[must_use]
     pub fn requests(&self) -> &[Request] {
+        &self.requests[self.warmup..]
+    }
+
+    /// Every request replayed, the warm-up's first: the replay's indices.
+    pub(super) fn replayed(&self) -> &[Request] {
         &self.requests
     }
 
@@ -234,6 +246,7 @@ impl Simulation {
             self.plan.groups().to_vec(),
             (self.config.ttft_target_s, self.config.tpot_target_s),
         )
+        .measured_from(self.warmup)
     }
 
     /// The priority of request `i` under admission: drawn from the seed and the index.
@@ -355,7 +368,11 @@ impl Simulation {
         tally: Tally,
         workers: Workers,
     ) -> SimReport {
-        let first = self.requests.first().map_or(0.0, |_| self.arrival(0));
+        let first = if self.warmup < self.requests.len() {
+            self.arrival(self.warmup)
+        } else {
+            0.0
+        };
         tally.report(replicas.name(), first, workers, &self.references)
     }
 }

@@ -24,7 +24,12 @@ pub(super) struct Tally {
     pub(super) pd_decider: Option<String>,
     /// Each request's session group (sub-agents count with the session that started them).
     groups: Vec<Option<u32>>,
+    /// Requests before this index are a warm-up's: left out of the report.
+    measured_from: usize,
 }
+
+/// The window of [`SimReport::goodput_min_10s_ratio`], seconds.
+const GOODPUT_WINDOW_S: f64 = 10.0;
 
 /// The `p` quantile (nearest rank) of sorted `values`; 0 for none.
 fn quantile(sorted: &[f64], p: f64) -> f64 {
@@ -114,7 +119,15 @@ impl Tally {
             last_completion: 0.0,
             pd_decider: None,
             groups,
+            measured_from: 0,
         }
+    }
+
+    /// The same tally with the requests before `index` a warm-up's, left out of the
+    /// report.
+    pub(super) fn measured_from(mut self, index: usize) -> Self {
+        self.measured_from = index.min(self.records.len());
+        self
     }
 
     /// Request `i` of `prompt_tokens` tokens was routed at `at` to `worker` by `replica`:
@@ -179,7 +192,9 @@ impl Tally {
         r.e2e_s = Some(e2e);
         let ttft = *r.ttft_s.get_or_insert(e2e);
         r.tpot_s = (output > 1).then(|| (e2e - ttft) / f64::from(output - 1));
-        self.last_completion = self.last_completion.max(at);
+        if i >= self.measured_from {
+            self.last_completion = self.last_completion.max(at);
+        }
     }
 
     /// Request `i`'s prefill finished on `prefill_worker`, and `bytes` of its KV began to
@@ -199,6 +214,38 @@ impl Tally {
         self.records[i].rejected = true;
     }
 
+    /// Leaves the warm-up's requests out: the records left are numbered from 0.
+    fn drop_warmup(&mut self) {
+        let k = self.measured_from;
+        self.records.drain(..k);
+        self.groups.drain(..k.min(self.groups.len()));
+        for r in &mut self.records {
+            r.index -= k;
+        }
+        self.measured_from = 0;
+    }
+
+    /// [`SimReport::goodput_min_10s_ratio`] of the records.
+    fn goodput_floor(&self) -> f64 {
+        let arrivals = self.records.iter().map(|r| r.arrival_s);
+        let start = arrivals.clone().fold(f64::INFINITY, f64::min);
+        let end = arrivals.fold(f64::NEG_INFINITY, f64::max);
+        let windows = ((end - start) / GOODPUT_WINDOW_S).floor();
+        if windows.is_nan() || windows < 2.0 {
+            return 1.0;
+        }
+        let mut good = vec![0u32; windows as usize];
+        for r in self.records.iter().filter(|r| self.good(r)) {
+            let w = ((r.arrival_s - start) / GOODPUT_WINDOW_S) as usize;
+            if let Some(g) = good.get_mut(w) {
+                *g += 1;
+            }
+        }
+        let mean = good.iter().map(|&g| f64::from(g)).sum::<f64>() / windows;
+        let least = good.iter().copied().min().map_or(0.0, f64::from);
+        if mean > 0.0 { least / mean } else { 1.0 }
+    }
+
     /// Whether request `i` met both goodput targets.
     fn good(&self, r: &RequestRecord) -> bool {
         r.e2e_s.is_some()
@@ -208,12 +255,14 @@ impl Tally {
 
     /// The report of a run by `policy`, the first request arriving at `first`.
     pub(super) fn report(
-        self,
+        mut self,
         policy: &str,
         first: f64,
         workers: Workers,
         references: &References,
     ) -> SimReport {
+        self.drop_warmup();
+        let floor = self.goodput_floor();
         let requests = self.records.len();
         let makespan = (self.last_completion - first).max(0.0);
         let served = || self.records.iter().filter(|r| !r.rejected && !r.shed);
@@ -284,6 +333,7 @@ impl Tally {
             sessions,
             session_p50_s: session[0],
             session_p99_s: session[1],
+            goodput_min_10s_ratio: floor,
             request_records: self.records,
         }
     }
