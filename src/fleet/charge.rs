@@ -50,6 +50,11 @@ impl Fleet {
         if slot.load.routed(prompt_tokens as u64, prefill, output) {
             slot.observed.started(now_ns);
         }
+        if request.asks_admission() {
+            let pairs = attended(prompt_tokens as u64, prefill) as f64;
+            slot.observed
+                .admit(now_ns, e.timing.prefill_s(prefill as f64, pairs));
+        }
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
         slot.available_blocks
@@ -107,9 +112,10 @@ impl Fleet {
     }
 
     /// A request's `tokens` output tokens after its first took `elapsed` (cumulative, as
-    /// its stream goes): the worker's observed step learns from what this report adds to
-    /// the furthest before it while the request runs; the worker's terms learn its time per
-    /// output token from its first report.
+    /// its stream goes): while the request runs, what this report adds to the furthest
+    /// before it is a sample of the worker's step as it runs now, which its observed step
+    /// learns from; the worker's decode terms learn the request's time per output token
+    /// from its first report, against what was predicted for it at routing.
     pub(crate) fn decoded(
         &self,
         decision: &RouteDecision,
@@ -126,8 +132,10 @@ impl Fleet {
         let learns = self.learns() && decision.mark_decoded();
         self.registry.with_current(decision, |r| {
             if running {
-                let step_s = self.estimate(r).running_step_s();
-                r.slot.observed.progress(added.0, added.1, step_s);
+                let decode_s = self.estimate(r).running_step_s();
+                r.slot
+                    .observed
+                    .progress(self.clock.now_ns(), added, decode_s);
             }
             if learns {
                 let terms = Terms(decision.tpot_terms());

@@ -54,8 +54,8 @@ pub use self::step::StepModel;
 
 pub(crate) use self::candidate::Candidates;
 pub(crate) use self::estimate::Estimate;
-pub(crate) use self::observed::Factors;
 pub(crate) use self::least::{NO_CLASS, Tie, Widened, pick_min, spread};
+pub(crate) use self::observed::{Factors, PREFILL_HORIZON_S, stretched};
 pub(crate) use self::predict::{TtftParts, meets_target};
 pub(crate) use self::timing::attended;
 pub(crate) use self::tracker::Fleet;

@@ -32,6 +32,11 @@ use super::tracker::Fleet;
 /// How much of the decayed sums each new observation keeps: about the last ten weigh.
 const KEEP: f64 = 0.9;
 
+/// The time constant of the prefill admitted to a worker, seconds: its decayed sum over
+/// this is the rate at which prefill was admitted there, about over the life of a request
+/// it shares steps with.
+pub(crate) const PREFILL_HORIZON_S: f64 = 10.0;
+
 /// Observed over predicted, as decayed sums.
 #[derive(Clone, Copy, Debug, Default)]
 struct Ratio {
@@ -79,6 +84,9 @@ pub(crate) struct Observed {
     /// outstanding: the last first token, or the route that found none outstanding.
     since_ns: AtomicU64,
     sums: Mutex<Sums>,
+    /// The model's prefill seconds of the requests admission admitted here, decayed over
+    /// [`PREFILL_HORIZON_S`], and the time (ns) they were decayed to.
+    admitted: Mutex<(f64, u64)>,
 }
 
 impl Default for Observed {
@@ -90,6 +98,7 @@ impl Default for Observed {
             per_token_bits: AtomicU64::new(0),
             since_ns: AtomicU64::new(0),
             sums: Mutex::new(Sums::default()),
+            admitted: Mutex::new((0.0, 0)),
         }
     }
 }
@@ -105,6 +114,12 @@ pub(crate) struct Factors {
     pub(crate) stalled_s: f64,
     /// Observed seconds per output token (0 until observed).
     pub(crate) per_token_s: f64,
+    /// Whether the host reported progress here (the step factor and `per_token_s` are
+    /// observed).
+    pub(crate) progressed: bool,
+    /// The model's prefill seconds admitted here, decayed over [`PREFILL_HORIZON_S`] to
+    /// now: over it, the share of the worker's time its admitted prefill takes.
+    pub(crate) admitted_s: f64,
 }
 
 impl Factors {
@@ -121,11 +136,23 @@ impl Factors {
 }
 
 impl Observed {
-    /// The factors at router-clock time `now_ns`; `None` when the host has reported nothing
-    /// timed for the worker.
+    /// Whether the host reported a timed first token or progress for this worker.
     #[inline]
-    pub(crate) fn factors(&self, now_ns: u64, outstanding: bool) -> Option<Factors> {
-        if !self.reporting.load(Relaxed) {
+    pub(crate) fn reporting(&self) -> bool {
+        self.reporting.load(Relaxed)
+    }
+
+    /// The factors at router-clock time `now_ns`, prefill outstanding or not; `None` when
+    /// the host has reported nothing timed for any worker of the fleet (`fleet_reporting`
+    /// false and nothing for this one).
+    #[inline]
+    pub(crate) fn factors(
+        &self,
+        now_ns: u64,
+        outstanding: bool,
+        fleet_reporting: bool,
+    ) -> Option<Factors> {
+        if !fleet_reporting && !self.reporting() {
             return None;
         }
         let since = self.since_ns.load(Relaxed);
@@ -139,7 +166,31 @@ impl Observed {
             step: f64::from_bits(self.step_bits.load(Relaxed)),
             stalled_s,
             per_token_s: f64::from_bits(self.per_token_bits.load(Relaxed)),
+            progressed: self.per_token_bits.load(Relaxed) != 0,
+            admitted_s: self.admitted_at(now_ns),
         })
+    }
+
+    /// Admission admitted a request here at `now_ns` whose own prefill the model predicts
+    /// takes `model_s`.
+    pub(crate) fn admit(&self, now_ns: u64, model_s: f64) {
+        if !(model_s.is_finite() && model_s > 0.0) {
+            return;
+        }
+        let mut admitted = self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
+        let (sum, at) = *admitted;
+        *admitted = if now_ns >= at {
+            (decayed(sum, now_ns - at) + model_s, now_ns)
+        } else {
+            // Behind the latest admission (routes racing): decayed to it instead.
+            (sum + decayed(model_s, at - now_ns), at)
+        };
+    }
+
+    /// The prefill seconds admitted here, decayed to `now_ns`.
+    fn admitted_at(&self, now_ns: u64) -> f64 {
+        let (sum, at) = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
+        decayed(sum, now_ns.saturating_sub(at))
     }
 
     /// A route at `now_ns` found no prefill outstanding here: the wait starts now.
@@ -159,41 +210,75 @@ impl Observed {
         self.reporting.store(true, Relaxed);
     }
 
-    /// `tokens` output tokens took `seconds` while the model's decode step here was
-    /// `step_s`.
-    pub(crate) fn progress(&self, tokens: u32, seconds: f64, step_s: f64) {
+    /// `tokens` output tokens took `seconds` by `now_ns`, while the model's decode step
+    /// here was `decode_s`: the step factor learns the time per output token against the
+    /// decode step stretched by the prefill admitted here ([`stretched`]).
+    pub(crate) fn progress(&self, now_ns: u64, (tokens, seconds): (u32, f64), decode_s: f64) {
         if tokens == 0 || !(seconds.is_finite() && seconds >= 0.0) {
             return;
         }
         let tokens = f64::from(tokens);
+        let share = self.prefill() * self.admitted_at(now_ns) / PREFILL_HORIZON_S;
+        let predicted = stretched(decode_s, share.min(MAX_SHARE));
         let mut sums = self.sums.lock().unwrap_or_else(PoisonError::into_inner);
-        if step_s.is_finite() && step_s > 0.0 {
-            sums.step.add(seconds, step_s * tokens);
+        if predicted.is_finite() && predicted > 0.0 {
+            sums.step.add(seconds, predicted * tokens);
             self.step_bits.store(sums.step.get().to_bits(), Relaxed);
         }
         let (s, t) = sums.per_token;
         sums.per_token = (KEEP * s + seconds, KEEP * t + tokens);
-        let per_token = sums.per_token.0 / sums.per_token.1;
+        let per_token = (sums.per_token.0 / sums.per_token.1).max(f64::MIN_POSITIVE);
         self.per_token_bits.store(per_token.to_bits(), Relaxed);
         self.reporting.store(true, Relaxed);
     }
+
+    /// The prefill factor.
+    fn prefill(&self) -> f64 {
+        f64::from_bits(self.prefill_bits.load(Relaxed))
+    }
+}
+
+/// The time per output token of a decode step of `decode_s` on a worker whose time its
+/// prefill takes a `share` of: chunked prefill shares the steps, so the decodes get the
+/// rest of the time (infinite when prefill takes it all).
+pub(crate) fn stretched(decode_s: f64, share: f64) -> f64 {
+    if share < 1.0 {
+        decode_s / (1.0 - share.max(0.0))
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The largest prefill share a step sample is stretched by: the decay of what was
+/// admitted is a rate's estimate, not its measure.
+const MAX_SHARE: f64 = 0.9;
+
+/// `sum` decayed over `elapsed_ns` at the time constant [`PREFILL_HORIZON_S`].
+fn decayed(sum: f64, elapsed_ns: u64) -> f64 {
+    sum * (-(elapsed_ns as f64 * 1e-9) / PREFILL_HORIZON_S).exp()
 }
 
 impl Fleet {
-    /// Each candidate's factors now, in order: `None` for a worker the host reports nothing
-    /// timed for (or removed since the snapshot).
+    /// Each candidate's factors now, in order: `None` for every worker while the host
+    /// reports nothing timed for any candidate, and for a worker removed since the
+    /// snapshot. Once one reports, a worker not yet reporting has factors of 1 and no
+    /// observed step: the decode bound's initial window holds it.
     pub(crate) fn factors(&self, candidates: &Candidates) -> SmallVec<[Option<Factors>; 64]> {
         let now_ns = self.clock.now_ns();
         let slots = self.registry.read();
+        let current = |c: &super::Candidate| {
+            slots
+                .get(c.worker.index())
+                .filter(|r| r.slot.epoch == c.epoch)
+        };
+        let any = candidates
+            .iter()
+            .any(|c| current(c).is_some_and(|r| r.slot.observed.reporting()));
         candidates
             .iter()
             .map(|c| {
-                let r = slots.get(c.worker.index())?;
-                if r.slot.epoch != c.epoch {
-                    return None;
-                }
                 let outstanding = c.estimate.prefill_tokens > 0;
-                r.slot.observed.factors(now_ns, outstanding)
+                current(c)?.slot.observed.factors(now_ns, outstanding, any)
             })
             .collect()
     }
@@ -207,7 +292,11 @@ mod tests {
     fn nothing_reported_means_no_factors() {
         let o = Observed::default();
         o.started(5);
-        assert_eq!(o.factors(1_000_000_000, true), None);
+        assert_eq!(o.factors(1_000_000_000, true, false), None);
+        assert!(
+            o.factors(1_000_000_000, true, true).is_some(),
+            "the fleet reports"
+        );
     }
 
     #[test]
@@ -215,24 +304,29 @@ mod tests {
         let o = Observed::default();
         for i in 0..20 {
             o.first_token(i * 1_000_000_000, 3.0, 1.0);
-            o.progress(16, 16.0 * 0.3, 0.1);
+            o.progress(0, (16, 16.0 * 0.3), 0.1);
         }
-        let f = o.factors(20_000_000_000, false).expect("reported");
+        let f = o.factors(20_000_000_000, false, false).expect("reported");
         assert!((f.prefill - 3.0).abs() < 1e-9, "{f:?}");
         assert!((f.step - 3.0).abs() < 1e-9, "{f:?}");
         assert!((f.per_token_s - 0.3).abs() < 1e-9, "{f:?}");
+        assert!(f.progressed, "{f:?}");
     }
 
     #[test]
     fn waiting_without_a_first_token_is_evidence() {
         let o = Observed::default();
         o.first_token(1_000_000_000, 1.0, 1.0);
-        let f = o.factors(5_000_000_000, true).expect("reported");
+        let f = o.factors(5_000_000_000, true, false).expect("reported");
         assert_eq!(f.stalled_s, 4.0);
         assert_eq!(f.prefill_at(2.0), 2.0, "4 s waited for 2 s predicted");
         assert_eq!(f.prefill_at(8.0), 1.0, "within the prediction: no evidence");
-        let idle = o.factors(5_000_000_000, false).expect("reported");
-        assert_eq!(idle.prefill_at(2.0), 1.0, "nothing outstanding, nothing waited");
+        let idle = o.factors(5_000_000_000, false, false).expect("reported");
+        assert_eq!(
+            idle.prefill_at(2.0),
+            1.0,
+            "nothing outstanding, nothing waited"
+        );
     }
 
     #[test]
@@ -240,8 +334,8 @@ mod tests {
         let o = Observed::default();
         o.first_token(0, f64::NAN, 1.0);
         o.first_token(0, 1.0, 0.0);
-        o.progress(0, 1.0, 0.1);
-        o.progress(4, f64::INFINITY, 0.1);
-        assert_eq!(o.factors(0, false), None);
+        o.progress(0, (0, 1.0), 0.1);
+        o.progress(0, (4, f64::INFINITY), 0.1);
+        assert_eq!(o.factors(0, false, false), None);
     }
 }

@@ -151,6 +151,12 @@ pub struct ObservedLoad {
     pub outstanding_prefill_tokens: u64,
     /// The observed time per output token, from streamed progress (0 until reported).
     pub step_s: f64,
+    /// The decode bound's occupancy: the share of the worker's time the prefill admission
+    /// admitted there takes, at the observed prefill rate, over the last ten seconds or so
+    /// (decayed). Chunked prefill shares the decode steps: the decodes get the rest, and the
+    /// bound keeps the step factor times the decode step over that rest within a request's
+    /// time-per-output-token target.
+    pub prefill_share: f64,
     /// Seconds since a first token last came while prefill was outstanding.
     pub stalled_s: f64,
 }
@@ -170,7 +176,9 @@ impl ObservedLoad {
             super::timing::attended(4_096, 4_096) as f64
         };
         let model_s = e.timing.prefill_s(tokens, pairs);
-        let outstanding_s = e.timing.prefill_s(e.prefill_tokens as f64, e.prefill_pairs as f64);
+        let outstanding_s = e
+            .timing
+            .prefill_s(e.prefill_tokens as f64, e.prefill_pairs as f64);
         let factor = f.prefill_at(outstanding_s);
         ObservedLoad {
             prefill_factor: factor,
@@ -182,6 +190,7 @@ impl ObservedLoad {
             },
             outstanding_prefill_tokens: e.prefill_tokens,
             step_s: f.per_token_s,
+            prefill_share: factor * f.admitted_s / super::observed::PREFILL_HORIZON_S,
             stalled_s: f.stalled_s,
         }
     }

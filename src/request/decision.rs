@@ -111,7 +111,10 @@ impl RouteDecision {
         let packed = (u64::from(tokens) << MICROS_BITS) | micros;
         let mut before = self.progress.load(Ordering::Acquire);
         loop {
-            let (t0, m0) = ((before >> MICROS_BITS) as u32, before & ((1 << MICROS_BITS) - 1));
+            let (t0, m0) = (
+                (before >> MICROS_BITS) as u32,
+                before & ((1 << MICROS_BITS) - 1),
+            );
             if tokens <= t0 || micros < m0 {
                 return None;
             }

@@ -22,6 +22,13 @@ pub struct AdmissionConfig {
     /// would stall others for nothing it could meet. In `[0, 1]`; 0 refuses every such
     /// request. Default 0.1.
     pub oversized_wait_share: f64,
+    /// The requests admission lets a worker hold (routed, not completed) before the host has
+    /// reported any progress of its streams from it ([`Router::tokens_after`](crate::Router::tokens_after)),
+    /// once the host reports timed first tokens or progress from any worker: a fleet whose
+    /// decode the router cannot yet see is not filled on the model's word alone. From the
+    /// first progress report on, the worker's observed step bounds it instead. 0: no such
+    /// bound (for a host that times first tokens but never reports progress). Default 4.
+    pub initial_decode_window: u32,
 }
 
 impl Default for AdmissionConfig {
@@ -29,6 +36,7 @@ impl Default for AdmissionConfig {
         Self {
             sheddable_share: 0.5,
             oversized_wait_share: 0.1,
+            initial_decode_window: 4,
         }
     }
 }
@@ -39,6 +47,8 @@ impl AdmissionConfig {
         with_sheddable_share: sheddable_share: f64;
         /// Sets [`oversized_wait_share`](Self::oversized_wait_share).
         with_oversized_wait_share: oversized_wait_share: f64;
+        /// Sets [`initial_decode_window`](Self::initial_decode_window).
+        with_initial_decode_window: initial_decode_window: u32;
     }
 
     /// Checks every field.

@@ -23,6 +23,8 @@ pub(crate) struct Admission {
     pub(crate) tpot_target_s: f64,
     /// [`AdmissionConfig::oversized_wait_share`](crate::AdmissionConfig::oversized_wait_share).
     pub(crate) oversized_share: f64,
+    /// [`AdmissionConfig::initial_decode_window`](crate::AdmissionConfig::initial_decode_window).
+    pub(crate) initial_window: u32,
     pub(crate) prompt: u64,
     pub(crate) output: u32,
 }
@@ -42,6 +44,7 @@ impl Admission {
             target_s: target_s(request.ttft_target()),
             tpot_target_s: target_s(request.tpot_target()),
             oversized_share: config.admission.oversized_wait_share,
+            initial_window: config.admission.initial_decode_window,
             prompt: request.tokens().len() as u64,
             output: request
                 .expected_output()
@@ -246,13 +249,12 @@ impl Admission {
         } else {
             Gate::Model
         };
-        let (measured, threshold) = if limit == Limit::Decode
-            || (limit == Limit::Prompt && tpot_s > self.tpot_target_s)
-        {
-            (tpot_s, self.tpot_target_s)
-        } else {
-            (total, self.target_s)
-        };
+        let (measured, threshold) =
+            if limit == Limit::Decode || (limit == Limit::Prompt && tpot_s > self.tpot_target_s) {
+                (tpot_s, self.tpot_target_s)
+            } else {
+                (total, self.target_s)
+            };
         let wait = (total - self.target_s).max(0.0);
         let mut shed = self.shed_at((total, tpot_s), worker, limit, wait);
         shed.gate = gate;

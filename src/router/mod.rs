@@ -17,8 +17,8 @@ use crate::request::{RouteDecision, RouteRequest};
 use crate::tree::WorkerId;
 
 mod admission;
-mod observed_gates;
 mod impls;
+mod observed_gates;
 mod policy;
 mod policy_router;
 mod receipt;
@@ -83,12 +83,17 @@ pub trait Router: Send + Sync {
         self.first_token(decision);
     }
 
-    /// The request of `decision` generated `tokens` output tokens after its first in
-    /// `elapsed` (from the first token to the last of them), as a host streaming its answer
-    /// measures it: the router learns the worker's decode terms from it (its time per output
-    /// token against [`RouteDecision::predicted_tpot_s`]). Call it once per request, when its
-    /// stream ends (later calls for the same decision are ignored); a request that generated
-    /// one token teaches nothing. The default does nothing.
+    /// The request of `decision` has generated `tokens` output tokens after its first, in
+    /// `elapsed` from the first token to the last of them, as a host streaming its answer
+    /// measures it. Both are cumulative: report as the stream goes, at any cadence (every 16
+    /// tokens is a good default), and at its end. The router learns the worker's decode
+    /// terms from the first report (its time per output token against
+    /// [`RouteDecision::predicted_tpot_s`]), and admission's decode bound the worker's
+    /// observed step from what each report adds to the furthest before it while the request
+    /// runs. A report that does not go further than one before it (repeated, reordered), or
+    /// that comes after [`complete`](Self::complete), or for a worker since removed, changes
+    /// nothing; a request that generated one token teaches nothing. The default does
+    /// nothing.
     fn tokens_after(&self, decision: &RouteDecision, tokens: u32, elapsed: std::time::Duration) {
         let _ = (decision, tokens, elapsed);
     }

@@ -1,25 +1,33 @@
 //! Admission's observed gates, after the load model's check: a worker the model predicts
-//! meets the targets is kept only if it still does with its predictions scaled by what
-//! the worker was observed to deliver (the fleet's `observed.rs`).
+//! meets the targets is kept only if it still does by what the worker was observed to
+//! deliver (the fleet's `observed.rs`).
 //!
 //! - The **prefill window**: the predicted time to first token times the prefill factor
 //!   (with the wait for a first token as evidence) must meet the target, by the rule the
 //!   model's prediction meets it. Its room is the outstanding prefill the model counts,
 //!   which only first tokens and completions free.
-//! - The **decode bound**: the decode step the request would join, times the step factor
-//!   from streamed progress, must meet the time-per-output-token target. The step counts
-//!   every request routed there and not completed, those admitted since the last report
-//!   included.
+//! - The **decode bound**: the time per output token the worker's requests would see with
+//!   the request added must meet the time-per-output-token target. Chunked prefill shares
+//!   the decode steps: the decodes get the time the prefill leaves, so the bound is the
+//!   model's decode step with the request in the batch (its terms learned from streamed
+//!   progress) over one minus the share of the worker's time the prefill admitted there
+//!   takes, this request's included, at the observed prefill rate (decayed over
+//!   [`PREFILL_HORIZON_S`]). Before the host reported progress from the worker, the
+//!   initial window holds it too
+//!   ([`AdmissionConfig::initial_decode_window`](crate::AdmissionConfig::initial_decode_window)),
+//!   in the same measure: the target times the requests there, this one included, over
+//!   the window.
 //!
-//! Both only refuse more than the model; a worker the host reports nothing timed for has
-//! no factors and passes both, which is the router's behaviour without them. A refusal
-//! names the gate of the best worker (nearest to passing), the value it measured and the
-//! threshold; `retry_after` is the observed excess: the time the prefill ahead takes to
-//! drain at the observed rate, or the decode steps until the batch is small enough.
+//! Both only refuse more than the model; while the host reports nothing timed for any
+//! worker there are no factors and both pass, which is the router's behaviour without
+//! them. A refusal names the gate of the best worker (nearest to passing), the value it
+//! measured and the threshold; `retry_after` is the observed excess: the time the prefill
+//! ahead takes to drain at the observed rate, or the time the admitted prefill takes to
+//! decay to what the target leaves it.
 
 use super::admission::{Admission, Prediction};
 use crate::error::Error;
-use crate::fleet::{Candidates, Factors, Fleet, meets_target};
+use crate::fleet::{Candidates, Factors, Fleet, PREFILL_HORIZON_S, meets_target, stretched};
 use crate::request::{Gate, Limit, Shed};
 
 /// A candidate's predictions scaled by its factors.
@@ -32,13 +40,26 @@ struct Observed {
 }
 
 impl Observed {
-    fn of(p: &Prediction, f: &Factors) -> Self {
+    /// Prediction `p` scaled by factors `f` of a worker holding `requests` requests, the
+    /// request asking for a time per output token of `tpot_target_s` and the initial
+    /// decode window `window`.
+    fn of(p: &Prediction, f: &Factors, requests: u64, (tpot_target_s, window): (f64, u32)) -> Self {
         let k = f.prefill_at(p.ttft.queue_s + p.ttft.steps_s);
+        // The share of the worker's time the prefill admitted there takes, this request's
+        // included: the decode steps get the rest.
+        let prefill_share = k * (f.admitted_s + p.ttft.own_s) / PREFILL_HORIZON_S;
+        let shared_s = stretched(p.tpot_s, prefill_share);
+        let held_s = if f.progressed || window == 0 {
+            0.0
+        } else {
+            tpot_target_s * (requests as f64 + 1.0) / f64::from(window)
+        };
+        let step_s = shared_s.max(held_s);
         Observed {
             ttft_s: k * p.ttft.total_s(),
             own_s: k * p.ttft.own_s,
             idle_s: k * p.ttft.idle_s,
-            step_s: f.step * p.tpot_s,
+            step_s,
         }
     }
 }
@@ -62,7 +83,8 @@ impl Admission {
             let (Some(f), true) = (f, kept[i]) else {
                 continue;
             };
-            let o = Observed::of(p, f);
+            let requests = candidates[i].requests();
+            let o = Observed::of(p, f, requests, (self.tpot_target_s, self.initial_window));
             if self.passes(&o) {
                 any = true;
                 continue;
@@ -109,10 +131,9 @@ impl Admission {
             shed.threshold = super::admission::seconds(self.target_s);
             return shed;
         }
-        // The batch is small enough once a share 1 - target / step of it has finished: at
-        // the observed step, that share of the output the request was charged with.
-        let share = 1.0 - self.tpot_target_s / o.step_s;
-        let wait = o.step_s * f64::from(self.output.max(1)) * share;
+        // The admitted prefill decays at the horizon's rate: the step is within the target
+        // about once it has decayed by the excess.
+        let wait = PREFILL_HORIZON_S * (o.step_s / self.tpot_target_s).ln().max(0.0);
         let mut shed = self.shed_at(times, worker, Limit::Decode, wait);
         shed.gate = Gate::DecodeBound;
         shed.measured = super::admission::seconds(o.step_s);
