@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prefix_router::{
@@ -485,17 +485,26 @@ struct Targets {
 
 /// The answer to a request admission refused: `429` with an OpenAI-style error (type
 /// `overloaded`, code `shed_` and the limit that bound the best worker: `queue`, `kv`,
-/// `decode`, `prompt` or `stale`) and, when waiting can help, `Retry-After` in whole seconds
-/// (at least 1). A prompt whose own prefill misses the target on an idle worker gets no
-/// `Retry-After`: retrying will not help.
+/// `decode`, `prompt` or `stale`; `gate`, the check that refused it: `model`, `prompt`,
+/// `prefill_window` or `decode_bound`, with its measured value and threshold in seconds),
+/// the header `x-shed-gate` naming the gate and, when waiting can help, `Retry-After` in
+/// whole seconds (at least 1). A prompt whose own prefill misses the target on an idle
+/// worker gets no `Retry-After`: retrying will not help.
 pub(crate) fn shed_response(shed: &Shed) -> Response {
     let body = json!({"error": {
         "message": shed.to_string(),
         "type": "overloaded",
         "code": format!("shed_{}", shed.limit.name()),
         "param": Value::Null,
+        "gate": shed.gate.name(),
+        "measured_s": shed.measured.as_secs_f64(),
+        "threshold_s": shed.threshold.as_secs_f64(),
     }});
     let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    response.headers_mut().insert(
+        HeaderName::from_static("x-shed-gate"),
+        HeaderValue::from_static(shed.gate.name()),
+    );
     if let Some(after) = shed.retry_after {
         let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
         response

@@ -6,8 +6,10 @@
 //! event** carries `usage`, which vLLM sends last when the request asks for it
 //! (`stream_options.include_usage`, which the gateway adds).
 //!
-//! The router hears `first_token` at the first content event, the cached-token report at
-//! the usage event, and `complete` when the stream ends, fails or the client goes away
+//! The router hears `first_token` at the first content event, the stream's progress every
+//! [`PROGRESS_EVERY`] content events after it and at its end (`tokens_after`, cumulative:
+//! vLLM sends a content event per output token), the cached-token report at the usage
+//! event, and `complete` when the stream ends, fails or the client goes away
 //! (whichever comes first: the watcher is dropped then). The gateway's metrics count the
 //! request then too: served when a 2xx stream ran to its end, an error when the upstream
 //! answered with an error status or its stream broke, cancelled when the client went away
@@ -23,6 +25,9 @@ use serde_json::Value;
 
 use super::app::Gateway;
 use super::telemetry::Outcome;
+
+/// Every how many output tokens after the first the router hears a stream's progress.
+pub(crate) const PROGRESS_EVERY: u32 = 16;
 
 /// Whether the request asks for a stream (`"stream": true`).
 pub(crate) fn is_streamed(body: &Value) -> bool {
@@ -50,6 +55,8 @@ pub(crate) struct Events {
     partial: Vec<u8>,
     /// Whether a content event came.
     content: bool,
+    /// Content events so far.
+    content_events: u32,
     /// The usage event's cached prompt tokens.
     cached_tokens: Option<u64>,
 }
@@ -64,6 +71,11 @@ impl Events {
             self.line(&line);
         }
         !before && self.content
+    }
+
+    /// Content events so far: output tokens, one per event.
+    pub(crate) fn content_events(&self) -> u32 {
+        self.content_events
     }
 
     /// The cached prompt tokens the usage event reported, if it came.
@@ -89,6 +101,7 @@ impl Events {
         });
         if text.is_some_and(|t| !t.is_empty()) {
             self.content = true;
+            self.content_events = self.content_events.saturating_add(1);
         }
         if let Some(cached) = event
             .pointer("/usage/prompt_tokens_details/cached_tokens")
@@ -108,6 +121,10 @@ struct Watch {
     salt: Vec<u8>,
     started: Instant,
     events: Events,
+    /// When the first content event came.
+    first_at: Option<Instant>,
+    /// Output tokens after the first last reported to the router.
+    reported: u32,
     /// Whether the upstream answered with a 2xx status.
     answered: bool,
     /// Whether the upstream's stream ended, and whether it broke on the way.
@@ -123,14 +140,33 @@ impl Watch {
 
     fn chunk(&mut self, chunk: &[u8]) {
         if self.events.feed(chunk) {
+            self.first_at = Some(Instant::now());
             self.gw
                 .first_token_after(&self.decision, self.started.elapsed());
+        }
+        let after = self.events.content_events().saturating_sub(1);
+        if after >= self.reported + PROGRESS_EVERY {
+            self.progress(after);
+        }
+    }
+
+    /// Tells the router the stream's `after` output tokens after its first, cumulative.
+    fn progress(&mut self, after: u32) {
+        if let Some(first) = self.first_at {
+            self.gw
+                .router()
+                .tokens_after(&self.decision, after, first.elapsed());
+            self.reported = after;
         }
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
+        let after = self.events.content_events().saturating_sub(1);
+        if self.ended && after > self.reported {
+            self.progress(after);
+        }
         if let Some(cached) = self.events.cached_tokens() {
             self.gw
                 .reported(&self.decision, &self.tokens, &self.salt, cached);
@@ -163,6 +199,8 @@ pub(crate) fn pass_through(
         salt,
         started,
         events: Events::default(),
+        first_at: None,
+        reported: 0,
         answered: upstream.status().is_success(),
         ended: false,
         broken: false,

@@ -31,6 +31,9 @@ async fn a_target_no_worker_can_meet_is_refused_with_429_unless_critical() {
     assert_eq!(status, 429, "{v}");
     assert_eq!(v["error"]["type"], "overloaded", "{v}");
     assert_eq!(v["error"]["code"], "shed_prompt", "{v}");
+    assert_eq!(v["error"]["gate"], "prompt", "{v}");
+    assert!(v["error"]["measured_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(headers["x-shed-gate"], "prompt");
     assert!(
         v["error"]["message"]
             .as_str()
@@ -95,6 +98,8 @@ async fn a_queue_bound_refusal_carries_retry_after() {
         .unwrap();
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["code"], "shed_queue", "{v}");
+    assert_eq!(v["error"]["gate"], "model", "{v}");
+    assert_eq!(v["error"]["threshold_s"], 2.0, "{v}");
 }
 
 /// `GET /v1/models` lists what the upstreams serve, each model once.

@@ -133,6 +133,15 @@ async fn metrics_count_every_outcome_and_agree_with_stats() {
             .count(),
         2
     );
+    // The streams' timed first tokens: each worker's prefill window is observed.
+    assert_eq!(
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "gateway_router_worker_prefill_factor")
+            .count(),
+        2
+    );
     for name in [
         "gateway_router_tokens_total",
         "gateway_router_worker_wait_seconds",
@@ -140,6 +149,11 @@ async fn metrics_count_every_outcome_and_agree_with_stats() {
         "gateway_shed_total",
         "gateway_time_to_first_token_seconds",
         "gateway_request_duration_seconds",
+        "gateway_router_shed_total",
+        "gateway_router_worker_prefill_factor",
+        "gateway_router_worker_outstanding_prefill_tokens",
+        "gateway_router_worker_step_seconds",
+        "gateway_router_worker_prefill_share",
     ] {
         assert!(scrape.docs.contains_key(name), "no HELP for {name}");
     }
