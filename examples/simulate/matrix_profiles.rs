@@ -55,8 +55,10 @@ enum Kind {
     /// The admission policies without admission at the admission cells' load: an admission
     /// cell's twin.
     Twin,
-    /// The admission policies with admission.
+    /// The admission policies with admission, cold.
     Admission,
+    /// The same after a warm-up of [`matrix::WARMUP_S`] at 1×.
+    WarmAdmission,
 }
 
 /// The profiles the axis runs, in print order: every built-in one but `default`.
@@ -122,11 +124,16 @@ fn cells(args: &Args) -> (Vec<Cell>, Vec<Place>) {
                 let mut admission = "";
                 // An admission cell follows its twin.
                 let mut twin = None;
-                if kind == Kind::Admission {
+                if matches!(kind, Kind::Admission | Kind::WarmAdmission) {
                     a.cluster.admission = true;
                     a.cluster.priorities = ADMISSION_PRIORITIES;
                     admission = ", admission";
                     twin = cells.len().checked_sub(1);
+                }
+                if kind == Kind::WarmAdmission {
+                    a.cluster.warmup_s = matrix::WARMUP_S;
+                    admission = ", admission, warm";
+                    twin = cells.len().checked_sub(2);
                 }
                 cells.push(Cell {
                     workload,
@@ -136,7 +143,9 @@ fn cells(args: &Args) -> (Vec<Cell>, Vec<Place>) {
                     only: match kind {
                         Kind::Plain => None,
                         Kind::Peak => Some(&ADMISSION_POLICIES[..1]),
-                        Kind::Twin | Kind::Admission => Some(&ADMISSION_POLICIES),
+                        Kind::Twin | Kind::Admission | Kind::WarmAdmission => {
+                            Some(&ADMISSION_POLICIES)
+                        }
                     },
                     plain: true,
                     twin,
@@ -164,6 +173,7 @@ fn runs() -> Vec<(f64, Kind)> {
         .chain([
             (ADMISSION_LOAD, Kind::Twin),
             (ADMISSION_LOAD, Kind::Admission),
+            (ADMISSION_LOAD, Kind::WarmAdmission),
         ])
         .collect()
 }
@@ -283,7 +293,8 @@ impl Axis<'_> {
             matrix::NEEDLESS_SHED_NOTE
         );
         println!("{}", matrix::admission_header("at 8×"));
-        for (c, cell, place, reports) in self.each().filter(|e| e.2.kind == Kind::Admission) {
+        let admission = |kind| matches!(kind, Kind::Admission | Kind::WarmAdmission);
+        for (c, cell, place, reports) in self.each().filter(|e| admission(e.2.kind)) {
             let rates = self.peak_loads(place.profile, cell.workload);
             let peak = rates.into_iter().fold(0.0, f64::max);
             let (workload, _) = self.names(cell);
