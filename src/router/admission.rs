@@ -22,6 +22,10 @@ pub(crate) struct Admission {
     /// The time-per-output-token target it is held to, in seconds (infinite without one).
     pub(crate) tpot_target_s: f64,
     /// [`AdmissionConfig::oversized_wait_share`](crate::AdmissionConfig::oversized_wait_share).
+    /// The decode bound's target: the time per output token asked, whatever the
+    /// priority. A request admitted within it costs the requests running beside it nothing
+    /// they were promised; the priorities' shares hold the queue, not the steps.
+    pub(crate) decode_bound_s: f64,
     pub(crate) oversized_share: f64,
     /// [`AdmissionConfig::initial_decode_window`](crate::AdmissionConfig::initial_decode_window).
     pub(crate) initial_window: u32,
@@ -43,6 +47,9 @@ impl Admission {
             priority,
             target_s: target_s(request.ttft_target()),
             tpot_target_s: target_s(request.tpot_target()),
+            decode_bound_s: request
+                .tpot_target()
+                .map_or(f64::INFINITY, |t| t.as_secs_f64()),
             oversized_share: config.admission.oversized_wait_share,
             initial_window: config.admission.initial_decode_window,
             prompt: request.tokens().len() as u64,

@@ -7,12 +7,14 @@
 //!   model's prediction meets it. Its room is the outstanding prefill the model counts,
 //!   which only first tokens and completions free.
 //! - The **decode bound**: the time per output token the worker's requests would see with
-//!   the request added must meet the time-per-output-token target. Chunked prefill shares
-//!   the decode steps: the decodes get the time the prefill leaves, so the bound is the
-//!   model's decode step with the request in the batch (its terms learned from streamed
-//!   progress) over one minus the share of the worker's time the prefill admitted there
+//!   the request added must meet the time-per-output-token target the request asked for
+//!   (whatever its priority: a request admitted within it costs those running beside it
+//!   nothing they were promised). Chunked prefill shares the decode steps: the decodes get
+//!   the time the prefill leaves, so the bound is the model's decode step with the request
+//!   in the batch over one minus the share of the worker's time the prefill admitted there
 //!   takes, this request's included, at the observed prefill rate (decayed over
-//!   [`PREFILL_HORIZON_S`]). Before the host reported progress from the worker, the
+//!   [`PREFILL_HORIZON_S`]), times the step factor where streamed progress showed the
+//!   steps slower than that. Before the host reported progress from the worker, the
 //!   initial window holds it too
 //!   ([`AdmissionConfig::initial_decode_window`](crate::AdmissionConfig::initial_decode_window)),
 //!   in the same measure: the target times the requests there, this one included, over
@@ -41,20 +43,22 @@ struct Observed {
 
 impl Observed {
     /// Prediction `p` scaled by factors `f` of a worker holding `requests` requests, the
-    /// request asking for a time per output token of `tpot_target_s` and the initial
+    /// request's decode bound `bound_s` (its time-per-output-token target) and the initial
     /// decode window `window`.
-    fn of(p: &Prediction, f: &Factors, requests: u64, (tpot_target_s, window): (f64, u32)) -> Self {
+    fn of(p: &Prediction, f: &Factors, requests: u64, (bound_s, window): (f64, u32)) -> Self {
         let k = f.prefill_at(p.ttft.queue_s + p.ttft.steps_s);
         // The share of the worker's time the prefill admitted there takes, this request's
         // included: the decode steps get the rest.
-        let prefill_share = k * (f.admitted_s + p.ttft.own_s) / PREFILL_HORIZON_S;
+        let prefill_share = f.prefill * (f.admitted_s + p.ttft.own_s) / PREFILL_HORIZON_S;
         let shared_s = stretched(p.tpot_s, prefill_share);
         let held_s = if f.progressed || window == 0 {
             0.0
         } else {
-            tpot_target_s * (requests as f64 + 1.0) / f64::from(window)
+            bound_s * (requests as f64 + 1.0) / f64::from(window)
         };
-        let step_s = shared_s.max(held_s);
+        // The step factor corrects the model where streamed progress shows it slower, never
+        // where it shows it faster: the model's decode terms learn that themselves.
+        let step_s = (f.step.max(1.0) * shared_s).max(held_s);
         Observed {
             ttft_s: k * p.ttft.total_s(),
             own_s: k * p.ttft.own_s,
@@ -84,7 +88,7 @@ impl Admission {
                 continue;
             };
             let requests = candidates[i].requests();
-            let o = Observed::of(p, f, requests, (self.tpot_target_s, self.initial_window));
+            let o = Observed::of(p, f, requests, (self.decode_bound_s, self.initial_window));
             if self.passes(&o) {
                 any = true;
                 continue;
@@ -106,7 +110,7 @@ impl Admission {
 
     /// Whether observed times `o` pass both gates.
     fn passes(&self, o: &Observed) -> bool {
-        self.window_passes(o) && o.step_s <= self.tpot_target_s
+        self.window_passes(o) && o.step_s <= self.decode_bound_s
     }
 
     /// Whether observed times `o` pass the prefill window.
@@ -133,11 +137,11 @@ impl Admission {
         }
         // The admitted prefill decays at the horizon's rate: the step is within the target
         // about once it has decayed by the excess.
-        let wait = PREFILL_HORIZON_S * (o.step_s / self.tpot_target_s).ln().max(0.0);
+        let wait = PREFILL_HORIZON_S * (o.step_s / self.decode_bound_s).ln().max(0.0);
         let mut shed = self.shed_at(times, worker, Limit::Decode, wait);
         shed.gate = Gate::DecodeBound;
         shed.measured = super::admission::seconds(o.step_s);
-        shed.threshold = super::admission::seconds(self.tpot_target_s);
+        shed.threshold = super::admission::seconds(self.decode_bound_s);
         shed
     }
 }

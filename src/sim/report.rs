@@ -62,6 +62,9 @@ pub struct SimReport {
     /// Of those, by priority, in the order of [`Priority::ALL`](crate::Priority::ALL)
     /// (sheddable, standard, critical).
     pub shed_by_priority: [usize; 3],
+    /// Of them, those refused by each gate, in [`GATES`](crate::GATES)' order (model,
+    /// prompt, prefill window, decode bound).
+    pub shed_by_gate: [usize; 4],
     /// Preemptions (a running request's blocks taken back to make room); 0 with
     /// [`Engine::Simple`](super::Engine::Simple).
     pub preemptions: u64,
@@ -146,6 +149,7 @@ impl SimReport {
                 "\"e2e_p50_s\":{:.6},\"e2e_p90_s\":{:.6},\"e2e_p99_s\":{:.6},",
                 "\"goodput\":{:.6},\"goodput_rps\":{:.6},\"shed\":{},",
                 "\"shed_sheddable\":{},\"shed_standard\":{},\"shed_critical\":{},",
+                "\"shed_model\":{},\"shed_prompt\":{},\"shed_prefill_window\":{},\"shed_decode_bound\":{},",
                 "\"preemptions\":{},\"rejected\":{},\"retried\":{},",
                 "\"lost_event_batches\":{},",
                 "\"replica_sync_frames\":{},\"replica_sync_bytes\":{},\"lost_sync_frames\":{},",
@@ -182,6 +186,10 @@ impl SimReport {
             self.shed_by_priority[0],
             self.shed_by_priority[1],
             self.shed_by_priority[2],
+            self.shed_by_gate[0],
+            self.shed_by_gate[1],
+            self.shed_by_gate[2],
+            self.shed_by_gate[3],
             self.preemptions,
             self.rejected,
             self.retried,
@@ -253,6 +261,8 @@ pub struct RequestRecord {
     pub priority: crate::request::Priority,
     /// Refused by admission: never run.
     pub shed: bool,
+    /// The gate that refused it, when it was shed.
+    pub shed_gate: Option<crate::request::Gate>,
     /// The worker that prefilled it, when that is not [`worker`](Self::worker), which
     /// decoded it ([`Simulation::run_pd`](super::Simulation::run_pd)).
     pub prefill_worker: Option<u32>,
@@ -277,7 +287,7 @@ impl RequestRecord {
                 "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"host_cached_tokens\":{},",
                 "\"ttft_s\":{},",
                 "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{},",
-                "\"priority\":\"{}\",\"shed\":{},\"prefill_worker\":{},\"transfer_bytes\":{},",
+                "\"priority\":\"{}\",\"shed\":{},\"shed_gate\":{},\"prefill_worker\":{},\"transfer_bytes\":{},",
                 "\"predicted_ttft_s\":{},\"predicted_tpot_s\":{}}}"
             ),
             self.index,
@@ -296,6 +306,8 @@ impl RequestRecord {
             self.rejected,
             self.priority.name(),
             self.shed,
+            self.shed_gate
+                .map_or_else(|| "null".to_owned(), |g| format!("\"{}\"", g.name())),
             self.prefill_worker
                 .map_or_else(|| "null".to_owned(), |w| w.to_string()),
             self.transfer_bytes,

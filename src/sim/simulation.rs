@@ -305,8 +305,8 @@ impl Simulation {
             .then(std::time::Instant::now);
         let decision = match router.route(&request) {
             Ok(decision) => decision,
-            Err(Error::Shed(_)) => {
-                tally.shed(i, now, tokens.len());
+            Err(Error::Shed(shed)) => {
+                tally.shed(i, now, tokens.len(), shed.gate);
                 return Ok(None);
             }
             Err(e) => return Err(e),

@@ -3,6 +3,7 @@
 
 use super::references::References;
 use super::report::{RequestRecord, SimReport};
+use crate::request::{GATES, Gate};
 
 /// A run's records and totals.
 #[derive(Debug)]
@@ -164,9 +165,10 @@ impl Tally {
     }
 
     /// Request `i` was refused by admission at `at`.
-    pub(super) fn shed(&mut self, i: usize, at: f64, prompt_tokens: usize) {
+    pub(super) fn shed(&mut self, i: usize, at: f64, prompt_tokens: usize, gate: Gate) {
         let r = &mut self.records[i];
         (r.arrival_s, r.prompt_tokens, r.shed) = (at, prompt_tokens, true);
+        r.shed_gate = Some(gate);
     }
 
     /// Request `i` got KV blocks at `at`, finding `cached` prompt tokens cached, `host` of
@@ -308,6 +310,12 @@ impl Tally {
                 self.records
                     .iter()
                     .filter(|r| r.shed && r.priority == p)
+                    .count()
+            }),
+            shed_by_gate: GATES.map(|g| {
+                self.records
+                    .iter()
+                    .filter(|r| r.shed_gate == Some(g))
                     .count()
             }),
             preemptions: self.records.iter().map(|r| u64::from(r.preemptions)).sum(),

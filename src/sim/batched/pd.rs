@@ -149,8 +149,8 @@ impl<'s> Run<'s> {
             .then(std::time::Instant::now);
         let decision = match router.route_pair(&request) {
             Ok(decision) => decision,
-            Err(Error::Shed(_)) => {
-                self.tally.shed(i, now, tokens.len());
+            Err(Error::Shed(shed)) => {
+                self.tally.shed(i, now, tokens.len(), shed.gate);
                 self.clock.ended(i, now);
                 return Ok(());
             }
