@@ -4,6 +4,9 @@
 //! (each worker bounded to its share, so every route also evicts), then `rounds` (default
 //! 20,000; the first bare number) `route()` + `complete()` of 2,048-token prompts in
 //! `route_count::routes`, and as many hashes of the same prompts in `route_count::hashes`.
+//! With `--admission`, each request asks for admission at 2 s to its first token and 0.1 s
+//! per output token, and the host reports each one's first token and streamed progress
+//! before completing it (outside the counted function), so that the observed gates run.
 //!
 //! ```text
 //! cargo bench --bench route_count --no-run     # prints the binary's path
@@ -18,21 +21,46 @@
 mod common;
 
 use common::TokenWorkload;
+use std::time::Duration;
+
 use prefix_router::{
-    BalancedConfig, BalancedRouter, IndexConfig, PrefixHasher, RouteRequest, Router,
+    BalancedConfig, BalancedRouter, IndexConfig, PrefixHasher, RouteDecision, RouteRequest, Router,
 };
 
 const PAIRS: usize = 1_000_000;
 
 #[inline(never)]
-fn routes(router: &dyn Router, prompts: &[Vec<u32>], rounds: usize) {
+fn routes(router: &dyn Router, prompts: &[Vec<u32>], rounds: usize, admission: bool) -> usize {
+    let mut shed = 0;
     for r in 0..rounds {
         let p = &prompts[r % prompts.len()];
-        let d = router
-            .route(&RouteRequest::new(std::hint::black_box(p)))
-            .unwrap();
-        router.complete(&d);
+        let mut request = RouteRequest::new(std::hint::black_box(p));
+        if admission {
+            // A request every 20 ms: about what one router of a 16-worker fleet takes.
+            request = request
+                .with_time(Duration::from_millis(20 * r as u64))
+                .with_ttft_target(Duration::from_secs(2))
+                .with_tpot_target(Duration::from_millis(100));
+        }
+        match router.route(&request) {
+            Ok(d) => {
+                if admission {
+                    report(router, &d);
+                }
+                router.complete(&d);
+            }
+            Err(prefix_router::Error::Shed(_)) => shed += 1,
+            Err(e) => panic!("{e}"),
+        }
     }
+    shed
+}
+
+/// The host's reports of a request's first token and streamed progress.
+#[inline(never)]
+fn report(router: &dyn Router, d: &RouteDecision) {
+    router.first_token_after(d, Duration::from_millis(60));
+    router.tokens_after(d, 16, Duration::from_millis(160));
 }
 
 #[inline(never)]
@@ -67,7 +95,8 @@ fn main() {
         router.complete(&d);
     }
     let prompts: Vec<_> = (0..4096).map(|_| workload.prompt()).collect();
-    routes(&router, &prompts, rounds);
+    let admission = args.iter().any(|a| a == "--admission");
+    let shed = routes(&router, &prompts, rounds, admission);
     let hashed = hashes(&PrefixHasher::new(16).unwrap(), &prompts, rounds);
-    println!("{workers} workers: {rounds} routes, {rounds} hashes ({hashed} blocks)");
+    println!("{workers} workers: {rounds} routes ({shed} shed), {rounds} hashes ({hashed} blocks)");
 }
