@@ -30,6 +30,7 @@ mod charge;
 mod clock;
 mod config;
 mod estimate;
+mod factors;
 mod floor;
 mod learn;
 mod least;

@@ -24,11 +24,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
-use smallvec::SmallVec;
-
-use super::candidate::Candidates;
-use super::tracker::Fleet;
-
 /// How much of the decayed sums each new observation keeps: about the last ten weigh.
 const KEEP: f64 = 0.9;
 
@@ -256,32 +251,6 @@ const MAX_SHARE: f64 = 0.9;
 /// `sum` decayed over `elapsed_ns` at the time constant [`PREFILL_HORIZON_S`].
 fn decayed(sum: f64, elapsed_ns: u64) -> f64 {
     sum * (-(elapsed_ns as f64 * 1e-9) / PREFILL_HORIZON_S).exp()
-}
-
-impl Fleet {
-    /// Each candidate's factors now, in order: `None` for every worker while the host
-    /// reports nothing timed for any candidate, and for a worker removed since the
-    /// snapshot. Once one reports, a worker not yet reporting has factors of 1 and no
-    /// observed step: the decode bound's initial window holds it.
-    pub(crate) fn factors(&self, candidates: &Candidates) -> SmallVec<[Option<Factors>; 64]> {
-        let now_ns = self.clock.now_ns();
-        let slots = self.registry.read();
-        let current = |c: &super::Candidate| {
-            slots
-                .get(c.worker.index())
-                .filter(|r| r.slot.epoch == c.epoch)
-        };
-        let any = candidates
-            .iter()
-            .any(|c| current(c).is_some_and(|r| r.slot.observed.reporting()));
-        candidates
-            .iter()
-            .map(|c| {
-                let outstanding = c.estimate.prefill_tokens > 0;
-                current(c)?.slot.observed.factors(now_ns, outstanding, any)
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
