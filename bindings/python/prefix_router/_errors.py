@@ -93,8 +93,11 @@ class Shed(PrefixRouterError):
     """Admission refused the request: no worker is predicted to meet its targets.
 
     ``limit`` names what bound the best worker's prediction (``queue``, ``kv``, ``decode``,
-    ``prompt`` or ``stale``); ``retry_after`` is the seconds until that worker is predicted
-    to meet the target if nothing more arrives, or ``None`` where waiting cannot help.
+    ``prompt`` or ``stale``); ``gate`` the check that refused it (``model``, ``prompt``,
+    ``prefill_window`` or ``decode_bound``), with the value it measured and its threshold
+    (``measured_s``, ``threshold_s``); ``retry_after`` is the seconds until that worker is
+    predicted to meet the target if nothing more arrives, or ``None`` where waiting cannot
+    help.
     """
 
     priority: str
@@ -104,6 +107,9 @@ class Shed(PrefixRouterError):
     best_ttft_s: float
     best_tpot_s: float
     best_worker: int
+    gate: str
+    measured_s: float
+    threshold_s: float
     retry_after: float | None
 
 

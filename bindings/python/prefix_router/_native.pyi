@@ -210,6 +210,8 @@ class FleetSignals:
     shed_by_limit: dict[str, int]
     #: Refusals by priority name.
     shed_by_priority: dict[str, int]
+    #: Refusals by the gate that refused them: model, prompt, prefill_window, decode_bound.
+    shed_by_gate: dict[str, int]
     routed: int
     prompt_tokens: int
     captured_tokens: int

@@ -154,6 +154,15 @@ fn shed_attrs<'py>(py: Python<'py>, shed: &Shed) -> PyResult<Vec<Attr<'py>>> {
             shed.best_tpot.as_secs_f64().into_bound_py_any(py)?,
         ),
         ("best_worker", shed.best_worker.get().into_bound_py_any(py)?),
+        ("gate", shed.gate.name().into_bound_py_any(py)?),
+        (
+            "measured_s",
+            shed.measured.as_secs_f64().into_bound_py_any(py)?,
+        ),
+        (
+            "threshold_s",
+            shed.threshold.as_secs_f64().into_bound_py_any(py)?,
+        ),
         (
             "retry_after",
             shed.retry_after

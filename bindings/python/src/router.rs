@@ -229,8 +229,10 @@ impl Router {
         Ok(())
     }
 
-    /// The request generated `tokens` output tokens `elapsed` seconds after its first (the
-    /// router learns the worker's decode terms from it).
+    /// The request has generated `tokens` output tokens `elapsed` seconds after its first,
+    /// both cumulative: report as the stream goes (every 16 tokens, say) and at its end. The
+    /// router learns the worker's decode terms and admission's observed step from it;
+    /// repeated, reordered or late reports change nothing.
     fn tokens_after(
         &self,
         decision: &Bound<'_, Decision>,

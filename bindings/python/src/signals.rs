@@ -106,6 +106,7 @@ pub(crate) struct FleetSignals {
     shed: u64,
     by_limit: [u64; 5],
     by_priority: [u64; 3],
+    by_gate: [u64; 4],
 }
 
 impl FleetSignals {
@@ -135,8 +136,22 @@ impl FleetSignals {
             shed: s.shed(),
             by_limit: s.shed_by_limit,
             by_priority: s.shed_by_priority,
+            by_gate: s.shed_by_gate,
         }
     }
+}
+
+/// A dict of `names` to `values`, in order.
+fn counts<'py, const N: usize>(
+    py: Python<'py>,
+    names: impl Iterator<Item = &'static str>,
+    values: [u64; N],
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, n) in names.zip(values) {
+        d.set_item(name, n)?;
+    }
+    Ok(d)
 }
 
 #[pymethods]
@@ -144,20 +159,22 @@ impl FleetSignals {
     /// Refusals by what bound them (`queue`, `kv`, `decode`, `prompt`, `stale`).
     #[getter]
     fn shed_by_limit<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (limit, n) in core::LIMITS.iter().zip(self.by_limit) {
-            d.set_item(limit.name(), n)?;
-        }
-        Ok(d)
+        counts(py, core::LIMITS.iter().map(|l| l.name()), self.by_limit)
     }
     /// Refusals by priority (`sheddable`, `standard`, `critical`).
     #[getter]
     fn shed_by_priority<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (p, n) in core::Priority::ALL.iter().zip(self.by_priority) {
-            d.set_item(p.name(), n)?;
-        }
-        Ok(d)
+        counts(
+            py,
+            core::Priority::ALL.iter().map(|p| p.name()),
+            self.by_priority,
+        )
+    }
+    /// Refusals by the gate that refused them (`model`, `prompt`, `prefill_window`,
+    /// `decode_bound`).
+    #[getter]
+    fn shed_by_gate<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        counts(py, core::GATES.iter().map(|g| g.name()), self.by_gate)
     }
     fn __repr__(&self) -> String {
         format!(

@@ -176,12 +176,16 @@ def test_admission_sheds_with_its_figures_and_retry_after() -> None:
     assert shed.target_s == pytest.approx(2.0)
     assert shed.best_ttft_s > 2.0 and shed.best_worker == 0
     assert shed.retry_after is not None and shed.retry_after > 0
+    assert shed.gate == "model" and shed.threshold_s == 2.0 and shed.measured_s > 2.0
     with pytest.raises(pr.Shed) as oversized:
         router.route(list(range(200_000, 210_000)), ttft_target=1.0)
     assert oversized.value.limit == "prompt" and oversized.value.retry_after is None
     # Critical requests are never refused.
     router.complete(router.route(list(range(95_000, 99_000)), ttft_target=2.0, priority="critical"))
     assert router.fleet_signals().shed_by_limit["queue"] == 1
+    assert router.fleet_signals().shed_by_gate == {
+        "model": 1, "prompt": 1, "prefill_window": 0, "decode_bound": 0
+    }
     assert router.fleet_signals().shed_by_priority["standard"] == 2
     for d in held:
         router.complete(d)
