@@ -39,6 +39,23 @@ fn consistent(shed: &Shed) -> bool {
         && (shed.retry_after.is_some() || shed.gate == Gate::Prompt)
 }
 
+/// Routes request after request (`route(k)` routes the `k`-th) until one is refused: the
+/// decisions admitted before it, and the refusal. Fails past `most` admitted.
+fn until_shed(
+    most: usize,
+    mut route: impl FnMut(u32) -> Result<RouteDecision, Error>,
+) -> (Vec<RouteDecision>, Shed) {
+    let mut admitted = Vec::new();
+    loop {
+        match route(admitted.len() as u32) {
+            Ok(d) => admitted.push(d),
+            Err(Error::Shed(shed)) => return (admitted, shed),
+            Err(e) => panic!("{e}"),
+        }
+        assert!(admitted.len() <= most, "never refused");
+    }
+}
+
 #[test]
 fn a_slow_worker_is_bounded_by_its_first_tokens() {
     let router = BalancedRouter::new(1).expect("router");
@@ -61,16 +78,9 @@ fn a_slow_worker_is_bounded_by_its_first_tokens() {
     assert!((observed.prefill_factor - 3.0).abs() < 0.01, "{observed:?}");
     // Now requests queue: the model admits until its prediction passes 2 s, the window
     // once three times it does.
-    let mut held: Vec<RouteDecision> = Vec::new();
-    let shed = loop {
-        let tokens = prompt(1_000 + held.len() as u32, 4_096);
-        match router.route(&request(&tokens, t)) {
-            Ok(d) => held.push(d),
-            Err(Error::Shed(shed)) => break shed,
-            Err(e) => panic!("{e}"),
-        }
-        assert!(held.len() < 500, "the window never closed");
-    };
+    let (mut held, shed) = until_shed(500, |k| {
+        router.route(&request(&prompt(1_000 + k, 4_096), t))
+    });
     assert_eq!(shed.gate, Gate::PrefillWindow, "{shed}");
     assert!(consistent(&shed), "{shed:?}");
     assert!(
@@ -102,21 +112,15 @@ fn prefill_admitted_faster_than_the_decodes_allow_is_bounded() {
     router.tokens_after(&first, 16, Duration::from_millis(160));
     router.complete(&first);
     // A time-to-first-token target no queue reaches: only the decode bound refuses.
-    let mut admitted = 0;
-    let shed = loop {
-        let tokens = prompt(10 + admitted, 16_384);
+    let (admitted, shed) = until_shed(200, |k| {
+        let tokens = prompt(10 + k, 16_384);
         let patient = request(&tokens, 1.0).with_ttft_target(Duration::from_secs(1_000_000));
-        match router.route(&patient) {
-            Ok(d) => {
-                router.first_token(&d);
-                router.complete(&d);
-                admitted += 1;
-            }
-            Err(Error::Shed(shed)) => break shed,
-            Err(e) => panic!("{e}"),
-        }
-        assert!(admitted < 200, "the decode bound never closed");
-    };
+        let d = router.route(&patient)?;
+        router.first_token(&d);
+        router.complete(&d);
+        Ok(d)
+    });
+    let admitted = admitted.len();
     assert!(admitted > 5, "the bound leaves room: {admitted}");
     assert_eq!(shed.gate, Gate::DecodeBound, "{shed}");
     assert!(consistent(&shed), "{shed:?}");
@@ -176,16 +180,8 @@ fn the_initial_window_holds_a_worker_before_its_first_progress_report() {
         .route(&request(&prompt(0, 64), 0.0))
         .expect("admitted");
     router.first_token_after(&first, Duration::from_millis(10));
-    let mut held = 1;
-    let shed = loop {
-        let t = prompt(held, 64);
-        match router.route(&request(&t, 0.1)) {
-            Ok(_) => held += 1,
-            Err(Error::Shed(shed)) => break shed,
-            Err(e) => panic!("{e}"),
-        }
-        assert!(held < 100, "no window");
-    };
+    let (held, shed) = until_shed(100, |k| router.route(&request(&prompt(1 + k, 64), 0.1)));
+    let held = held.len() as u32 + 1;
     let window = prefix_router::AdmissionConfig::default().initial_decode_window;
     assert_eq!(held, window, "the initial window");
     assert_eq!(shed.gate, Gate::DecodeBound);

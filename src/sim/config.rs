@@ -438,8 +438,9 @@ pub struct ClusterConfig {
     pub progress_every: u32,
     /// Seconds of the same workload at 1× the host runs before the measured load (its
     /// requests arriving in the first `warmup_s` of the trace, their prompts made distinct):
-    /// the router starts the measured part with what it learned, and the report counts only
-    /// the measured part. Default 0 (cold).
+    /// the router starts the measured part with what it learned, and the report's requests,
+    /// latencies, goodput, sheds and hit ratio count only the measured part (the per-worker
+    /// totals, prefill tokens and utilisation, count the warm-up too). Default 0 (cold).
     pub warmup_s: f64,
     /// Bytes of KV one prompt token takes, for the KV a disaggregated run moves from a
     /// prefill worker to a decode worker

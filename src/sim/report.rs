@@ -135,6 +135,23 @@ impl SimReport {
         }
     }
 
+    /// The requests shed as JSON fields: in all, by priority and by gate.
+    fn sheds_json(&self) -> String {
+        let by_priority = crate::request::Priority::ALL
+            .iter()
+            .zip(self.shed_by_priority)
+            .map(|(p, n)| format!("\"shed_{}\":{n}", p.name()));
+        let by_gate = crate::request::GATES
+            .iter()
+            .zip(self.shed_by_gate)
+            .map(|(g, n)| format!("\"shed_{}\":{n}", g.name()));
+        std::iter::once(format!("\"shed\":{}", self.shed))
+            .chain(by_priority)
+            .chain(by_gate)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The report as one JSON object.
     #[must_use]
     pub fn to_json(&self) -> String {
@@ -147,9 +164,7 @@ impl SimReport {
                 "\"ttft_p50_s\":{:.6},\"ttft_p90_s\":{:.6},\"ttft_p99_s\":{:.6},",
                 "\"tpot_p50_s\":{:.6},\"tpot_p90_s\":{:.6},\"tpot_p99_s\":{:.6},",
                 "\"e2e_p50_s\":{:.6},\"e2e_p90_s\":{:.6},\"e2e_p99_s\":{:.6},",
-                "\"goodput\":{:.6},\"goodput_rps\":{:.6},\"shed\":{},",
-                "\"shed_sheddable\":{},\"shed_standard\":{},\"shed_critical\":{},",
-                "\"shed_model\":{},\"shed_prompt\":{},\"shed_prefill_window\":{},\"shed_decode_bound\":{},",
+                "\"goodput\":{:.6},\"goodput_rps\":{:.6},{},",
                 "\"preemptions\":{},\"rejected\":{},\"retried\":{},",
                 "\"lost_event_batches\":{},",
                 "\"replica_sync_frames\":{},\"replica_sync_bytes\":{},\"lost_sync_frames\":{},",
@@ -182,14 +197,7 @@ impl SimReport {
             self.e2e_p99_s,
             self.goodput,
             self.goodput_rps,
-            self.shed,
-            self.shed_by_priority[0],
-            self.shed_by_priority[1],
-            self.shed_by_priority[2],
-            self.shed_by_gate[0],
-            self.shed_by_gate[1],
-            self.shed_by_gate[2],
-            self.shed_by_gate[3],
+            self.sheds_json(),
             self.preemptions,
             self.rejected,
             self.retried,

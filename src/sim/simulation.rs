@@ -100,6 +100,8 @@ impl Simulation {
             .iter()
             .map(|w| w.capacity_tokens / config.block_size + host_blocks)
             .sum();
+        // Checked before the warm-up copies them (a copy follows what its original follows);
+        // the replay's plan is of the list with the copies.
         Plan::new(&requests)?;
         let references = References::compute(&requests, &hasher, pooled_blocks)?;
         let mut requests = requests;
@@ -312,7 +314,7 @@ impl Simulation {
             Err(e) => return Err(e),
         };
         if let Some(started) = started {
-            tally.decision_ns += started.elapsed().as_nanos();
+            tally.timed(i, started.elapsed().as_nanos());
         }
         let worker = decision.worker().index();
         if worker >= self.config.workers as usize {

@@ -17,8 +17,8 @@ pub(super) struct Tally {
     pub(super) lost_event_batches: u64,
     /// Replica sync: frames sent, their bytes, frames lost on the way to a replica.
     pub(super) replica_sync: (u64, u64, u64),
-    /// Wall-clock time spent in `route()`.
-    pub(super) decision_ns: u128,
+    /// Wall-clock time spent in `route()` for the measured requests.
+    decision_ns: u128,
     /// The last completion's time.
     last_completion: f64,
     /// The decider of a disaggregated run.
@@ -248,6 +248,24 @@ impl Tally {
         if mean > 0.0 { least / mean } else { 1.0 }
     }
 
+    /// The requests shed: all, by priority (in [`Priority::ALL`](crate::request::Priority::ALL)'s
+    /// order) and by gate (in [`GATES`]' order).
+    fn sheds(&self) -> (usize, [usize; 3], [usize; 4]) {
+        let shed = self.records.iter().filter(|r| r.shed);
+        (
+            shed.clone().count(),
+            crate::request::Priority::ALL.map(|p| shed.clone().filter(|r| r.priority == p).count()),
+            GATES.map(|g| shed.clone().filter(|r| r.shed_gate == Some(g)).count()),
+        )
+    }
+
+    /// Routing request `i` took `ns` of wall-clock time (a warm-up's is not counted).
+    pub(super) fn timed(&mut self, i: usize, ns: u128) {
+        if i >= self.measured_from {
+            self.decision_ns += ns;
+        }
+    }
+
     /// Whether request `i` met both goodput targets.
     fn good(&self, r: &RequestRecord) -> bool {
         r.e2e_s.is_some()
@@ -265,6 +283,7 @@ impl Tally {
     ) -> SimReport {
         self.drop_warmup();
         let floor = self.goodput_floor();
+        let (shed, shed_by_priority, shed_by_gate) = self.sheds();
         let requests = self.records.len();
         let makespan = (self.last_completion - first).max(0.0);
         let served = || self.records.iter().filter(|r| !r.rejected && !r.shed);
@@ -305,19 +324,9 @@ impl Tally {
             e2e_p99_s: e2e[2],
             goodput: ratio(good as f64, requests as f64),
             goodput_rps: ratio(good as f64, makespan),
-            shed: self.records.iter().filter(|r| r.shed).count(),
-            shed_by_priority: crate::request::Priority::ALL.map(|p| {
-                self.records
-                    .iter()
-                    .filter(|r| r.shed && r.priority == p)
-                    .count()
-            }),
-            shed_by_gate: GATES.map(|g| {
-                self.records
-                    .iter()
-                    .filter(|r| r.shed_gate == Some(g))
-                    .count()
-            }),
+            shed,
+            shed_by_priority,
+            shed_by_gate,
             preemptions: self.records.iter().map(|r| u64::from(r.preemptions)).sum(),
             rejected: self.records.iter().filter(|r| r.rejected).count(),
             retried: self.records.iter().filter(|r| r.retries > 0).count(),

@@ -157,7 +157,7 @@ impl<'s> Run<'s> {
             Err(e) => return Err(e),
         };
         if let Some(started) = started {
-            self.tally.decision_ns += started.elapsed().as_nanos();
+            self.tally.timed(i, started.elapsed().as_nanos());
         }
         let decode = decision.decode().worker();
         let prefill = decision
