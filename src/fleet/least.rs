@@ -4,8 +4,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use smallvec::SmallVec;
-
 use super::candidate::Candidate;
 use super::registry::{LoadKey, Registered, Slots};
 
@@ -25,12 +23,17 @@ impl Slots {
         salt: u64,
         mut each: impl FnMut(usize, Registered<'_>),
     ) {
-        let mut all: SmallVec<[Least; 8]> = if classes < 8 {
-            SmallVec::from_buf_and_len([Least::default(); 8], classes + 1)
-        } else {
-            smallvec::smallvec![Least::default(); classes + 1]
+        // On the stack up to 8 classes (one per distinct match, and the workers of none),
+        // written in place.
+        let mut inline = [Least::default(); 8];
+        let mut spilled = Vec::new();
+        let least: &mut [Least] = match inline.get_mut(..=classes) {
+            Some(least) => least,
+            None => {
+                spilled.resize(classes + 1, Least::default());
+                &mut spilled
+            }
         };
-        let least = all.as_mut_slice();
         let keys = &self.keys;
         let nothing = classes;
         // Workers past `class_of` are of no class.
@@ -45,9 +48,9 @@ impl Slots {
                 l.offer(i, key, self, salt);
             }
         }
-        let mut winners: SmallVec<[usize; 8]> = all.iter().filter_map(Least::slot).collect();
-        winners.sort_unstable();
-        for i in winners {
+        // In id order; a class no worker was offered to sorts last (`usize::MAX`).
+        least.sort_unstable_by_key(|l| l.slot);
+        for i in least.iter().map_while(Least::slot) {
             if let Some(r) = self.get(i) {
                 each(i, r);
             }

@@ -312,8 +312,9 @@ impl PrefixHasher {
         let start = out.len();
         let mut slots = self.full_blocks(tokens.len());
         // `SmallVec::resize` writes its slots one at a time; copied from a block of zeros
-        // they are one `memcpy` per 64 blocks.
-        const ZEROS: [BlockHash; 64] = [BlockHash(0); 64];
+        // they are one `memcpy` per 256 blocks. A `static`, so that the zeros are not
+        // written onto the stack first, as a `const` array is on every call.
+        static ZEROS: [BlockHash; 256] = [BlockHash(0); 256];
         out.reserve(slots);
         while slots > 0 {
             let take = slots.min(ZEROS.len());
