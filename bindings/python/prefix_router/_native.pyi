@@ -93,7 +93,7 @@ class BalancedConfig:
         scoring: Literal["predicted_ttft", "weighted"] = "predicted_ttft",
         miss_weight: float | None = None,
         miss_weight_max: float = ...,
-        stall_weight: float = 0.05,
+        stall_weight: float = ...,
     ) -> Self:
         """``miss_weight`` fixes the weight of a recomputed token; without it the weight
         follows the fleet's load, from 1 on an idle fleet to ``miss_weight_max`` once every
