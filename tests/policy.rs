@@ -523,42 +523,6 @@ fn a_queued_holder_of_a_hot_prompt_gets_company_on_an_idle_fleet() {
     assert_eq!(route(&fixed), holder);
 }
 
-/// A long prompt's prefill stretches the steps of every request decoding where it runs:
-/// between a worker decoding 32 requests and one with 0.2 s of queued prefill (and a
-/// request waiting, which waits for this one's prefill too) but none decoding, the stall it would add to the 32 sends it to the queue; priced at 0 it
-/// goes to the decoding worker, whose queue is empty. The stall is 0 where nothing decodes.
-#[test]
-fn a_long_prefill_goes_where_fewer_decode() {
-    let prompt: Vec<u32> = (0..16_384).collect();
-    // The chosen worker and the stall priced on it.
-    let route = |router: &BalancedRouter| {
-        let request = RouteRequest::new(&prompt).with_expected_output(1);
-        let (d, receipt) = router.route_with_receipt(&request).unwrap();
-        router.complete(&d);
-        let line = receipt.candidates.iter().find(|c| c.worker == d.worker());
-        let cost = line.and_then(|c| c.cost.clone()).unwrap();
-        let stall = cost.terms.iter().find(|t| t.name == "stall_s").unwrap();
-        (d.worker(), stall.value)
-    };
-    let decoding = EngineLoad::new(0, 32, std::time::Duration::ZERO);
-    let priced = BalancedRouter::new(2).unwrap();
-    let unpriced =
-        BalancedRouter::with_config(2, BalancedConfig::default().with_stall_weight(0.0)).unwrap();
-    for r in [&priced, &unpriced] {
-        r.report_load(WorkerId::new(0), decoding).unwrap();
-        queue(r, 1, 0.2);
-    }
-    assert_eq!(route(&priced), (WorkerId::new(1), 0.0));
-    assert_eq!(route(&unpriced), (WorkerId::new(0), 0.0));
-    // Alone, the decoding worker is priced the 32 decodes' wait for 16,384 tokens at the
-    // configured 33,000 a second.
-    let alone = BalancedRouter::new(1).unwrap();
-    alone.report_load(WorkerId::new(0), decoding).unwrap();
-    let (_, stall) = route(&alone);
-    let expected = 0.05 * 32.0 * 16_384.0 / LoadConfig::default().prefill_tokens_per_s;
-    assert!((stall - expected).abs() < 1e-6, "{stall} {expected}");
-}
-
 /// A prompt of `blocks` blocks whose first two share `prefix`, the rest unique to step `i`.
 fn prompt_of(prefix: u32, blocks: u32, i: usize) -> Vec<u32> {
     (0..blocks * 16)

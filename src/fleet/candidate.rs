@@ -272,17 +272,6 @@ impl Candidate {
         self.estimate.times(config, request, miss_weight)
     }
 
-    /// Seconds the worker computes `miss` uncached tokens of a `prompt`-token prompt at its
-    /// learned rate (attention over the prompt included): how long each decode running
-    /// there waits for that prefill in the steps they share. Grows with `miss` and with
-    /// the worker's prefill terms, so falls with its speed.
-    #[inline]
-    pub(crate) fn prefill_delay_s(&self, prompt: u64, miss: u64) -> f64 {
-        self.estimate
-            .timing
-            .prefill_s(miss as f64, super::attended(prompt, miss) as f64)
-    }
-
     /// The load model's time, in seconds, for a request of `prompt` tokens to decode
     /// `output` tokens in this worker's batch, beyond the fixed part of its steps (see
     /// [`BalancedRouter`](crate::BalancedRouter)).

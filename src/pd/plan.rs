@@ -182,7 +182,10 @@ impl PairView<'_> {
     /// The compute of a prefill of `miss` tokens on `c`: what each request behind it or
     /// sharing its steps waits.
     fn delay_s(&self, c: &Candidate, miss: u64) -> f64 {
-        c.prefill_delay_s(self.request.tokens().len() as u64, miss)
+        let prompt = self.request.tokens().len() as u64;
+        c.estimate
+            .timing
+            .prefill_s(miss as f64, crate::fleet::attended(prompt, miss) as f64)
     }
 
     /// The delay a prefill of `miss` tokens on candidate `i` adds to others: its running

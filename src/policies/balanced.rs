@@ -48,13 +48,6 @@ pub struct BalancedConfig {
     /// What a hit below the device tier costs, for [`Scoring::PredictedTtft`]: its reload
     /// time adds to the predicted time to first token. Default [`ReloadConfig::default`].
     pub reload: ReloadConfig,
-    /// For [`Scoring::PredictedTtft`]: what a second of delay the request's prefill adds to
-    /// each request decoding on the worker weighs against a second of the request's own
-    /// time. The steps a prefill shares with the decodes running there stretch each of
-    /// them by its compute, so a long prompt goes where fewer decode, and the time per
-    /// output token of the requests already running stays low. Default 0.05, as
-    /// [`PdConfig::stall_weight`](crate::PdConfig::stall_weight); 0 leaves it out.
-    pub stall_weight: f64,
     /// Hashing and mirror bounds.
     pub index: IndexConfig,
 }
@@ -67,7 +60,6 @@ impl Default for BalancedConfig {
             load: LoadConfig::default(),
             miss_weight: MissWeight::default(),
             reload: ReloadConfig::default(),
-            stall_weight: 0.05,
             index: IndexConfig::default(),
         }
     }
@@ -83,8 +75,6 @@ impl BalancedConfig {
         with_load: load: LoadConfig;
         /// Sets [`reload`](Self::reload).
         with_reload: reload: ReloadConfig;
-        /// Sets [`stall_weight`](Self::stall_weight).
-        with_stall_weight: stall_weight: f64;
         /// Sets [`index`](Self::index).
         with_index: index: IndexConfig;
     }
@@ -113,7 +103,6 @@ impl BalancedConfig {
     pub fn validate(&self) -> Result<(), Error> {
         float("alpha", self.alpha, 0.0..=1.0, "between 0.0 and 1.0")?;
         self.miss_weight.validate()?;
-        float("stall_weight", self.stall_weight, 0.0..=1e6, "at least 0.0")?;
         self.load.validate()?;
         self.reload.validate()?;
         self.index.validate()
@@ -146,11 +135,7 @@ impl BalancedConfig {
 ///   (uncached and generated) beyond the KV the worker has free of what the mirror believes
 ///   it holds ([`Candidate::kv_room_tokens`]) evict cached prefixes, each a miss to come,
 ///   priced as a miss is now. Sessions then spread before a worker's cache overflows,
-///   instead of piling where a shared prompt is and evicting each other's context;
-/// - plus the **stall** its prefill adds to the requests decoding there: each of the
-///   worker's decodes waits for the compute of its uncached tokens in the steps they
-///   share, summed and weighed by [`BalancedConfig::stall_weight`] (0.05). A long prompt
-///   then goes where fewer decode, and their time per output token stays low.
+///   instead of piling where a shared prompt is and evicting each other's context.
 ///
 /// The cheapest wins; equal costs (a new prefix on an idle fleet) go to the worker handed
 /// the least prefill work so far. Load is what the engines report ([`EngineLoad`](crate::EngineLoad),
@@ -264,21 +249,10 @@ impl Balanced {
         let (load, miss_weight) = (&self.config.load, self.config.miss_weight.of(c));
         let beyond = c.predicted_beyond_load_s(load, tokens, miss, output, miss_weight);
         let room = self.room_s(c, miss, output);
-        let stall = self.stall_s(c, tokens, miss);
         // Every part grows with the worker's figures (the room's as the worker's room
-        // shrinks; an idle worker's is unknown, and costs nothing; the stall's with its
-        // decodes, none on an idle worker) and falls with its speed, as the contract of
-        // `cost_above_load_ns` asks; the cast is monotone too.
-        ((beyond + self.reload_s(c) + room + stall) * 1e9) as u64
-    }
-
-    /// Seconds the request's prefill stalls others on `c`, weighed: each of the worker's
-    /// decodes waits for the compute of its `miss` uncached tokens in the steps they share
-    /// ([`Candidate::prefill_delay_s`]), summed, times the stall weight.
-    #[inline]
-    fn stall_s(&self, c: &Candidate, tokens: usize, miss: usize) -> f64 {
-        let delay = c.prefill_delay_s(tokens as u64, miss as u64);
-        self.config.stall_weight * c.decoding() as f64 * delay
+        // shrinks; an idle worker's is unknown, and costs nothing) and falls with its speed,
+        // as the contract of `cost_above_load_ns` asks; the cast is monotone too.
+        ((beyond + self.reload_s(c) + room) * 1e9) as u64
     }
 
     /// Seconds the request's new KV (its uncached tokens `miss` and its `output`) costs
@@ -406,13 +380,12 @@ impl Policy for Balanced {
         Some(match self.config.scoring {
             Scoring::PredictedTtft => {
                 let (ttft, decode) = self.terms(request, c);
-                let (tokens, miss, output) = self.figures(request, c);
+                let (_, miss, output) = self.figures(request, c);
                 Cost::of(&[
                     ("ttft_s", ttft),
                     ("decode_s", decode),
                     ("reload_s", self.reload_s(c)),
                     ("kv_room_s", self.room_s(c, miss, output)),
-                    ("stall_s", self.stall_s(c, tokens, miss)),
                 ])
             }
             Scoring::Weighted => {

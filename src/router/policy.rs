@@ -105,9 +105,8 @@ pub trait Policy: Send + Sync {
     ///   idle worker with the fleet's least step terms and greatest speed holding the same:
     ///   [`Candidate::predicted_beyond_load_s`] is, and so is a reload time
     ///   ([`ReloadConfig::candidate_seconds`](crate::ReloadConfig::candidate_seconds)) over
-    ///   [`Candidate::speed`]. [`BalancedRouter`](crate::BalancedRouter)'s cost is
-    ///   their sum, with its price of the KV room and of the stall its prefill adds to the
-    ///   decodes running there (both 0 on an idle worker).
+    ///   [`Candidate::speed`]. [`BalancedRouter`](crate::BalancedRouter)'s predicted time is
+    ///   their sum.
     fn cost_above_load_ns(&self, request: &RouteRequest<'_>, candidate: &Candidate) -> Option<u64> {
         let _ = (request, candidate);
         None

@@ -93,19 +93,15 @@ class BalancedConfig:
         scoring: Literal["predicted_ttft", "weighted"] = "predicted_ttft",
         miss_weight: float | None = None,
         miss_weight_max: float = ...,
-        stall_weight: float = ...,
     ) -> Self:
         """``miss_weight`` fixes the weight of a recomputed token; without it the weight
         follows the fleet's load, from 1 on an idle fleet to ``miss_weight_max`` once every
-        worker is busy (``LoadConfig.busy_horizon_s``). ``stall_weight`` is what a second of
-        delay a request's prefill adds to each request decoding where it runs weighs
-        against a second of its own time (0 leaves it out)."""
+        worker is busy (``LoadConfig.busy_horizon_s``)."""
     alpha: float
     scoring: str
     #: The fixed weight of a miss; None when it follows the fleet's load.
     miss_weight: float | None
     miss_weight_max: float
-    stall_weight: float
 
 @final
 class CacheAwareConfig:

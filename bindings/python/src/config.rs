@@ -197,9 +197,7 @@ fn default_miss_weight_max() -> f64 {
 impl BalancedConfig {
     /// `miss_weight` fixes the weight of a recomputed token; without it the weight follows
     /// the fleet's load, from 1 on an idle fleet to `miss_weight_max` once every worker is
-    /// busy (`LoadConfig.busy_horizon_s`). `stall_weight` is what a second of delay a
-    /// request's prefill adds to each request decoding where it runs weighs against a
-    /// second of its own time (0 leaves it out).
+    /// busy (`LoadConfig.busy_horizon_s`).
     #[new]
     #[pyo3(signature = (
         *,
@@ -207,14 +205,12 @@ impl BalancedConfig {
         scoring = "predicted_ttft",
         miss_weight = None,
         miss_weight_max = default_miss_weight_max(),
-        stall_weight = core::BalancedConfig::default().stall_weight,
     ))]
     fn new(
         alpha: f64,
         scoring: &str,
         miss_weight: Option<f64>,
         miss_weight_max: f64,
-        stall_weight: f64,
     ) -> PyResult<Self> {
         let scoring = match scoring {
             "predicted_ttft" => core::Scoring::PredictedTtft,
@@ -230,8 +226,7 @@ impl BalancedConfig {
         let c = core::BalancedConfig::default()
             .with_alpha(alpha)
             .with_scoring(scoring)
-            .with_miss_weight(weight)
-            .with_stall_weight(stall_weight);
+            .with_miss_weight(weight);
         c.validate().or_raise()?;
         Ok(Self(c))
     }
@@ -253,11 +248,6 @@ impl BalancedConfig {
             core::MissWeight::Fixed(w) => Some(w),
             _ => None,
         }
-    }
-    /// What a second of the stall a prefill adds to each decode where it runs weighs.
-    #[getter]
-    fn stall_weight(&self) -> f64 {
-        self.0.stall_weight
     }
     /// The weight a miss reaches once the fleet is busy; the fixed weight when fixed.
     #[getter]

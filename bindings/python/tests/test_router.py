@@ -93,7 +93,6 @@ def test_a_miss_is_priced_by_the_fleet_unless_fixed() -> None:
     assert pr.LoadConfig().busy_horizon_s == 0.5
     fixed = pr.BalancedConfig(miss_weight=3.0)
     assert fixed.miss_weight == 3.0 and fixed.miss_weight_max == 3.0
-    assert fleet.stall_weight == 0.05 and pr.BalancedConfig(stall_weight=0.0).stall_weight == 0.0
     for config in [fleet, fixed]:
         router = pr.Router(2, balanced=config)
         router.complete(router.route(SYSTEM))
@@ -266,7 +265,6 @@ def test_events_need_a_mirror_and_bad_payloads_are_errors() -> None:
         (lambda: pr.Router(2, "round_robin", balanced=pr.BalancedConfig()), pr.InvalidConfig, ValueError),
         (lambda: pr.BalancedConfig(alpha=2.0), pr.InvalidConfig, ValueError),
         (lambda: pr.BalancedConfig(miss_weight=0.5), pr.InvalidConfig, ValueError),
-        (lambda: pr.BalancedConfig(stall_weight=-1.0), pr.InvalidConfig, ValueError),
         (lambda: pr.LoadConfig(busy_horizon_s=0.0), pr.InvalidConfig, ValueError),
         (lambda: pr.LoadConfig(prefill_tokens_per_s=-1.0), pr.InvalidConfig, ValueError),
         (lambda: pr.AdmissionConfig(sheddable_share=0.0), pr.InvalidConfig, ValueError),
