@@ -79,9 +79,8 @@ pub(crate) struct Observed {
     /// outstanding: the last first token, or the route that found none outstanding.
     since_ns: AtomicU64,
     sums: Mutex<Sums>,
-    /// The model's prefill seconds of the requests admission admitted here, decayed over
-    /// [`PREFILL_HORIZON_S`], and the time (ns) they were decayed to.
-    admitted: Mutex<(f64, u64)>,
+    /// The model's prefill seconds of the requests admission admitted here.
+    admitted: Mutex<Admitted>,
 }
 
 impl Default for Observed {
@@ -93,8 +92,56 @@ impl Default for Observed {
             per_token_bits: AtomicU64::new(0),
             since_ns: AtomicU64::new(0),
             sums: Mutex::new(Sums::default()),
-            admitted: Mutex::new((0.0, 0)),
+            admitted: Mutex::new(Admitted::default()),
         }
+    }
+}
+
+/// The shortest time the prefill admitted to a worker is read as spread over, seconds: the
+/// first admissions of a worker with no history are not read as a rate over an instant.
+const MIN_WINDOW_S: f64 = 4.0;
+
+/// The prefill admitted to a worker, decayed over [`PREFILL_HORIZON_S`]: over the time it
+/// spans, the rate at which prefill was admitted there.
+#[derive(Clone, Copy, Debug, Default)]
+struct Admitted {
+    /// The model's prefill seconds, decayed to `at_ns`.
+    sum: f64,
+    /// The time (ns) `sum` was decayed to.
+    at_ns: u64,
+    /// The time (ns) of the first admission; `None` before it.
+    first_ns: Option<u64>,
+}
+
+impl Admitted {
+    /// Adds `model_s` of prefill admitted at `now_ns`.
+    fn add(&mut self, now_ns: u64, model_s: f64) {
+        if now_ns >= self.at_ns {
+            self.sum = decayed(self.sum, now_ns - self.at_ns) + model_s;
+            self.at_ns = now_ns;
+        } else {
+            // Behind the latest admission (routes racing): decayed to it instead.
+            self.sum += decayed(model_s, self.at_ns - now_ns);
+        }
+        self.first_ns = Some(self.first_ns.map_or(now_ns, |first| first.min(now_ns)));
+    }
+
+    /// The sum decayed to `now_ns`.
+    fn at(&self, now_ns: u64) -> f64 {
+        decayed(self.sum, now_ns.saturating_sub(self.at_ns))
+    }
+
+    /// The seconds the sum at `now_ns` spans, each weighed as the sum decays it: the
+    /// horizon once the first admission is long past, only the time since it before (at
+    /// least [`MIN_WINDOW_S`]). Read over the whole horizon, a burst on a worker with no
+    /// history would look spread over seconds it has not lasted, and its share of the
+    /// worker's time that much smaller.
+    fn window_s(&self, now_ns: u64) -> f64 {
+        let elapsed_s = self
+            .first_ns
+            .map_or(0.0, |first| now_ns.saturating_sub(first) as f64 * 1e-9);
+        let spanned = PREFILL_HORIZON_S * (1.0 - (-elapsed_s / PREFILL_HORIZON_S).exp());
+        spanned.max(MIN_WINDOW_S)
     }
 }
 
@@ -113,11 +160,20 @@ pub(crate) struct Factors {
     /// observed).
     pub(crate) progressed: bool,
     /// The model's prefill seconds admitted here, decayed over [`PREFILL_HORIZON_S`] to
-    /// now: over it, the share of the worker's time its admitted prefill takes.
+    /// now: over `window_s`, the share of the worker's time its admitted prefill takes.
     pub(crate) admitted_s: f64,
+    /// The seconds `admitted_s` spans: [`PREFILL_HORIZON_S`] once the first admission here
+    /// is long past, less before (never under 4).
+    pub(crate) window_s: f64,
 }
 
 impl Factors {
+    /// The share of the worker's time its admitted prefill takes at the observed prefill
+    /// rate, with `extra_s` more of the model's prefill seconds admitted.
+    pub(crate) fn prefill_share(&self, extra_s: f64) -> f64 {
+        self.prefill * (self.admitted_s + extra_s) / self.window_s
+    }
+
     /// The prefill factor with the wait as evidence, for a worker the model predicts takes
     /// `outstanding_s` for the prefill outstanding there: at least the time it has waited
     /// for a first token over that.
@@ -156,13 +212,15 @@ impl Observed {
         } else {
             0.0
         };
+        let admitted = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
         Some(Factors {
             prefill: f64::from_bits(self.prefill_bits.load(Relaxed)),
             step: f64::from_bits(self.step_bits.load(Relaxed)),
             stalled_s,
             per_token_s: f64::from_bits(self.per_token_bits.load(Relaxed)),
             progressed: self.per_token_bits.load(Relaxed) != 0,
-            admitted_s: self.admitted_at(now_ns),
+            admitted_s: admitted.at(now_ns),
+            window_s: admitted.window_s(now_ns),
         })
     }
 
@@ -172,20 +230,10 @@ impl Observed {
         if !(model_s.is_finite() && model_s > 0.0) {
             return;
         }
-        let mut admitted = self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
-        let (sum, at) = *admitted;
-        *admitted = if now_ns >= at {
-            (decayed(sum, now_ns - at) + model_s, now_ns)
-        } else {
-            // Behind the latest admission (routes racing): decayed to it instead.
-            (sum + decayed(model_s, at - now_ns), at)
-        };
-    }
-
-    /// The prefill seconds admitted here, decayed to `now_ns`.
-    fn admitted_at(&self, now_ns: u64) -> f64 {
-        let (sum, at) = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
-        decayed(sum, now_ns.saturating_sub(at))
+        self.admitted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(now_ns, model_s);
     }
 
     /// A route at `now_ns` found no prefill outstanding here: the wait starts now.
@@ -213,7 +261,8 @@ impl Observed {
             return;
         }
         let tokens = f64::from(tokens);
-        let share = self.prefill() * self.admitted_at(now_ns) / PREFILL_HORIZON_S;
+        let admitted = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
+        let share = self.prefill() * admitted.at(now_ns) / admitted.window_s(now_ns);
         let predicted = stretched(decode_s, share.min(MAX_SHARE));
         let mut sums = self.sums.lock().unwrap_or_else(PoisonError::into_inner);
         if predicted.is_finite() && predicted > 0.0 {
@@ -296,6 +345,32 @@ mod tests {
             1.0,
             "nothing outstanding, nothing waited"
         );
+    }
+
+    #[test]
+    fn a_burst_is_read_over_the_time_it_has_lasted() {
+        let second = 1_000_000_000;
+        let o = Observed::default();
+        o.first_token(0, 1.0, 1.0);
+        // 3 s of prefill admitted over the first 6 s: half of the worker's time, not the
+        // 0.3 a full horizon would read.
+        for i in 0..6 {
+            o.admit(i * second, 0.5);
+        }
+        let f = o.factors(6 * second, false, false).expect("reported");
+        let expected = PREFILL_HORIZON_S * (1.0 - (-0.6f64).exp());
+        assert!((f.window_s - expected).abs() < 1e-9, "{f:?}");
+        assert!((0.45..0.55).contains(&f.prefill_share(0.0)), "{f:?}");
+        // The first admissions are read over 4 s at least.
+        let fresh = Observed::default();
+        fresh.first_token(0, 1.0, 1.0);
+        fresh.admit(second, 1.0);
+        let f = fresh.factors(second, false, false).expect("reported");
+        assert_eq!(f.window_s, MIN_WINDOW_S);
+        assert_eq!(f.prefill_share(1.0), 0.5);
+        // Long after, the whole horizon.
+        let f = o.factors(1_000 * second, false, false).expect("reported");
+        assert!((f.window_s - PREFILL_HORIZON_S).abs() < 1e-9, "{f:?}");
     }
 
     #[test]

@@ -153,7 +153,8 @@ pub struct ObservedLoad {
     pub step_s: f64,
     /// The decode bound's occupancy: the share of the worker's time the prefill admission
     /// admitted there takes, at the observed prefill rate, over the last ten seconds or so
-    /// (decayed). Chunked prefill shares the decode steps: the decodes get the rest, and the
+    /// (decayed; over the time since the first admission there while that is shorter, at
+    /// least 4 s). Chunked prefill shares the decode steps: the decodes get the rest, and the
     /// bound keeps the step factor times the decode step over that rest within a request's
     /// time-per-output-token target.
     pub prefill_share: f64,
@@ -190,7 +191,7 @@ impl ObservedLoad {
             },
             outstanding_prefill_tokens: e.prefill_tokens,
             step_s: f.per_token_s,
-            prefill_share: factor * f.admitted_s / super::observed::PREFILL_HORIZON_S,
+            prefill_share: factor * f.admitted_s / f.window_s,
             stalled_s: f.stalled_s,
         }
     }

@@ -49,7 +49,7 @@ impl Observed {
         let k = f.prefill_at(p.ttft.queue_s + p.ttft.steps_s);
         // The share of the worker's time the prefill admitted there takes, this request's
         // included: the decode steps get the rest.
-        let prefill_share = f.prefill * (f.admitted_s + p.ttft.own_s) / PREFILL_HORIZON_S;
+        let prefill_share = f.prefill_share(p.ttft.own_s);
         let shared_s = stretched(p.tpot_s, prefill_share);
         let held_s = if f.progressed || window == 0 {
             0.0
