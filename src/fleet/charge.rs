@@ -51,9 +51,8 @@ impl Fleet {
             slot.observed.started(now_ns);
         }
         if request.asks_admission() {
-            let pairs = attended(prompt_tokens as u64, prefill) as f64;
-            slot.observed
-                .admit(now_ns, e.timing.prefill_s(prefill as f64, pairs));
+            let pairs = attended(prompt_tokens as u64, prefill);
+            slot.observed.admit(now_ns, (prefill, pairs));
         }
         slot.predicted_cached
             .fetch_add(cached_tokens as u64, Relaxed);
@@ -132,10 +131,9 @@ impl Fleet {
         let learns = self.learns() && decision.mark_decoded();
         self.registry.with_current(decision, |r| {
             if running {
-                let decode_s = self.estimate(r).running_step_s();
-                r.slot
-                    .observed
-                    .progress(self.clock.now_ns(), added, decode_s);
+                let e = self.estimate(r);
+                let model = (e.running_step_s(), &e.timing);
+                r.slot.observed.progress(self.clock.now_ns(), added, model);
             }
             if learns {
                 let terms = Terms(decision.tpot_terms());

@@ -27,7 +27,8 @@ impl Fleet {
             .iter()
             .map(|c| {
                 let outstanding = c.estimate.prefill_tokens > 0;
-                current(c)?.slot.observed.factors(now_ns, outstanding, any)
+                let observed = &current(c)?.slot.observed;
+                observed.factors(now_ns, (outstanding, any), &c.estimate.timing)
             })
             .collect()
     }

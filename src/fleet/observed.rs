@@ -24,13 +24,18 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
+use super::timing::Timing;
+
 /// How much of the decayed sums each new observation keeps: about the last ten weigh.
 const KEEP: f64 = 0.9;
 
 /// The time constant of the prefill admitted to a worker, seconds: its decayed sum over
-/// this is the rate at which prefill was admitted there, about over the life of a request
-/// it shares steps with.
-pub(crate) const PREFILL_HORIZON_S: f64 = 10.0;
+/// this is the rate at which prefill was admitted there. Shorter than the life of a request
+/// it shares steps with (a hundred tokens at 0.1 s), so that a burst after a lighter load
+/// shows in its first seconds rather than diluted by the load before it; long enough that
+/// one long prompt does not read as a lasting rate (a time constant of 2 s refused 2.9 %
+/// of the conversation trace at 4× by the decode bound, most of them needlessly).
+pub(crate) const PREFILL_HORIZON_S: f64 = 5.0;
 
 /// Observed over predicted, as decayed sums.
 #[derive(Clone, Copy, Debug, Default)]
@@ -79,7 +84,7 @@ pub(crate) struct Observed {
     /// outstanding: the last first token, or the route that found none outstanding.
     since_ns: AtomicU64,
     sums: Mutex<Sums>,
-    /// The model's prefill seconds of the requests admission admitted here.
+    /// The prefill of the requests admission admitted here.
     admitted: Mutex<Admitted>,
 }
 
@@ -102,11 +107,14 @@ impl Default for Observed {
 const MIN_WINDOW_S: f64 = 4.0;
 
 /// The prefill admitted to a worker, decayed over [`PREFILL_HORIZON_S`]: over the time it
-/// spans, the rate at which prefill was admitted there.
+/// spans, the rate at which prefill was admitted there. Kept as work (tokens and the pairs
+/// they attend to), not seconds, so that it is priced at the worker's terms as they are
+/// when read: a burst admitted before the terms learned the worker's speed counts at that
+/// speed once they have.
 #[derive(Clone, Copy, Debug, Default)]
 struct Admitted {
-    /// The model's prefill seconds, decayed to `at_ns`.
-    sum: f64,
+    /// Prefill tokens and the pairs they attend to, decayed to `at_ns`.
+    work: (f64, f64),
     /// The time (ns) `sum` was decayed to.
     at_ns: u64,
     /// The time (ns) of the first admission; `None` before it.
@@ -114,21 +122,27 @@ struct Admitted {
 }
 
 impl Admitted {
-    /// Adds `model_s` of prefill admitted at `now_ns`.
-    fn add(&mut self, now_ns: u64, model_s: f64) {
+    /// Adds prefill of `tokens` attending to `pairs` admitted at `now_ns`.
+    fn add(&mut self, now_ns: u64, (tokens, pairs): (f64, f64)) {
         if now_ns >= self.at_ns {
-            self.sum = decayed(self.sum, now_ns - self.at_ns) + model_s;
+            let (t, p) = self.work;
+            let elapsed = now_ns - self.at_ns;
+            self.work = (decayed(t, elapsed) + tokens, decayed(p, elapsed) + pairs);
             self.at_ns = now_ns;
         } else {
             // Behind the latest admission (routes racing): decayed to it instead.
-            self.sum += decayed(model_s, self.at_ns - now_ns);
+            let early = self.at_ns - now_ns;
+            self.work.0 += decayed(tokens, early);
+            self.work.1 += decayed(pairs, early);
         }
         self.first_ns = Some(self.first_ns.map_or(now_ns, |first| first.min(now_ns)));
     }
 
-    /// The sum decayed to `now_ns`.
-    fn at(&self, now_ns: u64) -> f64 {
-        decayed(self.sum, now_ns.saturating_sub(self.at_ns))
+    /// The prefill seconds at `timing`'s terms, decayed to `now_ns`.
+    fn at(&self, now_ns: u64, timing: &Timing) -> f64 {
+        let elapsed = now_ns.saturating_sub(self.at_ns);
+        let (t, p) = self.work;
+        timing.prefill_s(decayed(t, elapsed), decayed(p, elapsed))
     }
 
     /// The seconds the sum at `now_ns` spans, each weighed as the sum decays it: the
@@ -163,7 +177,7 @@ pub(crate) struct Factors {
     /// now: over `window_s`, the share of the worker's time its admitted prefill takes.
     pub(crate) admitted_s: f64,
     /// The seconds `admitted_s` spans: [`PREFILL_HORIZON_S`] once the first admission here
-    /// is long past, less before (never under 4).
+    /// is long past, less before (never under [`MIN_WINDOW_S`]).
     pub(crate) window_s: f64,
 }
 
@@ -193,15 +207,16 @@ impl Observed {
         self.reporting.load(Relaxed)
     }
 
-    /// The factors at router-clock time `now_ns`, prefill outstanding or not; `None` when
-    /// the host has reported nothing timed for any worker of the fleet (`fleet_reporting`
-    /// false and nothing for this one).
+    /// The factors at router-clock time `now_ns`, prefill outstanding or not, the
+    /// admitted prefill priced at `timing` (the worker's terms now); `None` when the host
+    /// has reported nothing timed for any worker of the fleet (`fleet_reporting` false and
+    /// nothing for this one).
     #[inline]
     pub(crate) fn factors(
         &self,
         now_ns: u64,
-        outstanding: bool,
-        fleet_reporting: bool,
+        (outstanding, fleet_reporting): (bool, bool),
+        timing: &Timing,
     ) -> Option<Factors> {
         if !fleet_reporting && !self.reporting() {
             return None;
@@ -219,21 +234,22 @@ impl Observed {
             stalled_s,
             per_token_s: f64::from_bits(self.per_token_bits.load(Relaxed)),
             progressed: self.per_token_bits.load(Relaxed) != 0,
-            admitted_s: admitted.at(now_ns),
+            admitted_s: admitted.at(now_ns, timing),
             window_s: admitted.window_s(now_ns),
         })
     }
 
-    /// Admission admitted a request here at `now_ns` whose own prefill the model predicts
-    /// takes `model_s`.
-    pub(crate) fn admit(&self, now_ns: u64, model_s: f64) {
-        if !(model_s.is_finite() && model_s > 0.0) {
+    /// Admission admitted a request here at `now_ns` whose own prefill is `tokens` tokens
+    /// attending to `pairs` pairs.
+    pub(crate) fn admit(&self, now_ns: u64, (tokens, pairs): (u64, u64)) {
+        if tokens == 0 {
             return;
         }
+        let work = (tokens as f64, pairs as f64);
         self.admitted
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .add(now_ns, model_s);
+            .add(now_ns, work);
     }
 
     /// A route at `now_ns` found no prefill outstanding here: the wait starts now.
@@ -254,15 +270,21 @@ impl Observed {
     }
 
     /// `tokens` output tokens took `seconds` by `now_ns`, while the model's decode step
-    /// here was `decode_s`: the step factor learns the time per output token against the
-    /// decode step stretched by the prefill admitted here ([`stretched`]).
-    pub(crate) fn progress(&self, now_ns: u64, (tokens, seconds): (u32, f64), decode_s: f64) {
+    /// here was `decode_s` and its terms `timing`: the step factor learns the time per
+    /// output token against the decode step stretched by the prefill admitted here
+    /// ([`stretched`]).
+    pub(crate) fn progress(
+        &self,
+        now_ns: u64,
+        (tokens, seconds): (u32, f64),
+        (decode_s, timing): (f64, &Timing),
+    ) {
         if tokens == 0 || !(seconds.is_finite() && seconds >= 0.0) {
             return;
         }
         let tokens = f64::from(tokens);
         let admitted = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
-        let share = self.prefill() * admitted.at(now_ns) / admitted.window_s(now_ns);
+        let share = self.prefill() * admitted.at(now_ns, timing) / admitted.window_s(now_ns);
         let predicted = stretched(decode_s, share.min(MAX_SHARE));
         let mut sums = self.sums.lock().unwrap_or_else(PoisonError::into_inner);
         if predicted.is_finite() && predicted > 0.0 {
@@ -306,13 +328,28 @@ fn decayed(sum: f64, elapsed_ns: u64) -> f64 {
 mod tests {
     use super::*;
 
+    /// Terms of a millisecond per prefill token and nothing else.
+    fn ms_per_token() -> Timing {
+        Timing {
+            prefill_s_per_token: 1e-3,
+            step_base_s: 0.0,
+            step_s_per_decode: 0.0,
+            step_s_per_context_token: 0.0,
+            prefill_s_per_attended: 0.0,
+        }
+    }
+
     #[test]
     fn nothing_reported_means_no_factors() {
         let o = Observed::default();
         o.started(5);
-        assert_eq!(o.factors(1_000_000_000, true, false), None);
+        assert_eq!(
+            o.factors(1_000_000_000, (true, false), &ms_per_token()),
+            None
+        );
         assert!(
-            o.factors(1_000_000_000, true, true).is_some(),
+            o.factors(1_000_000_000, (true, true), &ms_per_token())
+                .is_some(),
             "the fleet reports"
         );
     }
@@ -322,9 +359,11 @@ mod tests {
         let o = Observed::default();
         for i in 0..20 {
             o.first_token(i * 1_000_000_000, 3.0, 1.0);
-            o.progress(0, (16, 16.0 * 0.3), 0.1);
+            o.progress(0, (16, 16.0 * 0.3), (0.1, &ms_per_token()));
         }
-        let f = o.factors(20_000_000_000, false, false).expect("reported");
+        let f = o
+            .factors(20_000_000_000, (false, false), &ms_per_token())
+            .expect("reported");
         assert!((f.prefill - 3.0).abs() < 1e-9, "{f:?}");
         assert!((f.step - 3.0).abs() < 1e-9, "{f:?}");
         assert!((f.per_token_s - 0.3).abs() < 1e-9, "{f:?}");
@@ -335,11 +374,15 @@ mod tests {
     fn waiting_without_a_first_token_is_evidence() {
         let o = Observed::default();
         o.first_token(1_000_000_000, 1.0, 1.0);
-        let f = o.factors(5_000_000_000, true, false).expect("reported");
+        let f = o
+            .factors(5_000_000_000, (true, false), &ms_per_token())
+            .expect("reported");
         assert_eq!(f.stalled_s, 4.0);
         assert_eq!(f.prefill_at(2.0), 2.0, "4 s waited for 2 s predicted");
         assert_eq!(f.prefill_at(8.0), 1.0, "within the prediction: no evidence");
-        let idle = o.factors(5_000_000_000, false, false).expect("reported");
+        let idle = o
+            .factors(5_000_000_000, (false, false), &ms_per_token())
+            .expect("reported");
         assert_eq!(
             idle.prefill_at(2.0),
             1.0,
@@ -352,25 +395,52 @@ mod tests {
         let second = 1_000_000_000;
         let o = Observed::default();
         o.first_token(0, 1.0, 1.0);
-        // 3 s of prefill admitted over the first 6 s: half of the worker's time, not the
-        // 0.3 a full horizon would read.
-        for i in 0..6 {
-            o.admit(i * second, 0.5);
+        // Half a second of prefill admitted every second (a millisecond a token): half of
+        // the worker's time, however long the history.
+        for i in 0..=6 {
+            o.admit(i * second, (500, 0));
         }
-        let f = o.factors(6 * second, false, false).expect("reported");
-        let expected = PREFILL_HORIZON_S * (1.0 - (-0.6f64).exp());
-        assert!((f.window_s - expected).abs() < 1e-9, "{f:?}");
-        assert!((0.45..0.55).contains(&f.prefill_share(0.0)), "{f:?}");
+        let f = o
+            .factors(6 * second, (false, false), &ms_per_token())
+            .expect("reported");
+        let spanned = PREFILL_HORIZON_S * (1.0 - (-6.0 / PREFILL_HORIZON_S).exp());
+        assert!(
+            (f.window_s - spanned.max(MIN_WINDOW_S)).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert!((0.45..0.6).contains(&f.prefill_share(0.0)), "{f:?}");
         // The first admissions are read over 4 s at least.
         let fresh = Observed::default();
         fresh.first_token(0, 1.0, 1.0);
-        fresh.admit(second, 1.0);
-        let f = fresh.factors(second, false, false).expect("reported");
+        fresh.admit(second, (1_000, 0));
+        let f = fresh
+            .factors(second, (false, false), &ms_per_token())
+            .expect("reported");
         assert_eq!(f.window_s, MIN_WINDOW_S);
         assert_eq!(f.prefill_share(1.0), 0.5);
         // Long after, the whole horizon.
-        let f = o.factors(1_000 * second, false, false).expect("reported");
+        let f = o
+            .factors(1_000 * second, (false, false), &ms_per_token())
+            .expect("reported");
         assert!((f.window_s - PREFILL_HORIZON_S).abs() < 1e-9, "{f:?}");
+    }
+
+    #[test]
+    fn admitted_work_is_priced_at_the_terms_as_read() {
+        let o = Observed::default();
+        o.first_token(0, 1.0, 1.0);
+        o.admit(0, (2_000, 1_000_000));
+        let slow = Timing {
+            prefill_s_per_token: 3e-3,
+            prefill_s_per_attended: 1e-6,
+            ..ms_per_token()
+        };
+        let f = o
+            .factors(0, (false, false), &ms_per_token())
+            .expect("reported");
+        assert_eq!(f.admitted_s, 2.0);
+        let f = o.factors(0, (false, false), &slow).expect("reported");
+        assert_eq!(f.admitted_s, 7.0, "6 s of tokens and 1 s of attention");
     }
 
     #[test]
@@ -378,8 +448,8 @@ mod tests {
         let o = Observed::default();
         o.first_token(0, f64::NAN, 1.0);
         o.first_token(0, 1.0, 0.0);
-        o.progress(0, (0, 1.0), 0.1);
-        o.progress(0, (4, f64::INFINITY), 0.1);
-        assert_eq!(o.factors(0, false, false), None);
+        o.progress(0, (0, 1.0), (0.1, &ms_per_token()));
+        o.progress(0, (4, f64::INFINITY), (0.1, &ms_per_token()));
+        assert_eq!(o.factors(0, (false, false), &ms_per_token()), None);
     }
 }

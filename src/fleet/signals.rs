@@ -152,7 +152,7 @@ pub struct ObservedLoad {
     /// The observed time per output token, from streamed progress (0 until reported).
     pub step_s: f64,
     /// The decode bound's occupancy: the share of the worker's time the prefill admission
-    /// admitted there takes, at the observed prefill rate, over the last ten seconds or so
+    /// admitted there takes, at the observed prefill rate, over the last five seconds or so
     /// (decayed; over the time since the first admission there while that is shorter, at
     /// least 4 s). Chunked prefill shares the decode steps: the decodes get the rest, and the
     /// bound keeps the step factor times the decode step over that rest within a request's

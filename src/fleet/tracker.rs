@@ -199,10 +199,11 @@ impl Fleet {
         self.registry
             .with_slot(worker, |r| {
                 let e = self.estimate(r);
-                let factors =
-                    r.slot
-                        .observed
-                        .factors(self.clock.now_ns(), e.prefill_tokens > 0, false);
+                let reading = (e.prefill_tokens > 0, false);
+                let factors = r
+                    .slot
+                    .observed
+                    .factors(self.clock.now_ns(), reading, &e.timing);
                 WorkerLoad::of(r, &e, self.block_size, factors)
             })
             .ok()
