@@ -145,3 +145,35 @@ fn bad_priority_mixes_are_errors() {
     assert_eq!(mix.pick(0.1), Priority::Sheddable);
     assert_eq!(mix.pick(0.9), Priority::Critical);
 }
+
+/// The priorities of each session's records under `scope`: how many sessions had one
+/// priority, and how many more than one.
+fn sessions_by_priorities(scope: PriorityScope) -> (usize, usize) {
+    let mix = PriorityMix::parse("critical:0.5,standard:0.5").unwrap();
+    let config = overloaded()
+        .with_speedup(1.0)
+        .with_admission(true)
+        .with_priorities(mix)
+        .with_priority_scope(scope);
+    let requests = conversations();
+    let report = run(config);
+    let mut seen: std::collections::HashMap<&str, Vec<Priority>> = Default::default();
+    for r in &report.request_records {
+        let session = requests[r.index].session.as_deref().unwrap();
+        seen.entry(session).or_default().push(r.priority);
+    }
+    let mixed = seen
+        .values()
+        .filter(|p| p.iter().any(|q| *q != p[0]))
+        .count();
+    (seen.len() - mixed, mixed)
+}
+
+#[test]
+fn a_session_draws_one_priority_for_its_requests() {
+    let (one, mixed) = sessions_by_priorities(PriorityScope::Session);
+    assert_eq!(mixed, 0, "a session's requests drew different priorities");
+    assert!(one > 10, "{one} sessions");
+    let (_, mixed) = sessions_by_priorities(PriorityScope::Request);
+    assert!(mixed > 0, "drawn per request, every session kept one priority");
+}

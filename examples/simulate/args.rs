@@ -8,8 +8,8 @@ use clap::{CommandFactory, Parser, ValueEnum};
 use super::policy::{PD_DECIDERS, POLICIES};
 use prefix_router::StepModel;
 use prefix_router::sim::{
-    Arrivals, ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix, SyncMode,
-    WorkerSpec, Workload,
+    Arrivals, ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix,
+    PriorityScope, SyncMode, WorkerSpec, Workload,
 };
 
 /// Everything the flags set.
@@ -257,9 +257,13 @@ struct RouterFlags {
     /// Whether requests ask for admission: each carries the TTFT and TPOT targets, and one no worker is predicted to meet is shed.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     admission: OnOff,
-    /// Shares of priorities under admission, drawn per request: critical:0.1,standard:0.6,sheddable:0.3.
+    /// Shares of priorities under admission: critical:0.1,standard:0.6,sheddable:0.3.
     #[arg(long, value_name = "SPEC", default_value = "standard:1", value_parser = priorities)]
     priorities: PriorityMix,
+    /// What a priority is drawn for: each session (its requests share it; a request without
+    /// one draws its own) or each request.
+    #[arg(long, value_enum, default_value_t = ScopeArg::Session)]
+    priority_scope: ScopeArg,
     /// Every how many output tokens the host reports a running request's progress to the
     /// router that routed it, as a gateway reading the stream would; 0: only at its end.
     #[arg(long, value_name = "N", default_value_t = cluster().progress_every)]
@@ -300,6 +304,13 @@ struct OutputFlags {
 enum ArrivalsArg {
     Recorded,
     Spread,
+}
+
+/// `--priority-scope`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ScopeArg {
+    Session,
+    Request,
 }
 
 /// `--engine`.
@@ -443,6 +454,10 @@ impl From<Cli> for Args {
         cluster.event_replay = matches!(r.event_replay, OnOff::On);
         cluster.admission = matches!(r.admission, OnOff::On);
         cluster.priorities = r.priorities;
+        cluster.priority_scope = match r.priority_scope {
+            ScopeArg::Session => PriorityScope::Session,
+            ScopeArg::Request => PriorityScope::Request,
+        };
         cluster.progress_every = r.progress_every;
         cluster.warmup_s = r.warmup;
         cluster.ttft_target_s = o.ttft_target;

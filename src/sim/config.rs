@@ -431,6 +431,9 @@ pub struct ClusterConfig {
     /// The share of requests of each priority under [`admission`](Self::admission).
     /// Default: every request [`Priority::Standard`].
     pub priorities: PriorityMix,
+    /// What a priority is drawn for: each session (its requests share it) or each request.
+    /// Default [`PriorityScope::Session`].
+    pub priority_scope: PriorityScope,
     /// Every how many output tokens after the first the host reports a running request's
     /// progress ([`Router::tokens_after`](crate::Router::tokens_after), cumulative), as a
     /// gateway reading the stream would; its last token is always reported. 0: only the
@@ -452,7 +455,24 @@ pub struct ClusterConfig {
     pub kv_transfer_bytes_per_s: f64,
 }
 
-/// The share of requests of each priority, drawn per request from the simulator's seed.
+/// What a request's priority under admission is drawn for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PriorityScope {
+    /// Each session draws one, which its requests share, as a gateway gives a client's or
+    /// an objective's requests one criticality (llm-d's `InferenceObjective` priority,
+    /// Dynamo's per-model busy thresholds); a request without a session draws its own, and
+    /// a sub-agent is a session of its own. Refusing some steps of a session and serving
+    /// others leaves the served ones to recompute the context the refused ones would have
+    /// cached.
+    #[default]
+    Session,
+    /// Each request draws its own, whatever its session.
+    Request,
+}
+
+/// The share of requests of each priority, drawn per session or request from the
+/// simulator's seed ([`ClusterConfig::priority_scope`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PriorityMix {
     /// The shares of [`Priority::ALL`]'s priorities (sheddable, standard, critical), summing
@@ -554,6 +574,8 @@ impl ClusterConfig {
         with_admission: admission: bool;
         /// Sets [`priorities`](Self::priorities).
         with_priorities: priorities: PriorityMix;
+        /// Sets [`priority_scope`](Self::priority_scope).
+        with_priority_scope: priority_scope: PriorityScope;
         /// Sets [`speedup`](Self::speedup).
         with_speedup: speedup: f64;
         /// Sets [`sync`](Self::sync).
@@ -725,6 +747,7 @@ impl Default for ClusterConfig {
             seed: 0,
             admission: false,
             priorities: PriorityMix::default(),
+            priority_scope: PriorityScope::Session,
             kv_bytes_per_token: 131_072,
             kv_transfer_bytes_per_s: 50e9,
             progress_every: 16,

@@ -79,7 +79,8 @@ mod warmup;
 mod workload;
 
 pub use self::config::{
-    Arrivals, BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, SyncMode, WorkerSpec,
+    Arrivals, BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, PriorityScope,
+    SyncMode, WorkerSpec,
 };
 pub use self::profile::{ENGINE_PROFILES, EngineProfile, StepProfile};
 pub use self::report::{RequestRecord, SimReport};

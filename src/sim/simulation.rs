@@ -251,9 +251,18 @@ impl Simulation {
         .measured_from(self.warmup)
     }
 
-    /// The priority of request `i` under admission: drawn from the seed and the index.
+    /// The priority of request `i` under admission: drawn from the seed and its session
+    /// under [`PriorityScope::Session`](super::PriorityScope::Session) (every request of a
+    /// session shares it), else from the seed and its index.
     fn priority(&self, i: usize) -> crate::request::Priority {
-        let draw = crate::fold::mix64(self.config.seed ^ 0x7072_696f ^ (i as u64).rotate_left(17));
+        let session = match self.config.priority_scope {
+            super::PriorityScope::Session => self.requests[i].session.as_deref(),
+            _ => None,
+        };
+        let key = session.map_or((i as u64).rotate_left(17), |s| {
+            xxhash_rust::xxh3::xxh3_64(s.as_bytes())
+        });
+        let draw = crate::fold::mix64(self.config.seed ^ 0x7072_696f ^ key);
         let uniform = (draw >> 11) as f64 / (1u64 << 53) as f64;
         self.config.priorities.pick(uniform)
     }
