@@ -125,24 +125,23 @@ impl Admitted {
     /// Adds prefill of `tokens` attending to `pairs` admitted at `now_ns`.
     fn add(&mut self, now_ns: u64, (tokens, pairs): (f64, f64)) {
         if now_ns >= self.at_ns {
+            let keep = decayed(1.0, now_ns - self.at_ns);
             let (t, p) = self.work;
-            let elapsed = now_ns - self.at_ns;
-            self.work = (decayed(t, elapsed) + tokens, decayed(p, elapsed) + pairs);
+            self.work = (t * keep + tokens, p * keep + pairs);
             self.at_ns = now_ns;
         } else {
             // Behind the latest admission (routes racing): decayed to it instead.
-            let early = self.at_ns - now_ns;
-            self.work.0 += decayed(tokens, early);
-            self.work.1 += decayed(pairs, early);
+            let keep = decayed(1.0, self.at_ns - now_ns);
+            self.work.0 += tokens * keep;
+            self.work.1 += pairs * keep;
         }
         self.first_ns = Some(self.first_ns.map_or(now_ns, |first| first.min(now_ns)));
     }
 
     /// The prefill seconds at `timing`'s terms, decayed to `now_ns`.
     fn at(&self, now_ns: u64, timing: &Timing) -> f64 {
-        let elapsed = now_ns.saturating_sub(self.at_ns);
         let (t, p) = self.work;
-        timing.prefill_s(decayed(t, elapsed), decayed(p, elapsed))
+        decayed(timing.prefill_s(t, p), now_ns.saturating_sub(self.at_ns))
     }
 
     /// The seconds the sum at `now_ns` spans, each weighed as the sum decays it: the
@@ -154,6 +153,10 @@ impl Admitted {
         let elapsed_s = self
             .first_ns
             .map_or(0.0, |first| now_ns.saturating_sub(first) as f64 * 1e-9);
+        if elapsed_s >= 20.0 * PREFILL_HORIZON_S {
+            // What is left of the horizon is under 10⁻⁸ of it.
+            return PREFILL_HORIZON_S;
+        }
         let spanned = PREFILL_HORIZON_S * (1.0 - (-elapsed_s / PREFILL_HORIZON_S).exp());
         spanned.max(MIN_WINDOW_S)
     }
