@@ -175,5 +175,8 @@ fn a_session_draws_one_priority_for_its_requests() {
     assert_eq!(mixed, 0, "a session's requests drew different priorities");
     assert!(one > 10, "{one} sessions");
     let (_, mixed) = sessions_by_priorities(PriorityScope::Request);
-    assert!(mixed > 0, "drawn per request, every session kept one priority");
+    assert!(
+        mixed > 0,
+        "drawn per request, every session kept one priority"
+    );
 }
