@@ -31,7 +31,8 @@
 //!   default unknown: they learn them),
 //!   `--sync optimistic|feedback|events` (`none` is `optimistic`: no correction),
 //!   `--scrape-interval S` (load reports), `--event-delay S`, `--event-loss P`,
-//!   `--event-replay on|off`, `--admission on|off` with `--priorities SPEC`,
+//!   `--event-replay on|off`, `--admission on|off` with `--priorities SPEC` and
+//!   `--priority-scope session|request` (what a priority is drawn for),
 //!   `--progress-every N` (the host's progress reports), `--warmup S` (S seconds of the
 //!   workload at 1x before the measured load);
 //! - output: `--format table|json|csv`, `--ttft-target S`, `--tpot-target S` (goodput's
