@@ -115,7 +115,7 @@ const MIN_WINDOW_S: f64 = 4.0;
 struct Admitted {
     /// Prefill tokens and the pairs they attend to, decayed to `at_ns`.
     work: (f64, f64),
-    /// The time (ns) `sum` was decayed to.
+    /// The time (ns) `work` was decayed to.
     at_ns: u64,
     /// The time (ns) of the first admission; `None` before it.
     first_ns: Option<u64>,
@@ -142,6 +142,12 @@ impl Admitted {
     fn at(&self, now_ns: u64, timing: &Timing) -> f64 {
         let (t, p) = self.work;
         decayed(timing.prefill_s(t, p), now_ns.saturating_sub(self.at_ns))
+    }
+
+    /// The prefill seconds at `timing`'s terms per second of the time they span, at
+    /// `now_ns`: the share of the worker's time they take at those terms.
+    fn rate(&self, now_ns: u64, timing: &Timing) -> f64 {
+        self.at(now_ns, timing) / self.window_s(now_ns)
     }
 
     /// The seconds the sum at `now_ns` spans, each weighed as the sum decays it: the
@@ -287,7 +293,7 @@ impl Observed {
         }
         let tokens = f64::from(tokens);
         let admitted = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
-        let share = self.prefill() * admitted.at(now_ns, timing) / admitted.window_s(now_ns);
+        let share = self.prefill() * admitted.rate(now_ns, timing);
         let predicted = stretched(decode_s, share.min(MAX_SHARE));
         let mut sums = self.sums.lock().unwrap_or_else(PoisonError::into_inner);
         if predicted.is_finite() && predicted > 0.0 {
