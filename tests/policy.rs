@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prefix_router::{
     Balanced, BalancedConfig, BalancedRouter, CacheEvent, CacheSync, Candidate, Cost, EngineLoad,
-    Error, IndexConfig, LoadConfig, MissWeight, Policy, PolicyRouter, ReloadConfig, ReplicaConfig,
-    RouteDecision, RouteRequest, Router, Staleness, StepModel, Tier, WorkerId, WorkerProfile,
-    choose_min,
+    Error, IndexConfig, LoadConfig, MissWeight, Policy, PolicyRouter, Priority, ReloadConfig,
+    ReplicaConfig, RouteDecision, RouteRequest, Router, Staleness, StepModel, Tier, WorkerId,
+    WorkerProfile, choose_min,
 };
 
 /// Picks the candidate at a fixed index, records what it was offered.
@@ -169,12 +169,15 @@ impl Policy for EveryWorker {
 #[derive(Clone, Debug)]
 enum Op {
     /// Routes a prompt of `blocks` blocks whose first two share `prefix`, expecting
-    /// `output` tokens (none: the default), at `at` ms when given.
+    /// `output` tokens (none: the default), at `at` ms when given, asking for admission
+    /// when `asks` gives its priority (0 sheddable, 1 standard, 2 critical) and its
+    /// targets to the first token and per output token, in ms.
     Route {
         prefix: u32,
         blocks: u32,
         output: Option<u32>,
         at: Option<u64>,
+        asks: Option<(u8, u64, u64)>,
     },
     /// Completes the oldest open request.
     Complete,
@@ -223,8 +226,11 @@ enum Op {
 fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     use proptest::prelude::*;
     prop_oneof![
-        6 => (0u32..6, 1u32..8, proptest::option::of(1u32..600), proptest::option::of(0u64..20_000))
-            .prop_map(|(prefix, blocks, output, at)| Op::Route { prefix, blocks, output, at }),
+        6 => (
+            (0u32..6, 1u32..8, proptest::option::of(1u32..600), proptest::option::of(0u64..20_000)),
+            proptest::option::weighted(0.4, (0u8..3, 20u64..3_000, 2u64..200)),
+        )
+            .prop_map(|((prefix, blocks, output, at), asks)| Op::Route { prefix, blocks, output, at, asks }),
         3 => Just(Op::Complete),
         2 => proptest::option::of(1u64..400).prop_map(|elapsed_ms| Op::FirstToken { elapsed_ms }),
         1 => (1u32..200, 1u64..4_000).prop_map(|(tokens, elapsed_ms)| Op::Tokens { tokens, elapsed_ms }),
@@ -633,7 +639,7 @@ proptest::proptest! {
                 proptest::prop_assert_eq!(&outcomes[0], &outcomes[1]);
                 continue;
             }
-            let Op::Route { prefix, blocks, output, at } = *op else {
+            let Op::Route { prefix, blocks, output, at, asks } = *op else {
                 apply(routers, &mut open, (op, i as u64), workers);
                 continue;
             };
@@ -645,11 +651,25 @@ proptest::proptest! {
             if let Some(at) = at {
                 request = request.with_time(std::time::Duration::from_millis(at));
             }
-            let a = routers[0].route(&request).unwrap();
-            let (b, receipt) = routers[1].route_with_receipt(&request).unwrap();
-            proptest::prop_assert_eq!(a.worker(), b.worker(), "op {}: {}", i, receipt);
-            proptest::prop_assert_eq!(a.cached_tokens(), b.cached_tokens());
-            open.push([a, b]);
+            if let Some((priority, ttft_ms, tpot_ms)) = asks {
+                let priorities = [Priority::Sheddable, Priority::Standard, Priority::Critical];
+                request = request
+                    .with_priority(priorities[usize::from(priority)])
+                    .with_ttft_target(std::time::Duration::from_millis(ttft_ms))
+                    .with_tpot_target(std::time::Duration::from_millis(tpot_ms));
+            }
+            match (routers[0].route(&request), routers[1].route_with_receipt(&request)) {
+                (Ok(a), Ok((b, receipt))) => {
+                    proptest::prop_assert_eq!(a.worker(), b.worker(), "op {}: {}", i, receipt);
+                    proptest::prop_assert_eq!(a.cached_tokens(), b.cached_tokens());
+                    open.push([a, b]);
+                }
+                (a, b) => {
+                    // Both refuse alike: the same gate, best worker and figures.
+                    let (a, b) = (format!("{:?}", a.err()), format!("{:?}", b.err()));
+                    proptest::prop_assert_eq!(a, b, "op {}", i);
+                }
+            }
         }
     }
 }

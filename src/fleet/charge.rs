@@ -99,6 +99,7 @@ impl Fleet {
                 let at = decision.routed_ns().saturating_add(nanos(elapsed));
                 let observed = (elapsed.as_secs_f64(), decision.predicted_ttft_s());
                 r.slot.observed.first_token(at, observed.0, observed.1);
+                self.note_reporting(r);
             }
             match timed {
                 Some(elapsed) if self.learns() => {
@@ -134,6 +135,7 @@ impl Fleet {
                 let e = self.estimate(r);
                 let model = (e.running_step_s(), &e.timing);
                 r.slot.observed.progress(self.clock.now_ns(), added, model);
+                self.note_reporting(r);
             }
             if learns {
                 let terms = Terms(decision.tpot_terms());
@@ -180,4 +182,14 @@ impl Fleet {
 /// registration epoch see to it), so a counter never goes below zero.
 fn sub(counter: &AtomicU64, by: u64) {
     counter.fetch_sub(by, Relaxed);
+}
+
+impl Fleet {
+    /// Marks the fleet reporting once worker `r` is (a timed report made it so).
+    #[inline]
+    fn note_reporting(&self, r: Registered<'_>) {
+        if r.slot.observed.reporting() && !self.reporting.load(Relaxed) {
+            self.reporting.store(true, Relaxed);
+        }
+    }
 }

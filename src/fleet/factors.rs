@@ -2,34 +2,51 @@
 //! observations (`observed.rs`) joined with a route's candidates.
 
 use smallvec::SmallVec;
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::candidate::{Candidate, Candidates};
 use super::observed::Factors;
+use super::registry::Slots;
 use super::tracker::Fleet;
 
 impl Fleet {
-    /// Each candidate's factors now, in order: `None` for every worker while the host
-    /// reports nothing timed for any candidate, and for a worker removed since the
-    /// snapshot. Once one reports, a worker not yet reporting has factors of 1 and no
-    /// observed step: the decode bound's initial window holds it.
+    /// Each candidate's factors now, in order (see [`factors_of`](Self::factors_of)).
     pub(crate) fn factors(&self, candidates: &Candidates) -> SmallVec<[Option<Factors>; 64]> {
         let now_ns = self.clock.now_ns();
         let slots = self.registry.read();
-        let current = |c: &Candidate| {
-            slots
-                .get(c.worker.index())
-                .filter(|r| r.slot.epoch == c.epoch)
-        };
-        let any = candidates
-            .iter()
-            .any(|c| current(c).is_some_and(|r| r.slot.observed.reporting()));
+        let fleet_reporting = self.reporting.load(Relaxed);
         candidates
             .iter()
-            .map(|c| {
-                let outstanding = c.estimate.prefill_tokens > 0;
-                let observed = &current(c)?.slot.observed;
-                observed.factors(now_ns, (outstanding, any), &c.estimate.timing)
-            })
+            .map(|c| factors_in(&slots, c, (now_ns, fleet_reporting)))
             .collect()
     }
+
+    /// Candidate `c`'s factors now: `None` while the host has reported nothing timed for
+    /// any worker of the fleet, and for a worker removed since the snapshot. Once one
+    /// reports, a worker not yet reporting has factors of 1 and no observed step: the
+    /// decode bound's initial window holds it.
+    pub(crate) fn factors_of(&self, c: &Candidate) -> Option<Factors> {
+        let fleet_reporting = self.reporting.load(Relaxed);
+        if !fleet_reporting {
+            return None;
+        }
+        let now_ns = self.clock.now_ns();
+        factors_in(&self.registry.read(), c, (now_ns, fleet_reporting))
+    }
+}
+
+/// Candidate `c`'s factors in `slots` at `now_ns`, the fleet reporting or not.
+#[inline]
+fn factors_in(
+    slots: &Slots,
+    c: &Candidate,
+    (now_ns, fleet_reporting): (u64, bool),
+) -> Option<Factors> {
+    let r = slots
+        .get(c.worker.index())
+        .filter(|r| r.slot.epoch == c.epoch)?;
+    let outstanding = c.estimate.prefill_tokens > 0;
+    r.slot
+        .observed
+        .factors(now_ns, (outstanding, fleet_reporting), &c.estimate.timing)
 }

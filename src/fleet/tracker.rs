@@ -4,7 +4,7 @@
 //! refusal counts; a route's charges are in `charge.rs`.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::candidate::{Candidate, Candidates};
@@ -45,6 +45,9 @@ pub(crate) struct Fleet {
     pub(super) heard: AtomicU64,
     /// [`LoadConfig::busy_horizon`] in nanoseconds.
     busy_horizon_ns: u64,
+    /// Whether the host has reported a timed first token or progress for any worker:
+    /// until it does, admission's observed gates have nothing to read (`factors.rs`).
+    pub(super) reporting: AtomicBool,
 }
 
 impl Fleet {
@@ -70,6 +73,7 @@ impl Fleet {
             ))),
             heard: AtomicU64::new(0),
             busy_horizon_ns: nanos(config.busy_horizon),
+            reporting: AtomicBool::new(false),
         };
         fleet.registry.set_cap(fleet.busy_horizon_ns);
         for w in 0..num_workers {

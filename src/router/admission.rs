@@ -63,10 +63,22 @@ impl Admission {
 /// What a route passes its candidates through before the policy chooses: [`Open`] for a
 /// request without a target, its [`Admission`] otherwise.
 pub(crate) trait Filter {
-    /// Whether the candidates may be a shortlist; admission needs every worker.
-    const SHORTLIST: bool;
+    /// Whether the policy's choice `candidates[chosen]` may take `request` as it stands,
+    /// the route reading no other worker: only when `exact` (the choice is the one the
+    /// policy makes among every worker, by a cost of each worker alone) for a gate that
+    /// keeps workers, since the policy's choice among the workers it keeps is then that
+    /// one. `candidates` are the workers the route scored; `false` sends the route to
+    /// every worker and [`filter`](Self::filter).
+    fn passes(
+        &self,
+        fleet: &Fleet,
+        asking: (&dyn Policy, &RouteRequest<'_>),
+        chosen: (&Candidates, usize),
+        exact: bool,
+    ) -> bool;
 
-    /// Keeps the candidates that may take `request`, as `policy`'s rule says.
+    /// Keeps the candidates (every available worker) that may take `request`, as
+    /// `policy`'s rule says.
     ///
     /// # Errors
     ///
@@ -83,7 +95,16 @@ pub(crate) trait Filter {
 pub(crate) struct Open;
 
 impl Filter for Open {
-    const SHORTLIST: bool = true;
+    #[inline(always)]
+    fn passes(
+        &self,
+        _: &Fleet,
+        _: (&dyn Policy, &RouteRequest<'_>),
+        _: (&Candidates, usize),
+        _: bool,
+    ) -> bool {
+        true
+    }
 
     #[inline(always)]
     fn filter(
@@ -97,7 +118,29 @@ impl Filter for Open {
 }
 
 impl Filter for Admission {
-    const SHORTLIST: bool = false;
+    /// The policy's rule over the workers scored; under the crate's rule, the choice
+    /// predicted to meet the targets and passing the observed gates (any choice for a
+    /// critical request). A refusal is never made here: it must hold for every worker.
+    fn passes(
+        &self,
+        fleet: &Fleet,
+        (policy, request): (&dyn Policy, &RouteRequest<'_>),
+        (candidates, chosen): (&Candidates, usize),
+        exact: bool,
+    ) -> bool {
+        if !exact {
+            return false;
+        }
+        match policy.admit(request, candidates) {
+            Admit::All => true,
+            Admit::Refuse(_) => false,
+            Admit::Predicted if self.priority == Priority::Critical => true,
+            Admit::Predicted => candidates.get(chosen).is_some_and(|c| {
+                let p = self.prediction(fleet.config(), c);
+                self.meets(&p) && self.passes_observed(fleet, &p, c)
+            }),
+        }
+    }
 
     /// Asks `policy` first; under the crate's rule keeps the candidates predicted to meet
     /// the target (all of them for a critical request, or when every one does), and refuses
@@ -145,16 +188,20 @@ impl Admission {
     fn predict(&self, config: &LoadConfig, candidates: &Candidates) -> SmallVec<[Prediction; 64]> {
         candidates
             .iter()
-            .map(|c| {
-                let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
-                let request = (self.prompt, miss, self.output);
-                Prediction {
-                    ttft: c.estimate.ttft_parts(config, request),
-                    tpot_s: c.estimate.decode_step_s(request),
-                    idle_tpot_s: c.estimate.idle_tpot_s(request),
-                }
-            })
+            .map(|c| self.prediction(config, c))
             .collect()
+    }
+
+    /// Candidate `c`'s prediction.
+    #[inline]
+    fn prediction(&self, config: &LoadConfig, c: &Candidate) -> Prediction {
+        let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
+        let request = (self.prompt, miss, self.output);
+        Prediction {
+            ttft: c.estimate.ttft_parts(config, request),
+            tpot_s: c.estimate.decode_step_s(request),
+            idle_tpot_s: c.estimate.idle_tpot_s(request),
+        }
     }
 
     /// Whether `p` meets both targets.

@@ -29,7 +29,9 @@
 
 use super::admission::{Admission, Prediction};
 use crate::error::Error;
-use crate::fleet::{Candidates, Factors, Fleet, PREFILL_HORIZON_S, meets_target, stretched};
+use crate::fleet::{
+    Candidate, Candidates, Factors, Fleet, PREFILL_HORIZON_S, meets_target, stretched,
+};
 use crate::request::{Gate, Limit, Shed};
 
 /// A candidate's predictions scaled by its factors.
@@ -69,6 +71,20 @@ impl Observed {
 }
 
 impl Admission {
+    /// Whether candidate `c`, predicted `p` and kept by the model, passes the observed
+    /// gates (it does while the fleet reports nothing timed).
+    pub(super) fn passes_observed(&self, fleet: &Fleet, p: &Prediction, c: &Candidate) -> bool {
+        fleet.factors_of(c).is_none_or(|f| {
+            let o = Observed::of(
+                p,
+                &f,
+                c.requests(),
+                (self.decode_bound_s, self.initial_window),
+            );
+            self.passes(&o)
+        })
+    }
+
     /// Clears in `kept` (the candidates the model keeps, one per prediction) those the
     /// observed gates refuse; refuses the request when none is left.
     pub(super) fn keep_observed(

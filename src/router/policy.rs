@@ -113,10 +113,16 @@ pub trait Policy: Send + Sync {
     }
 
     /// The policy's own admission rule for `request`, which asks for admission (it carries
-    /// a target, [`RouteRequest::asks_admission`]), over every available worker. The
-    /// default: [`Admit::Predicted`], the crate's rule. A policy that answers otherwise
-    /// owns its refusals: [`Priority::Critical`](crate::Priority::Critical) requests are
-    /// never refused only under the crate's rule.
+    /// a target, [`RouteRequest::asks_admission`]), over `candidates`: every available
+    /// worker, or first, for a policy offered [`CandidateSet::LeastLoadedPerMatch`] whose
+    /// [`cost_above_load_ns`](Self::cost_above_load_ns) answers, the workers the route
+    /// scored (its shortlist, widened). There an answer of [`Admit::All`], or
+    /// [`Admit::Predicted`] with the policy's choice predicted to meet the targets, stands
+    /// without reading the other workers; any other answer is asked again over every
+    /// available worker, so a refusal always holds for all of them. The default:
+    /// [`Admit::Predicted`], the crate's rule. A policy that answers otherwise owns its
+    /// refusals: [`Priority::Critical`](crate::Priority::Critical) requests are never
+    /// refused only under the crate's rule.
     fn admit(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Admit {
         let _ = (request, candidates);
         Admit::Predicted
@@ -150,7 +156,8 @@ pub enum CandidateSet {
     /// policy then chooses what it would among every worker, and a route reads every
     /// worker's load once and scores a handful: it costs about as much on 1,024 workers as
     /// on 16 while one worker's load stands out of its class's; a class of workers loaded
-    /// alike but for their decodes or speeds is scored whole.
+    /// alike but for their decodes or speeds is scored whole. A route asking for admission
+    /// checks that choice alone, and reads every worker only when the choice is refused.
     LeastLoadedPerMatch,
 }
 

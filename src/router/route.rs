@@ -50,6 +50,11 @@ impl<P: Policy> PolicyRouter<P> {
     }
 
     /// [`choose`](Self::choose) with the candidates passed through `gate`.
+    ///
+    /// For a policy offered the shortlist, its choice among every worker is made from the
+    /// shortlist and asked of the gate alone: a gate keeping it keeps the choice the
+    /// policy would make among the workers it keeps, so only a refused choice reads every
+    /// worker.
     #[inline]
     fn choose_gated<G: Filter>(
         &self,
@@ -70,9 +75,7 @@ impl<P: Policy> PolicyRouter<P> {
             gate.filter(&self.fleet, (&self.policy, request), candidates)?;
             return Ok((self.select(request, candidates)?, 0));
         }
-        // Admission reads every worker: a refusal must hold for all of them.
-        let shortlist =
-            G::SHORTLIST && self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
+        let shortlist = self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
         if !shortlist {
             // Every worker: the snapshot is taken before the mirror's lock.
             self.fleet.candidates(candidates);
@@ -82,8 +85,13 @@ impl<P: Policy> PolicyRouter<P> {
             // Holders come shallowest first.
             let deepest = holders.last().map_or(0, |h| h.1.blocks);
             if shortlist {
-                let chosen = self.choose_shortlisted(request, holders, candidates, offer)?;
-                return Ok(((chosen, deepest), candidates[chosen].worker));
+                let chosen = self.choose_shortlisted(request, holders, candidates, offer, gate)?;
+                if let Some(chosen) = chosen {
+                    return Ok(((chosen, deepest), candidates[chosen].worker));
+                }
+                // The gate refused the choice, or needs the policy's choice among every
+                // worker: its rule reads them all.
+                self.fleet.candidates(candidates);
             }
             fill(candidates, holders);
             if candidates.is_empty() {
@@ -98,17 +106,19 @@ impl<P: Policy> PolicyRouter<P> {
         })
     }
 
-    /// The policy's choice among the shortlist of `holders`' classes (no gate: admission
-    /// reads every worker), widened to every worker that could cost less; for a policy
-    /// that bounds its cost by load, made by its cost as its `select` would make it.
+    /// The policy's choice among the shortlist of `holders`' classes, widened to every
+    /// worker that could cost less; for a policy that bounds its cost by load, made by its
+    /// cost as its `select` would make it among every worker. `None` when `gate` does not
+    /// pass the choice as it stands (see [`Filter::passes`]).
     #[inline]
-    fn choose_shortlisted(
+    fn choose_shortlisted<G: Filter>(
         &self,
         request: &RouteRequest<'_>,
         holders: &[(WorkerId, crate::tree::Held)],
         candidates: &mut Candidates,
         offer: Offer<'_>,
-    ) -> Result<usize, Error> {
+        gate: &G,
+    ) -> Result<Option<usize>, Error> {
         let mut classes = Classes::new();
         classes.group(holders);
         classes.shortlist(&self.fleet, request.key(), candidates);
@@ -123,10 +133,14 @@ impl<P: Policy> PolicyRouter<P> {
             request,
             offer,
         };
-        match classes.choose(&self.fleet, &scoring, candidates) {
-            Some(chosen) => Ok(chosen),
-            None => self.select(request, candidates),
-        }
+        let (chosen, exact) = match classes.choose(&self.fleet, &scoring, candidates) {
+            Some(chosen) => (chosen, true),
+            None => (self.select(request, candidates)?, false),
+        };
+        let asking = (&self.policy as &dyn Policy, request);
+        Ok(gate
+            .passes(&self.fleet, asking, (candidates, chosen), exact)
+            .then_some(chosen))
     }
 }
 
