@@ -6,12 +6,15 @@
 //! `route_count::routes`, and as many hashes of the same prompts in `route_count::hashes`.
 //! With `--admission`, each request asks for admission at 2 s to its first token and 0.1 s
 //! per output token, and the host reports each one's first token and streamed progress
-//! before completing it (outside the counted function), so that the observed gates run.
+//! before completing it (in `route_count::report`), so that the observed gates run.
 //!
 //! ```text
 //! cargo bench --bench route_count --no-run     # prints the binary's path
 //! valgrind --tool=callgrind --toggle-collect='route_count::routes' <binary> 20000 --workers 256
 //! valgrind --tool=callgrind --toggle-collect='route_count::hashes' <binary> 20000
+//! # the routes and completions alone, the host's reports not counted:
+//! valgrind --tool=callgrind --toggle-collect='route_count::routes' \
+//!     --toggle-collect='route_count::report' <binary> 20000 --admission
 //! ```
 //!
 //! Instructions per route (or hash): the total callgrind reports over `rounds`.
