@@ -186,17 +186,23 @@ impl Estimate {
         if self.decoding > 0 { 0.5 } else { 0.0 }
     }
 
-    /// The queued prefill less what the worker computed of it in the `elapsed_s` seconds
-    /// its head has run (since the last first token, or since prefill was queued on an
+    /// The queued prefill less what the worker computed of it in the `elapsed_ns`
+    /// nanoseconds its head has run (since the last first token, or since prefill was queued on an
     /// idle worker): chunked prefill computes the head a step at a time, each step's budget
     /// less one token per decode, with the decodes. A prompt counts whole until its first
     /// token; the chunks computed before it are what that count cannot see. Nothing is
     /// taken off a worker slower than its terms say beyond what they predict: the wait for a
     /// first token is the prefill window's evidence of that.
-    pub(crate) fn drain_prefill(&mut self, config: &LoadConfig, elapsed_s: f64) {
-        if self.prefill_tokens == 0 || !(elapsed_s > 0.0) {
-            return;
+    #[inline]
+    pub(crate) fn drain_prefill(&mut self, config: &LoadConfig, elapsed_ns: u64) {
+        if self.prefill_tokens > 0 && elapsed_ns > 0 {
+            self.drain(config, elapsed_ns as f64 * 1e-9);
         }
+    }
+
+    /// [`drain_prefill`](Self::drain_prefill) of queued prefill for `elapsed_s` seconds.
+    #[inline(never)]
+    fn drain(&mut self, config: &LoadConfig, elapsed_s: f64) {
         let budget = (config.step.max_num_batched_tokens as u64)
             .saturating_sub(self.decoding)
             .max(1);

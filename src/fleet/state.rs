@@ -299,7 +299,7 @@ impl LoadState {
             speed: self.speed(),
             saturated: false,
         };
-        e.drain_prefill(config, seconds(now_ns.saturating_sub(since_ns)));
+        e.drain_prefill(config, now_ns.saturating_sub(since_ns));
         let since = match self.peers.load() {
             Some(peers) => {
                 peers.add_to(&mut e, awaiting);
@@ -330,7 +330,7 @@ impl LoadState {
         if e.prefill_tokens > own.0 {
             // The report's pending prefill was measured `age` ago: its head has run since.
             let mut reported = e;
-            reported.drain_prefill(config, seconds(age));
+            reported.drain_prefill(config, age);
             (e.prefill_tokens, e.prefill_pairs) = if reported.prefill_tokens > own.0 {
                 (reported.prefill_tokens, reported.prefill_pairs)
             } else {
@@ -401,9 +401,4 @@ impl LoadState {
 /// never goes below zero.
 fn sub(counter: &AtomicU64, by: u64) {
     counter.fetch_sub(by, Relaxed);
-}
-
-/// `ns` nanoseconds in seconds.
-fn seconds(ns: u64) -> f64 {
-    ns as f64 * 1e-9
 }
