@@ -211,7 +211,7 @@ impl Estimate {
         let t = &self.timing;
         let step = t.step_s(chunk, self.decoding as f64, self.decode_context())
             + t.prefill_s(0.0, chunk * pairs_per_token);
-        if !(step > 0.0) {
+        if step.is_nan() || step <= 0.0 {
             return;
         }
         let done = ((elapsed_s / step) * chunk).min(self.prefill_tokens as f64) as u64;
