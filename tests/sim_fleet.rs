@@ -302,11 +302,10 @@ fn a_host_tier_turns_device_evictions_into_host_hits() {
 /// Two of four workers run at half speed and the router is told nothing: from the times to
 /// first token and per output token the simulation reports, it learns both half-speed
 /// workers slower than both full-speed ones, and predicts the times to first token within
-/// 50 % at the median. What it learns are absolute times, so queueing the model
+/// 40 % at the median. What it learns are absolute times, so queueing the model
 /// does not see slows every worker's, most of all the full-speed workers', which take the
 /// larger share of the traffic, and a worker's own factor counts only beyond a dead zone of
-/// about 16 %: the factor learned (about 1.4) is below the truth's 2, and the queued prefill
-/// drains at the learned speed, faster than a half-speed worker computes it.
+/// about 16 %: the factor learned (about 1.4) is below the truth's 2.
 #[test]
 fn calibration_finds_workers_slower_than_configured() {
     let fleet = vec![
@@ -325,7 +324,7 @@ fn calibration_finds_workers_slower_than_configured() {
     assert!(fast > slow, "{speeds:?}");
     let factor = (speeds[0] + speeds[2]) / (speeds[1] + speeds[3]);
     assert!((1.25..3.0).contains(&factor), "{factor}: {speeds:?}");
-    assert!(report.ttft_error_p50 < 0.50, "{}", report.ttft_error_p50);
+    assert!(report.ttft_error_p50 < 0.40, "{}", report.ttft_error_p50);
 }
 
 fn synced(workers: u32, replicas: u64) -> Vec<BalancedRouter> {

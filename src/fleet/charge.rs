@@ -60,7 +60,7 @@ impl Fleet {
             .fetch_add(u64::from(available_blocks), Relaxed);
         slot.captured.fetch_add(cached_tokens as u64, Relaxed);
         key.routed.fetch_add(1, Relaxed);
-        let routed_prefill = key.assigned_prefill.fetch_add(prefill, Relaxed) + prefill;
+        key.assigned_prefill.fetch_add(prefill, Relaxed);
         // The candidate's snapshot with this request added, as a refresh would read it.
         let mut after = candidate.estimate;
         after.requests += 1;
@@ -79,8 +79,7 @@ impl Fleet {
                 by_tier,
             )
             .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output)
-            .routed_at(now_ns)
-            .with_routed_prefill(routed_prefill),
+            .routed_at(now_ns),
         )
     }
 
@@ -116,9 +115,7 @@ impl Fleet {
     /// its stream goes): while the request runs, what this report adds to the furthest
     /// before it is a sample of the worker's step as it runs now, which its observed step
     /// learns from; the worker's decode terms learn the request's time per output token
-    /// from its first report, against the terms predicted for it at routing with the
-    /// prefill this router routed to the worker after it (what shared its decode steps)
-    /// in place of the prefill queued ahead of it (which ran before its first token).
+    /// from its first report, against what was predicted for it at routing.
     pub(crate) fn decoded(
         &self,
         decision: &RouteDecision,
@@ -141,12 +138,7 @@ impl Fleet {
                 self.note_reporting(r);
             }
             if learns {
-                // The prefill queued ahead at routing ran before the first token: what
-                // shared the decode steps is the prefill routed here after the request,
-                // spread over the tokens they carried.
-                let later = r.key.assigned_prefill.load(Relaxed);
-                let later = later.saturating_sub(decision.routed_prefill()) as f64;
-                let terms = Terms(decision.tpot_terms()).with_prefill(later / f64::from(tokens));
+                let terms = Terms(decision.tpot_terms());
                 let per_token = elapsed.as_secs_f64() / f64::from(tokens);
                 self.learn(r, (&terms, per_token), false);
             }

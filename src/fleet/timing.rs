@@ -142,20 +142,6 @@ impl Terms {
         Terms(sum)
     }
 
-    /// These terms with `prefill` prompt tokens in place of the prefill they count, each
-    /// attending to as many pairs as theirs did (none where they counted no prefill).
-    pub(crate) fn with_prefill(self, prefill: f64) -> Terms {
-        let mut terms = self.0;
-        let pairs_per_token = if terms[0] > 0.0 {
-            f64::from(terms[4]) / f64::from(terms[0])
-        } else {
-            0.0
-        };
-        terms[0] = prefill as f32;
-        terms[4] = (prefill * pairs_per_token) as f32;
-        Terms(terms)
-    }
-
     /// These terms `n` times over.
     pub(crate) fn times(self, n: f64) -> Terms {
         Terms(self.0.map(|t| (f64::from(t) * n) as f32))

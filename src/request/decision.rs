@@ -36,10 +36,6 @@ pub struct RouteDecision {
     sync: u64,
     /// The router's clock when it routed the request (nanoseconds).
     routed_ns: u64,
-    /// The uncached prompt tokens this router had routed to the worker, this request's
-    /// included, when it routed it: what it routes there later is what shares the
-    /// request's decode steps.
-    routed_prefill: u64,
     /// The furthest progress reported: output tokens after the first (high 24 bits) and
     /// the microseconds they took (low 40 bits); 0 before any report.
     progress: AtomicU64,
@@ -75,7 +71,6 @@ impl RouteDecision {
             state: AtomicU8::new(0),
             sync: 0,
             routed_ns: 0,
-            routed_prefill: 0,
             progress: AtomicU64::new(0),
         }
     }
@@ -98,19 +93,6 @@ impl RouteDecision {
     pub(crate) fn routed_at(mut self, routed_ns: u64) -> Self {
         self.routed_ns = routed_ns;
         self
-    }
-
-    /// The same decision with `routed_prefill`: the uncached prompt tokens routed to its
-    /// worker up to it, its own included.
-    pub(crate) fn with_routed_prefill(mut self, routed_prefill: u64) -> Self {
-        self.routed_prefill = routed_prefill;
-        self
-    }
-
-    /// The uncached prompt tokens routed to the decision's worker up to it, its own
-    /// included.
-    pub(crate) fn routed_prefill(&self) -> u64 {
-        self.routed_prefill
     }
 
     /// The router's clock when it routed the request (nanoseconds).
