@@ -59,31 +59,30 @@ fn own_load(r: &dyn Router) -> Vec<(u64, u64)> {
 #[test]
 fn a_peer_predicts_the_prefix_and_books_the_request_until_it_completes() {
     let (a, b) = (replica(1, 1), replica(2, 1));
-    let tokens = prompt(1, 64);
+    let tokens = prompt(1, 8);
     let d = a.route(&RouteRequest::new(&tokens)).unwrap();
     let w = d.worker();
     let outcome = b.apply_replica_sync(&drain(&a), at(0)).unwrap();
     assert_eq!((outcome.records, outcome.booked), (1, 1));
-    assert_eq!(b.index().cached_tokens(w, &[], &tokens), 1_024);
+    assert_eq!(b.index().cached_tokens(w, &[], &tokens), 128);
     assert_eq!(b.load(w).unwrap().peer_in_flight, 1);
-    assert_eq!(b.load(w).unwrap().peer_prefill_tokens, 1_024);
+    assert_eq!(b.load(w).unwrap().peer_prefill_tokens, 128);
     a.first_token(&d);
     b.apply_replica_sync(&drain(&a), at(0)).unwrap();
     assert_eq!(peer_load(&b)[w.index()], (1, 0));
     // The next turn of the prefix goes where the peer sent the first, its prefill done (a
-    // short answer: the peer's decode beside it, and the step under way, cost less than
-    // recomputing 1,024 tokens elsewhere).
+    // short answer: the peer's decode beside it costs less than recomputing elsewhere).
     let next = [&tokens[..], &prompt(2, 1)].concat();
     let e = b
         .route(&RouteRequest::new(&next).with_expected_output(1))
         .unwrap();
-    assert_eq!((e.worker(), e.cached_tokens()), (w, 1_024));
+    assert_eq!((e.worker(), e.cached_tokens()), (w, 128));
     b.complete(&e);
     a.complete(&d);
     b.apply_replica_sync(&drain(&a), at(0)).unwrap();
     assert_eq!(peer_load(&b)[w.index()], (0, 0));
     // The prefix stays predicted: the request ran there.
-    assert_eq!(b.index().cached_tokens(w, &[], &tokens), 1_024);
+    assert_eq!(b.index().cached_tokens(w, &[], &tokens), 128);
     let stats = b.replica_sync_stats().unwrap();
     assert_eq!((stats.frames_applied, stats.records_applied), (3, 3));
     assert_eq!((stats.peers, stats.bookings), (1, 0));

@@ -168,10 +168,7 @@ impl Candidate {
     /// router's requests whose first token has not come (see [`Router::first_token`](crate::Router::first_token)), or
     /// the engine's reported pending prefill with this router's routes since, when larger;
     /// with [`LoadConfig::prefill_from_report`](crate::LoadConfig::prefill_from_report), a
-    /// fresh report's figure alone (it counts the progress of prefills under way). Less
-    /// what the worker's terms say it computed of them since its last first token (or
-    /// since it had none queued), and of a report's figure since the report: chunked
-    /// prefill runs the queue's head a step at a time before its first token comes.
+    /// fresh report's figure alone (it counts the progress of prefills under way).
     #[inline]
     #[must_use]
     pub fn prefill_tokens(&self) -> u64 {

@@ -92,9 +92,9 @@ pub struct LoadConfig {
     /// replica is heard, so sync needs no multiplier.
     pub replicas: u32,
     /// Whether a fresh report's pending prefill replaces this router's own count of its
-    /// requests' prefill, which counts each prompt whole until its first token less what
-    /// the worker's terms say it computed since its last one (both counts drain so). Default
-    /// `false`: the larger of the two, the conservative figure admission holds requests to. [`PdConfig`](crate::PdConfig)
+    /// requests' prefill, which counts each prompt whole until its first token and so
+    /// cannot see a prefill's progress. Default `false`: the larger of the two, the
+    /// conservative figure admission holds requests to. [`PdConfig`](crate::PdConfig)
     /// turns it on: its plans compare workers part-way through long prefills.
     pub prefill_from_report: bool,
     /// How admission treats priorities.

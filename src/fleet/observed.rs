@@ -261,13 +261,6 @@ impl Observed {
             .add(now_ns, work);
     }
 
-    /// The router-clock time (ns) since which the head of the worker's queued prefill has
-    /// run: its last first token, or the route that found no prefill outstanding.
-    #[inline]
-    pub(crate) fn since_ns(&self) -> u64 {
-        self.since_ns.load(Relaxed)
-    }
-
     /// A route at `now_ns` found no prefill outstanding here: the wait starts now.
     pub(crate) fn started(&self, now_ns: u64) {
         self.since_ns.fetch_max(now_ns, Relaxed);

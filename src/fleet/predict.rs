@@ -46,7 +46,7 @@ impl Estimate {
         let overhead = t.step_s(0.0, decodes, context);
         let mut ttft = queue
             + self.own_prefill_s(config, (prompt, miss), miss_weight)
-            + (steps as f64 + self.step_under_way()) * overhead;
+            + steps as f64 * overhead;
         if self.saturated {
             ttft += 3_600.0;
         }
@@ -152,7 +152,7 @@ impl Estimate {
             queue_s: t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64),
             own_s,
             idle_s: own_s + own_steps as f64 * t.step_base_s,
-            steps_s: (steps as f64 + self.step_under_way()) * overhead,
+            steps_s: steps as f64 * overhead,
             wait_s,
             wait_for_kv,
             saturated: self.saturated,
@@ -167,7 +167,7 @@ impl Estimate {
         config: &LoadConfig,
         (prompt, miss, output): (u64, u64, u32),
     ) -> Terms {
-        let steps = self.prefill_steps(config, miss) as f64 + self.step_under_way();
+        let steps = self.prefill_steps(config, miss) as f64;
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let queue = (self.prefill_tokens + miss) as f64;
         let pairs = (self.prefill_pairs + attended(prompt, miss)) as f64;
@@ -177,47 +177,6 @@ impl Estimate {
         }
         let wait = self.admission_wait(config, miss, output);
         terms.plus(Terms::new((wait.chunk, 0.0), 1.0, decodes, context).times(wait.steps))
-    }
-
-    /// The steps a new request waits for the one under way to end before it joins one: half
-    /// a step on average on a worker running steps (decoding), none on an idle one.
-    #[inline(always)]
-    fn step_under_way(&self) -> f64 {
-        if self.decoding > 0 { 0.5 } else { 0.0 }
-    }
-
-    /// The queued prefill less what the worker computed of it in the `elapsed_ns`
-    /// nanoseconds its head has run (since the last first token, or since prefill was queued on an
-    /// idle worker): chunked prefill computes the head a step at a time, each step's budget
-    /// less one token per decode, with the decodes. A prompt counts whole until its first
-    /// token; the chunks computed before it are what that count cannot see. Nothing is
-    /// taken off a worker slower than its terms say beyond what they predict: the wait for a
-    /// first token is the prefill window's evidence of that.
-    #[inline]
-    pub(crate) fn drain_prefill(&mut self, config: &LoadConfig, elapsed_ns: u64) {
-        if self.prefill_tokens > 0 && elapsed_ns > 0 {
-            self.drain(config, elapsed_ns as f64 * 1e-9);
-        }
-    }
-
-    /// [`drain_prefill`](Self::drain_prefill) of queued prefill for `elapsed_s` seconds.
-    #[inline(never)]
-    fn drain(&mut self, config: &LoadConfig, elapsed_s: f64) {
-        let budget = (config.step.max_num_batched_tokens as u64)
-            .saturating_sub(self.decoding)
-            .max(1);
-        let chunk = budget.min(self.prefill_tokens) as f64;
-        let pairs_per_token = self.prefill_pairs as f64 / self.prefill_tokens as f64;
-        let t = &self.timing;
-        let step = t.step_s(chunk, self.decoding as f64, self.decode_context())
-            + t.prefill_s(0.0, chunk * pairs_per_token);
-        if step.is_nan() || step <= 0.0 {
-            return;
-        }
-        let done = ((elapsed_s / step) * chunk).min(self.prefill_tokens as f64) as u64;
-        let left = self.prefill_tokens - done;
-        self.prefill_pairs = (left as f64 * pairs_per_token) as u64;
-        self.prefill_tokens = left;
     }
 
     /// Steps the queued prefill and `miss` more tokens take: each step's token budget less
@@ -285,8 +244,8 @@ impl Estimate {
     pub(crate) fn load_s(&self, config: &LoadConfig) -> f64 {
         let t = &self.timing;
         let overhead = t.step_s(0.0, self.decoding as f64, self.decode_context());
-        let mut load = t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64)
-            + (1.0 + self.step_under_way()) * overhead;
+        let mut load =
+            t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64) + overhead;
         if self.saturated {
             load += 3_600.0;
         }

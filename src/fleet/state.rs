@@ -270,9 +270,7 @@ impl LoadState {
         self.learner().timings()
     }
 
-    /// The worker's load at `now_ns` (the router's clock), as `config` reads reports, its
-    /// queued prefill drained for the time its head has run since `since_ns` (see
-    /// [`Estimate::drain_prefill`]; a reported count for the report's age).
+    /// The worker's load at `now_ns` (the router's clock), as `config` reads reports.
     /// Peers' requests count as this router's. Reading a report needs `context`: the
     /// uncached tokens of an average request routed here (for a report that counts waiting
     /// requests but not their tokens), the block size (to turn reported KV blocks into
@@ -281,7 +279,7 @@ impl LoadState {
     pub(crate) fn estimate(
         &self,
         config: &LoadConfig,
-        (now_ns, since_ns): (u64, u64),
+        now_ns: u64,
         context: impl FnOnce() -> ((u64, u64), (u64, u64)),
     ) -> Estimate {
         let in_flight = self.in_flight.load(Relaxed);
@@ -299,7 +297,6 @@ impl LoadState {
             speed: self.speed(),
             saturated: false,
         };
-        e.drain_prefill(config, now_ns.saturating_sub(since_ns));
         let since = match self.peers.load() {
             Some(peers) => {
                 peers.add_to(&mut e, awaiting);
@@ -321,22 +318,11 @@ impl LoadState {
         }
         let report_prefill = config.prefill_from_report && age <= nanos(config.max_report_age);
         let ((mean_prefill, block_size), scale) = context();
-        let own = (e.prefill_tokens, e.prefill_pairs);
         self.reconcile(
             &mut e,
             (mean_prefill, block_size),
             (scale, since, report_prefill),
         );
-        if e.prefill_tokens > own.0 {
-            // The report's pending prefill was measured `age` ago: its head has run since.
-            let mut reported = e;
-            reported.drain_prefill(config, age);
-            (e.prefill_tokens, e.prefill_pairs) = if reported.prefill_tokens > own.0 {
-                (reported.prefill_tokens, reported.prefill_pairs)
-            } else {
-                own
-            };
-        }
         e
     }
 

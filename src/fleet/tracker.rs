@@ -187,8 +187,9 @@ impl Fleet {
             let scale = (u64::from(self.config.replicas).max(heard), heard);
             ((mean_prefill, self.block_size), scale)
         };
-        let times = (self.clock.now_ns(), r.slot.observed.since_ns());
-        r.slot.load.estimate(&self.config, times, context)
+        r.slot
+            .load
+            .estimate(&self.config, self.clock.now_ns(), context)
     }
 
     /// Recomputes worker `r`'s load key after its load changed.

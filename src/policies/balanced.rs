@@ -125,8 +125,7 @@ impl BalancedConfig {
 ///   per-decode part of every step that takes (the worker's decodes share each step's token
 ///   budget and stretch its time), plus, once the worker's running slots
 ///   ([`StepModel::max_num_seqs`](crate::StepModel::max_num_seqs)) or its KV are full, the
-///   wait for its running requests to finish and free them, plus half a step for the one
-///   under way on a worker decoding;
+///   wait for its running requests to finish and free them;
 /// - **decode time**: the request's expected output tokens
 ///   ([`RouteRequest::with_expected_output`], else
 ///   [`LoadConfig::default_output_tokens`](crate::LoadConfig::default_output_tokens)), each
