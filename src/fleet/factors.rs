@@ -26,12 +26,10 @@ impl Fleet {
     /// reports, a worker not yet reporting has factors of 1 and no observed step: the
     /// decode bound's initial window holds it.
     pub(crate) fn factors_of(&self, c: &Candidate) -> Option<Factors> {
-        let fleet_reporting = self.reporting.load(Relaxed);
-        if !fleet_reporting {
+        if !self.reporting.load(Relaxed) {
             return None;
         }
-        let now_ns = self.clock.now_ns();
-        factors_in(&self.registry.read(), c, (now_ns, fleet_reporting))
+        factors_in(&self.registry.read(), c, (self.clock.now_ns(), true))
     }
 }
 
