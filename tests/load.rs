@@ -437,3 +437,46 @@ fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_t
     assert_eq!(chose.first(), Some(&false));
     assert_eq!(chose.last(), Some(&true));
 }
+
+/// A request's streamed time per output token teaches the worker's forecast terms net of
+/// the prefill the worker did while it decoded: a host whose engine runs exactly the
+/// configured step model, where each short answer shares its steps with a long prompt
+/// routed after it, leaves a new request's predicted time per output token on the idle
+/// worker where a router that never learns puts it. (Learned against the prefill queued
+/// when the answer was routed, none here, the long prompts' chunks would read as a decode
+/// step several times slower.)
+#[test]
+fn decode_terms_learn_net_of_the_prefill_that_shared_the_steps() {
+    let config = LoadConfig::default();
+    let learning = BalancedRouter::new(1).unwrap();
+    let never = BalancedConfig::default().with_load(config.with_learning_rate(0.0));
+    let deaf = BalancedRouter::with_config(1, never).unwrap();
+    let long_prompt = 8_000u32;
+    let shared_s = f64::from(long_prompt) / config.prefill_tokens_per_s;
+    for i in 0..80u32 {
+        let short: Vec<u32> = (0..64).map(|t| t + i * 100_000).collect();
+        let long: Vec<u32> = (0..long_prompt).map(|t| t + i * 100_000 + 50_000).collect();
+        let answer = learning
+            .route(&RouteRequest::new(&short).with_expected_output(16))
+            .unwrap();
+        // Every first token comes when the model predicts it: they teach nothing.
+        learning.first_token_after(&answer, s(answer.predicted_ttft_s()));
+        let prompt = learning.route(&RouteRequest::new(&long)).unwrap();
+        learning.first_token_after(&prompt, s(prompt.predicted_ttft_s()));
+        // The answer's 16 steps took their decode time and the long prompt's prefill.
+        let elapsed = 16.0 * answer.predicted_tpot_s() + shared_s;
+        learning.tokens_after(&answer, 16, s(elapsed));
+        learning.complete(&answer);
+        learning.complete(&prompt);
+    }
+    let probe: Vec<u32> = (0..64).map(|t| t + 9_000_000).collect();
+    let request = RouteRequest::new(&probe).with_expected_output(16);
+    let (learned, configured) = (
+        learning.route(&request).unwrap().predicted_tpot_s(),
+        deaf.route(&request).unwrap().predicted_tpot_s(),
+    );
+    assert!(
+        (learned / configured - 1.0).abs() < 0.1,
+        "learned {learned} s per token against the configured {configured} s"
+    );
+}

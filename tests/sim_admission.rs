@@ -98,13 +98,25 @@ fn admission_improves_goodput_under_overload() {
 }
 
 /// Requests ask for admission at both goodput targets: with a time-to-first-token target
-/// every request meets on the idle fleet and a time-per-output-token target no decode step
-/// meets, every request is refused, for its decode.
+/// every request meets, none is refused for its first token, and the decode bound refuses
+/// at most the needless-shed share (the requests' time per output token stays within its
+/// target); with a time-per-output-token target no decode step meets, every request is
+/// refused, for its decode.
 #[test]
 fn admission_holds_requests_to_the_tpot_target_too() {
     let lenient = overloaded().with_speedup(1.0).with_ttft_target_s(1e6);
     let report = run(lenient.with_admission(true));
-    assert_eq!(report.shed, 0, "nothing should be shed for its first token");
+    let by = |gate: Gate| report.shed_by_gate[GATES.iter().position(|&g| g == gate).unwrap()];
+    for gate in [Gate::Model, Gate::Prompt, Gate::PrefillWindow] {
+        assert_eq!(by(gate), 0, "shed for its first token by {}", gate.name());
+    }
+    assert!(
+        by(Gate::DecodeBound) * 200 <= report.requests,
+        "{} of {} refused by the decode bound",
+        by(Gate::DecodeBound),
+        report.requests
+    );
+    assert!(report.tpot_p99_s <= 0.1, "TPOT p99 {} s", report.tpot_p99_s);
     let report = run(lenient.with_tpot_target_s(1e-9).with_admission(true));
     assert_eq!(
         report.shed, report.requests,

@@ -209,7 +209,11 @@ impl Candidate {
 
     /// The load model's predicted time to first token, in seconds, for a request of
     /// `prompt` tokens, `miss` of them uncached here, each weighing `miss_weight`,
-    /// generating `output` tokens (see [`BalancedRouter`](crate::BalancedRouter)).
+    /// generating `output` tokens (see [`BalancedRouter`](crate::BalancedRouter)). It
+    /// counts each queued prompt whole until its first token at the terms the policies
+    /// price with; admission's check and
+    /// [`RouteDecision::predicted_ttft_s`](crate::RouteDecision::predicted_ttft_s) forecast
+    /// it once the host reports timings (`docs/admission.md`).
     #[must_use]
     pub fn predicted_ttft_s(
         &self,

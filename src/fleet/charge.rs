@@ -36,15 +36,18 @@ impl Fleet {
         let output = request
             .expected_output()
             .unwrap_or(self.config.default_output_tokens);
-        // What the load model predicts, by the terms each prediction counts: the timings
-        // the host reports later teach the worker's terms from them.
+        // The terms of the load as the policies count it, which the worker's terms learn
+        // from, and of the forecast admission checks (`forecast.rs`), which its forecast
+        // terms learn from; the predictions recorded are the forecast's.
         let e = &candidate.estimate;
         let shape = (prompt_tokens as u64, prefill, output);
         let (ttft_terms, tpot_terms) = (e.ttft_terms(&self.config, shape), e.tpot_terms(shape));
+        let forecast_terms = e.forecast_terms(&self.config, shape, ttft_terms);
+        let f = e.forecasting();
         let saturated = if e.saturated { 3_600.0 } else { 0.0 };
         let predicted = (
-            e.timing.of(&ttft_terms) + saturated,
-            e.timing.of(&tpot_terms),
+            f.timing.of(&forecast_terms) + saturated,
+            f.timing.of(&tpot_terms),
         );
         let now_ns = self.clock.now_ns();
         if slot.load.routed(prompt_tokens as u64, prefill, output) {
@@ -79,6 +82,7 @@ impl Fleet {
                 by_tier,
             )
             .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output)
+            .with_forecast_terms(forecast_terms.0)
             .routed_at(now_ns),
         )
     }
@@ -91,7 +95,8 @@ impl Fleet {
         }
         self.registry.with_current(decision, |r| {
             let (prompt, prefill) = (decision.prompt_tokens(), decision.prefill_tokens());
-            r.slot.load.first_token(prompt as u64, prefill as u64);
+            let total = r.slot.load.first_token(prompt as u64, prefill as u64);
+            decision.set_prefilled_mark(total);
             // A saturated worker's prediction carries an hour for the stale report:
             // nothing to learn from it.
             let timed = elapsed.filter(|_| decision.predicted_ttft_s() < 3_600.0);
@@ -103,8 +108,11 @@ impl Fleet {
             }
             match timed {
                 Some(elapsed) if self.learns() => {
+                    let measured = elapsed.as_secs_f64();
+                    let forecast = Terms(decision.forecast_terms());
+                    self.learn_forecast(r, (&forecast, measured), true);
                     let terms = Terms(decision.ttft_terms());
-                    self.learn(r, (&terms, elapsed.as_secs_f64()), true);
+                    self.learn(r, (&terms, measured), true);
                 }
                 _ => self.refresh(r),
             }
@@ -132,21 +140,56 @@ impl Fleet {
         let learns = self.learns() && decision.mark_decoded();
         self.registry.with_current(decision, |r| {
             if running {
-                let e = self.estimate(r);
+                let e = self.estimate(r).forecasting();
                 let model = (e.running_step_s(), &e.timing);
                 r.slot.observed.progress(self.clock.now_ns(), added, model);
                 self.note_reporting(r);
             }
             if learns {
+                let seconds = elapsed.as_secs_f64();
+                let per_token = seconds / f64::from(tokens);
+                let forecast = self.decode_terms(r, decision, (tokens, seconds));
+                self.learn_forecast(r, (&forecast, per_token), false);
                 let terms = Terms(decision.tpot_terms());
-                let per_token = elapsed.as_secs_f64() / f64::from(tokens);
                 self.learn(r, (&terms, per_token), false);
             }
         });
     }
 
+    /// The forecast terms of a request's time per output token, its first `tokens` after
+    /// the first having taken `seconds`: the decode step counted at routing, with the
+    /// prefill the worker did in that time (the prompts whose first token came after the
+    /// request's, at most what the worker prefills in those seconds at its forecast terms)
+    /// spread over those tokens, in place of the prefill queued ahead of it at routing,
+    /// which ran before its first token (first come, first served). Without a recorded
+    /// first token, the terms counted at routing.
+    fn decode_terms(
+        &self,
+        r: Registered<'_>,
+        decision: &RouteDecision,
+        (tokens, seconds): (u32, f64),
+    ) -> Terms {
+        let mut terms = decision.tpot_terms();
+        let Some(mark) = decision.prefilled_mark() else {
+            return Terms(terms);
+        };
+        let timing = r.slot.load.forecast.timing();
+        let done = r.slot.load.prefilled_total().saturating_sub(mark) as f64;
+        let shared = done.min(seconds / timing.prefill_s_per_token);
+        let pairs_per_token = if terms[0] > 0.0 {
+            f64::from(terms[4]) / f64::from(terms[0])
+        } else {
+            let (prompt, prefill) = (decision.prompt_tokens(), decision.prefill_tokens());
+            attended(prompt as u64, prefill as u64) as f64 / prefill.max(1) as f64
+        };
+        let tokens = f64::from(tokens.max(1));
+        terms[0] = (shared / tokens) as f32;
+        terms[4] = (shared * pairs_per_token / tokens) as f32;
+        Terms(terms)
+    }
+
     /// Whether the router learns from timings ([`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate) above 0).
-    fn learns(&self) -> bool {
+    pub(super) fn learns(&self) -> bool {
         self.config.learning_rate > 0.0
     }
 

@@ -79,7 +79,9 @@ pub struct LoadConfig {
     /// profile's speed); any other value learns. Default 0.1. What is learned and how fast
     /// is set by the learning itself: the fleet's terms from every worker's timings, and
     /// each worker's factors over them (its own terms against the fleet's at its typical
-    /// timing of the last 50 or so), counted beyond about 16 %.
+    /// timing of the last 50 or so), counted beyond about 16 %. A router that never learns
+    /// also predicts for admission by the load as counted, not by its forecast
+    /// (`docs/admission.md`).
     pub learning_rate: f64,
     /// Router replicas routing for the same fleet, this one included (at least 1; default
     /// 1). Between two reports, each replica sees only its own requests; the others send

@@ -30,4 +30,22 @@ pub(crate) struct Estimate {
     pub(crate) speed: f32,
     /// The report is past its age and counts as saturation ([`Staleness::Saturated`](crate::Staleness::Saturated)).
     pub(crate) saturated: bool,
+    /// What the predictions admission checks read beyond the load as counted; `None` while
+    /// the fleet's host reports no timings, or the router learns nothing from them
+    /// ([`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate) 0): the predictions
+    /// are then the load the policies rank by (see
+    /// [`predicted_parts`](Self::predicted_parts)).
+    pub(crate) forecast: Option<Forecast>,
+}
+
+/// What a worker's predictions read beyond its load as counted, once the host reports
+/// timings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Forecast {
+    /// The worker's forecast terms (`forecast.rs`).
+    pub(crate) timing: Timing,
+    /// Seconds the worker's queued prefill has been under way: since its last first token,
+    /// or since a route found none queued (or since the report whose pending prefill the
+    /// estimate reads); 0 with none queued.
+    pub(crate) under_way_s: f32,
 }

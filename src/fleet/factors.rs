@@ -44,7 +44,9 @@ fn factors_in(
         .get(c.worker.index())
         .filter(|r| r.slot.epoch == c.epoch)?;
     let outstanding = c.estimate.prefill_tokens > 0;
-    r.slot
-        .observed
-        .factors(now_ns, (outstanding, fleet_reporting), &c.estimate.timing)
+    r.slot.observed.factors(
+        now_ns,
+        (outstanding, fleet_reporting),
+        &c.estimate.forecasting().timing,
+    )
 }

@@ -7,7 +7,9 @@
 //! - Each worker's state (`state.rs`): the last report, the router's own counts since it and
 //!   in flight, reconciled into an `Estimate` (`estimate.rs`); its step terms (`Timing`,
 //!   `timing.rs`): the configured step model ([`StepModel`], `step.rs`) corrected by what
-//!   its timings taught, with a fleet-wide prior (`learn.rs`).
+//!   its timings taught, with a fleet-wide prior (`learn.rs`); beside them, the terms the
+//!   predictions admission checks are made with, learned against what the engine does
+//!   (`forecast.rs`).
 //! - The predictions over an estimate (`predict.rs`): time to first token part by part,
 //!   decode time, time per output token, each a dot product of `Terms` with the `Timing`;
 //!   the reload time of a hit below the device tier ([`ReloadConfig`], `reload.rs`).
@@ -32,6 +34,7 @@ mod config;
 mod estimate;
 mod factors;
 mod floor;
+mod forecast;
 mod learn;
 mod least;
 mod observed;

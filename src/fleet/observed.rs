@@ -261,6 +261,13 @@ impl Observed {
             .add(now_ns, work);
     }
 
+    /// The router-clock time (ns) since which no first token came while prefill was
+    /// outstanding here.
+    #[inline]
+    pub(crate) fn since_ns(&self) -> u64 {
+        self.since_ns.load(Relaxed)
+    }
+
     /// A route at `now_ns` found no prefill outstanding here: the wait starts now.
     pub(crate) fn started(&self, now_ns: u64) {
         self.since_ns.fetch_max(now_ns, Relaxed);

@@ -149,7 +149,8 @@ impl Estimate {
             .div_ceil(config.step.max_num_batched_tokens as u64)
             .max(1);
         TtftParts {
-            queue_s: t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64),
+            queue_s: self.queue_s(),
+            drained_s: 0.0,
             own_s,
             idle_s: own_s + own_steps as f64 * t.step_base_s,
             steps_s: steps as f64 * overhead,
@@ -177,6 +178,109 @@ impl Estimate {
         }
         let wait = self.admission_wait(config, miss, output);
         terms.plus(Terms::new((wait.chunk, 0.0), 1.0, decodes, context).times(wait.steps))
+    }
+
+    /// This estimate as the predictions admission checks read it: with the worker's
+    /// forecast terms (`forecast.rs`) once the host reports timings, else as it is.
+    #[inline]
+    pub(crate) fn forecasting(&self) -> Estimate {
+        match self.forecast {
+            Some(f) => Estimate {
+                timing: f.timing,
+                ..*self
+            },
+            None => *self,
+        }
+    }
+
+    /// The parts of a request's predicted time to first token, as admission checks it and
+    /// a decision records it: [`ttft_parts`](Self::ttft_parts) at the worker's forecast
+    /// terms, with the queued prefill less what the worker prefilled while it was under
+    /// way ([`drained`](Self::drained)) and the half step a request arriving mid-step waits
+    /// for the one under way to end (while the worker decodes). Without a
+    /// [`forecast`](Self::forecast) (a host reporting no timings), `ttft_parts`.
+    ///
+    /// The policies rank by the load as counted ([`times`](Self::times)): whole prompts
+    /// until their first token. That is what a request routed now waits behind in the
+    /// worst case, and what keeps the load key a function of counts alone.
+    pub(crate) fn predicted_parts(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+    ) -> TtftParts {
+        let Some(forecast) = self.forecast else {
+            return self.ttft_parts(config, request);
+        };
+        let e = self.forecasting();
+        let drained = e.drained(config, forecast.under_way_s);
+        let mut parts = drained.ttft_parts(config, request);
+        parts.drained_s = e.queue_s() - drained.queue_s();
+        let step = e.timing.step_s(0.0, e.decoding as f64, e.decode_context());
+        parts.steps_s += e.mid_step() * step;
+        parts
+    }
+
+    /// The terms [`predicted_parts`](Self::predicted_parts) counts of each [`Timing`] term
+    /// (without a saturated worker's hour), `counted` being the request's
+    /// [`ttft_terms`](Self::ttft_terms): what a measured time to first token teaches the
+    /// forecast terms. Without a [`forecast`](Self::forecast), `counted`.
+    pub(crate) fn forecast_terms(
+        &self,
+        config: &LoadConfig,
+        request: (u64, u64, u32),
+        counted: Terms,
+    ) -> Terms {
+        let Some(forecast) = self.forecast else {
+            return counted;
+        };
+        let e = self.forecasting();
+        let drained = e.drained(config, forecast.under_way_s);
+        let terms = if drained.prefill_tokens == e.prefill_tokens {
+            counted
+        } else {
+            drained.ttft_terms(config, request)
+        };
+        let (decodes, context) = (e.decoding as f64, e.decode_context());
+        terms.plus(Terms::new((0.0, 0.0), e.mid_step(), decodes, context))
+    }
+
+    /// The queued prefill's seconds at the worker's terms, beyond the fixed part of its
+    /// steps.
+    fn queue_s(&self) -> f64 {
+        self.timing
+            .prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64)
+    }
+
+    /// The share of a step a request arriving at a random time waits for the step under way
+    /// to end: half of one while the worker decodes, none on an idle worker (a queued
+    /// prefill's steps are its queue's).
+    fn mid_step(&self) -> f64 {
+        if self.decoding > 0 { 0.5 } else { 0.0 }
+    }
+
+    /// This estimate with its queued prefill less what the worker prefilled in the
+    /// `under_way_s` seconds since its last first token: steps of its token budget less its
+    /// decodes, each taking a step's time at the worker's terms (the pairs drained in
+    /// proportion). A worker slower than its terms drains slower than this: its wait for a
+    /// first token is the observed gates' evidence, not the prediction's.
+    fn drained(&self, config: &LoadConfig, under_way_s: f32) -> Estimate {
+        if self.prefill_tokens == 0 || under_way_s <= 0.0 {
+            return *self;
+        }
+        let queued = self.prefill_tokens as f64;
+        let budget = (config.step.max_num_batched_tokens as f64 - self.decoding as f64).max(1.0);
+        let chunk = budget.min(queued);
+        let pairs_per_token = self.prefill_pairs as f64 / queued;
+        let t = &self.timing;
+        let step = t.step_s(chunk, self.decoding as f64, self.decode_context())
+            + t.prefill_s(0.0, chunk * pairs_per_token);
+        let done = (f64::from(under_way_s) / step * chunk).min(queued);
+        let left = ((queued - done).ceil() as u64).min(self.prefill_tokens);
+        Estimate {
+            prefill_tokens: left,
+            prefill_pairs: (left as f64 * pairs_per_token) as u64,
+            ..*self
+        }
     }
 
     /// Steps the queued prefill and `miss` more tokens take: each step's token budget less
@@ -319,6 +423,9 @@ impl Wait {
 pub(crate) struct TtftParts {
     /// The prefill queued ahead of it.
     pub(crate) queue_s: f64,
+    /// Of the prefill queued when the worker's last first token came, what it is predicted
+    /// to have done since (not in `queue_s`).
+    pub(crate) drained_s: f64,
     /// Its own uncached prefill.
     pub(crate) own_s: f64,
     /// What it would take on an idle worker: its own prefill and the fixed part of the steps
@@ -406,6 +513,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::fleet::estimate::Forecast;
 
     /// A worker of relative `speed` at its configured terms with `requests` requests,
     /// `decoding` of them decoding, and `prefill` queued tokens (each attending to 3,000),
@@ -427,6 +535,7 @@ mod tests {
             timing: Timing::configured(&LoadConfig::default(), speed),
             speed: speed as f32,
             saturated: false,
+            forecast: None,
         }
     }
 
@@ -502,6 +611,53 @@ mod tests {
             let least = floor.beyond_load_s(&config, request, miss_weight);
             let beyond = e.beyond_load_s(&config, request, miss_weight);
             prop_assert!(least <= beyond, "{least} above {beyond}");
+        }
+
+        /// The prediction admission checks and a decision records: without a time under way
+        /// it is the load's own; the longer the queue has been
+        /// under way, the less of it is left, never below none; the step under way counts
+        /// while the worker decodes.
+        #[test]
+        fn the_prediction_drains_the_queue_under_way(
+            (requests, decoding) in (0u64..400, 0.0f64..=1.0)
+                .prop_map(|(r, share)| (r, (r as f64 * share) as u64)),
+            prefill in 0u64..2_000_000,
+            context in 0u64..4_000_000,
+            speed in 0.25f64..4.0,
+            (earlier, later) in (0.0f32..30.0, 0.0f32..30.0),
+            (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 1u32..4_000),
+        ) {
+            let config = LoadConfig::default();
+            let request = (prompt, miss.min(prompt), output);
+            let e = busy((requests, decoding), (prefill, context, 0, 0), speed);
+            let told = e.predicted_parts(&config, request).total_s();
+            prop_assert_eq!(told, e.ttft_parts(&config, request).total_s());
+            let (earlier, later) = (earlier.min(later), earlier.max(later));
+            let at = |s: f32| Estimate {
+                forecast: Some(Forecast { timing: e.timing, under_way_s: s }),
+                ..e
+            };
+            let (first, then) = (at(earlier), at(later));
+            let parts = [first, then].map(|x| x.predicted_parts(&config, request));
+            for p in &parts {
+                prop_assert!(p.queue_s >= 0.0 && p.drained_s >= 0.0);
+                let whole = e.ttft_parts(&config, request);
+                prop_assert!((p.queue_s + p.drained_s - whole.queue_s).abs() <= 1e-6 * whole.queue_s.max(1.0));
+            }
+            prop_assert!(parts[1].queue_s <= parts[0].queue_s);
+            for (x, p) in [first, then].iter().zip(&parts) {
+                let counted = x.ttft_terms(&config, request);
+                let terms = x.timing.of(&x.forecast_terms(&config, request, counted));
+                prop_assert!(
+                    (terms - p.total_s()).abs() <= 1e-5 * p.total_s().max(1.0),
+                    "{terms} against {}", p.total_s()
+                );
+            }
+            let step = e.timing.step_s(0.0, decoding as f64, e.decode_context());
+            let mid = if decoding > 0 { step / 2.0 } else { 0.0 };
+            let none = at(0.0).predicted_parts(&config, request);
+            let whole = e.ttft_parts(&config, request);
+            prop_assert!((none.total_s() - whole.total_s() - mid).abs() <= 1e-9 * whole.total_s().max(1.0));
         }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use super::clock::nanos;
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
+use super::forecast::ForecastTerms;
 use super::learn::WorkerLearner;
 use super::peers::PeerCounts;
 use super::report::{EngineLoad, Staleness};
@@ -39,6 +40,8 @@ pub(crate) struct LoadState {
     pub(crate) prefill_tokens: AtomicU64,
     /// The pairs of tokens those prefills attend to.
     prefill_pairs: AtomicU64,
+    /// Uncached prompt tokens of requests whose first token came, in all.
+    prefilled_total: AtomicU64,
     /// Prompt and output tokens of in-flight requests: the context they attend to.
     context_tokens: AtomicU64,
     /// Uncached prompt and output tokens of in-flight requests: the KV they add.
@@ -59,6 +62,8 @@ pub(crate) struct LoadState {
     /// What the worker's timings taught (see `learn.rs`); taken only to learn and to
     /// publish the terms, never on the route path.
     learner: Mutex<WorkerLearner>,
+    /// The terms the predictions admission checks are made with (`forecast.rs`).
+    pub(crate) forecast: ForecastTerms,
 }
 
 /// The engine's last report.
@@ -90,6 +95,7 @@ impl Default for LoadState {
             awaiting_first: AtomicU64::new(0),
             prefill_tokens: AtomicU64::new(0),
             prefill_pairs: AtomicU64::new(0),
+            prefilled_total: AtomicU64::new(0),
             context_tokens: AtomicU64::new(0),
             kv_tokens: AtomicU64::new(0),
             report: Report::default(),
@@ -102,6 +108,7 @@ impl Default for LoadState {
             kv_capacity_tokens: AtomicU64::new(0),
             peers: PeerCounts::default(),
             learner: Mutex::new(WorkerLearner::default()),
+            forecast: ForecastTerms::default(),
         }
     }
 }
@@ -125,12 +132,21 @@ impl LoadState {
 
     /// A request's first token came: its `prefill` tokens of a `prompt`-token prompt are
     /// done.
-    pub(crate) fn first_token(&self, prompt: u64, prefill: u64) {
+    /// Returns the uncached prompt tokens of requests whose first token came, in all, these
+    /// included.
+    pub(crate) fn first_token(&self, prompt: u64, prefill: u64) -> u64 {
+        let total = self.prefilled_total.fetch_add(prefill, Relaxed) + prefill;
         sub(&self.awaiting_first, 1);
         sub(&self.prefill_tokens, prefill);
         sub(&self.prefill_pairs, attended(prompt, prefill));
         self.since.first_tokens.fetch_add(1, Relaxed);
         self.since.prefilled.fetch_add(prefill, Relaxed);
+        total
+    }
+
+    /// Uncached prompt tokens of requests whose first token came here, in all.
+    pub(crate) fn prefilled_total(&self) -> u64 {
+        self.prefilled_total.load(Relaxed)
     }
 
     /// A request routed with `prompt`, `prefill` and `output` left (its first token
@@ -170,6 +186,19 @@ impl LoadState {
     pub(crate) fn report_ns(&self) -> Option<u64> {
         let r = &self.report;
         r.present.load(Relaxed).then(|| r.measured_ns.load(Relaxed))
+    }
+
+    /// When the report whose pending prefill an estimate at `now_ns` reads in place of the
+    /// router's own count was measured ([`LoadConfig::prefill_from_report`]): that figure
+    /// already counts the progress of prefills under way until then.
+    pub(crate) fn prefill_report_ns(&self, config: &LoadConfig, now_ns: u64) -> Option<u64> {
+        let r = &self.report;
+        if !(config.prefill_from_report && r.present.load(Relaxed)) {
+            return None;
+        }
+        let measured = r.measured_ns.load(Relaxed);
+        let fresh = now_ns.saturating_sub(measured) <= nanos(config.max_report_age);
+        (fresh && r.prefill.load(Relaxed) != NO_PREFILL).then_some(measured)
     }
 
     /// The last report, if any.
@@ -296,6 +325,7 @@ impl LoadState {
             timing: self.timing(),
             speed: self.speed(),
             saturated: false,
+            forecast: None,
         };
         let since = match self.peers.load() {
             Some(peers) => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::candidate::{Candidate, Candidates};
 use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
-use super::estimate::Estimate;
+use super::estimate::{Estimate, Forecast};
 use super::floor::Floor;
 use super::learn::{CONFIGURED, fleet_ratios};
 use super::least::{Tie, Widened};
@@ -35,6 +35,8 @@ pub(crate) struct Fleet {
     timings: AtomicU64,
     /// The fleet's ratios (see `learn.rs`) the workers' timings were last updated with.
     published: Mutex<[f64; TERMS]>,
+    /// The fleet's forecast ratios (`forecast.rs`), published with `published`.
+    forecast_published: Mutex<[f64; TERMS]>,
     /// Requests refused by admission.
     shed: ShedCounts,
     /// The least step terms and greatest speed of any worker.
@@ -66,6 +68,7 @@ impl Fleet {
             clock: Clock::default(),
             timings: AtomicU64::new(0),
             published: Mutex::new(CONFIGURED),
+            forecast_published: Mutex::new(CONFIGURED),
             shed: ShedCounts::default(),
             floor: Floor::default(),
             peers: Mutex::new(PeerTable::new(Limits::of(
@@ -187,9 +190,32 @@ impl Fleet {
             let scale = (u64::from(self.config.replicas).max(heard), heard);
             ((mean_prefill, self.block_size), scale)
         };
-        r.slot
-            .load
-            .estimate(&self.config, self.clock.now_ns(), context)
+        let now_ns = self.clock.now_ns();
+        let mut e = r.slot.load.estimate(&self.config, now_ns, context);
+        // The forecast needs timings to read its queue's progress by and to learn from.
+        if self.reporting.load(Relaxed) && self.learns() {
+            let queued = e.prefill_tokens > 0;
+            e.forecast = Some(Forecast {
+                timing: r.slot.load.forecast.timing(),
+                under_way_s: if queued {
+                    self.under_way_s(r, now_ns)
+                } else {
+                    0.0
+                },
+            });
+        }
+        e
+    }
+
+    /// Seconds worker `r`'s queued prefill has been under way at `now_ns`: since its last
+    /// first token or the route that found none queued, or since the report whose pending
+    /// prefill the estimate reads, whichever is later.
+    #[cold]
+    fn under_way_s(&self, r: Registered<'_>, now_ns: u64) -> f32 {
+        let since = r.slot.observed.since_ns();
+        let reported = r.slot.load.prefill_report_ns(&self.config, now_ns);
+        let start = reported.map_or(since, |at| at.max(since));
+        (now_ns.saturating_sub(start) as f64 * 1e-9) as f32
     }
 
     /// Recomputes worker `r`'s load key after its load changed.
@@ -204,10 +230,10 @@ impl Fleet {
             .with_slot(worker, |r| {
                 let e = self.estimate(r);
                 let reading = (e.prefill_tokens > 0, false);
-                let factors = r
-                    .slot
-                    .observed
-                    .factors(self.clock.now_ns(), reading, &e.timing);
+                let factors =
+                    r.slot
+                        .observed
+                        .factors(self.clock.now_ns(), reading, &e.forecasting().timing);
                 WorkerLoad::of(r, &e, self.block_size, factors)
             })
             .ok()
@@ -347,6 +373,22 @@ impl Fleet {
         }
     }
 
+    /// A time `measured` of what the forecast `terms` count came from worker `r` (a time to
+    /// first token when `first_token`): its forecast terms learn from it and are updated at
+    /// once (the fleet's forecast ratios are taken afresh with the fleet's).
+    pub(super) fn learn_forecast(
+        &self,
+        r: Registered<'_>,
+        (terms, measured): (&Terms, f64),
+        first_token: bool,
+    ) {
+        let fleet = *lock(&self.forecast_published);
+        let configured = r.slot.load.configured(&self.config);
+        let forecast = &r.slot.load.forecast;
+        forecast.learn((&configured, &fleet), (terms, measured), first_token);
+        forecast.update(&configured, fleet);
+    }
+
     /// Takes the fleet's ratios afresh from every worker's and updates every worker's
     /// timing with them.
     #[cold]
@@ -355,6 +397,11 @@ impl Fleet {
         let learned: Vec<_> = slots.iter().map(|(_, r)| r.slot.load.learned()).collect();
         let ratios = fleet_ratios(learned.into_iter());
         *lock(&self.published) = ratios;
+        let forecast: Vec<_> = slots
+            .iter()
+            .map(|(_, r)| r.slot.load.forecast.learned())
+            .collect();
+        *lock(&self.forecast_published) = fleet_ratios(forecast.into_iter());
         for (_, r) in slots.iter() {
             self.retime(r, ratios);
         }
@@ -368,6 +415,9 @@ impl Fleet {
     /// its load key.
     fn retime(&self, r: Registered<'_>, ratios: [f64; TERMS]) {
         r.slot.load.update_timing(&self.config, ratios);
+        let forecast = *lock(&self.forecast_published);
+        let configured = r.slot.load.configured(&self.config);
+        r.slot.load.forecast.update(&configured, forecast);
         self.floor.lower(&r.slot.load.timing(), r.slot.load.speed());
         self.refresh(r);
     }

@@ -28,6 +28,9 @@ pub struct RouteDecision {
     /// model's `Terms`, for time to first token and per output token): what the timings the
     /// host reports later teach.
     terms: ([f32; 5], [f32; 5]),
+    /// The terms of the predicted time to first token as admission's forecast counts them
+    /// (the fleet model's forecast terms learn from these).
+    forecast_terms: [f32; 5],
     /// Output tokens the request was charged with (its expected output).
     output_tokens: u32,
     /// `RELEASED`, `PREFILLED` and `DECODED` bits: each set once, by one atomic operation.
@@ -36,6 +39,10 @@ pub struct RouteDecision {
     sync: u64,
     /// The router's clock when it routed the request (nanoseconds).
     routed_ns: u64,
+    /// One more than the prompt tokens the worker had prefilled in all when the request's
+    /// first token came, its own included (0 before): what it prefilled after is the
+    /// prefill that shared the request's decode steps.
+    prefilled_mark: AtomicU64,
     /// The furthest progress reported: output tokens after the first (high 24 bits) and
     /// the microseconds they took (low 40 bits); 0 before any report.
     progress: AtomicU64,
@@ -67,10 +74,12 @@ impl RouteDecision {
             rank: 0,
             predicted_s: (0.0, 0.0),
             terms: ([0.0; 5], [0.0; 5]),
+            forecast_terms: [0.0; 5],
             output_tokens: 0,
             state: AtomicU8::new(0),
             sync: 0,
             routed_ns: 0,
+            prefilled_mark: AtomicU64::new(0),
             progress: AtomicU64::new(0),
         }
     }
@@ -89,10 +98,34 @@ impl RouteDecision {
         self
     }
 
+    /// The same decision with the terms its forecast time to first token counted.
+    pub(crate) fn with_forecast_terms(mut self, terms: [f32; 5]) -> Self {
+        self.forecast_terms = terms;
+        self
+    }
+
+    /// The terms the forecast time to first token counted.
+    pub(crate) fn forecast_terms(&self) -> [f32; 5] {
+        self.forecast_terms
+    }
+
     /// The same decision routed at the router's clock time `routed_ns`.
     pub(crate) fn routed_at(mut self, routed_ns: u64) -> Self {
         self.routed_ns = routed_ns;
         self
+    }
+
+    /// Records that the worker had prefilled `total` prompt tokens in all when the
+    /// request's first token came.
+    pub(crate) fn set_prefilled_mark(&self, total: u64) {
+        self.prefilled_mark
+            .store(total.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The prompt tokens the worker had prefilled in all when the request's first token
+    /// came; `None` before it came.
+    pub(crate) fn prefilled_mark(&self) -> Option<u64> {
+        self.prefilled_mark.load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// The router's clock when it routed the request (nanoseconds).
@@ -148,7 +181,10 @@ impl RouteDecision {
     /// Seconds to first token the router's load model predicted for the request on its
     /// worker when it routed it (0 for routers without a load model):
     /// [`Router::first_token_after`](crate::Router::first_token_after) compares the time
-    /// measured with it.
+    /// measured with it. Once the host reports timed first tokens, it is admission's
+    /// forecast: the prefill queued ahead less what the worker is predicted to have
+    /// prefilled since its last first token, with half a step under way while it decodes,
+    /// at the worker's forecast terms (`docs/admission.md`).
     #[must_use]
     pub fn predicted_ttft_s(&self) -> f64 {
         self.predicted_s.0

@@ -197,10 +197,11 @@ impl Admission {
     fn prediction(&self, config: &LoadConfig, c: &Candidate) -> Prediction {
         let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
         let request = (self.prompt, miss, self.output);
+        let forecast = c.estimate.forecasting();
         Prediction {
-            ttft: c.estimate.ttft_parts(config, request),
-            tpot_s: c.estimate.decode_step_s(request),
-            idle_tpot_s: c.estimate.idle_tpot_s(request),
+            ttft: c.estimate.predicted_parts(config, request),
+            tpot_s: forecast.decode_step_s(request),
+            idle_tpot_s: forecast.idle_tpot_s(request),
         }
     }
 

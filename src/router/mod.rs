@@ -87,10 +87,13 @@ pub trait Router: Send + Sync {
     /// `elapsed` from the first token to the last of them, as a host streaming its answer
     /// measures it. Both are cumulative: report as the stream goes, at any cadence (every 16
     /// tokens is a good default), and at its end. The router learns the worker's decode
-    /// terms from the first report (its time per output token against
-    /// [`RouteDecision::predicted_tpot_s`]), and admission's decode bound the worker's
-    /// observed step from what each report adds to the furthest before it while the request
-    /// runs. A report that does not go further than one before it (repeated, reordered), or
+    /// terms from the first report: the terms the policies price with, its time per output
+    /// token against [`RouteDecision::predicted_tpot_s`]'s count at routing; the forecast
+    /// terms admission predicts with, against the decode step and the prefill that shared
+    /// it (the uncached prompts whose first token came after the request's own, at most what
+    /// the worker prefills in that time). Admission's decode bound learns the worker's
+    /// observed step from what each report adds to the furthest before it while the
+    /// request runs. A report that does not go further than one before it (repeated, reordered), or
     /// that comes after [`complete`](Self::complete), or for a worker since removed, changes
     /// nothing; a request that generated one token teaches nothing. The default does
     /// nothing.

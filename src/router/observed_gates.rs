@@ -48,7 +48,7 @@ impl Observed {
     /// request's decode bound `bound_s` (its time-per-output-token target) and the initial
     /// decode window `window`.
     fn of(p: &Prediction, f: &Factors, requests: u64, (bound_s, window): (f64, u32)) -> Self {
-        let k = f.prefill_at(p.ttft.queue_s + p.ttft.steps_s);
+        let k = f.prefill_at(p.ttft.drained_s + p.ttft.queue_s + p.ttft.steps_s);
         // The share of the worker's time the prefill admitted there takes, this request's
         // included: the decode steps get the rest.
         let prefill_share = f.prefill_share(p.ttft.own_s);
