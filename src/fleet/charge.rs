@@ -43,11 +43,11 @@ impl Fleet {
         let shape = (prompt_tokens as u64, prefill, output);
         let (ttft_terms, tpot_terms) = (e.ttft_terms(&self.config, shape), e.tpot_terms(shape));
         let forecast_terms = e.forecast_terms(&self.config, shape, ttft_terms);
-        let f = e.forecasting();
+        let forecast = e.forecast_timing();
         let saturated = if e.saturated { 3_600.0 } else { 0.0 };
         let predicted = (
-            f.timing.of(&forecast_terms) + saturated,
-            f.timing.of(&tpot_terms),
+            forecast.of(&forecast_terms) + saturated,
+            forecast.of(&tpot_terms),
         );
         let now_ns = self.clock.now_ns();
         if slot.load.routed(prompt_tokens as u64, prefill, output) {

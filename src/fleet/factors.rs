@@ -47,6 +47,6 @@ fn factors_in(
     r.slot.observed.factors(
         now_ns,
         (outstanding, fleet_reporting),
-        &c.estimate.forecasting().timing,
+        &c.estimate.forecast_timing(),
     )
 }

@@ -180,6 +180,13 @@ impl Estimate {
         terms.plus(Terms::new((wait.chunk, 0.0), 1.0, decodes, context).times(wait.steps))
     }
 
+    /// The terms the predictions admission checks are made with: the worker's forecast
+    /// terms once the host reports timings, else the terms the policies price with.
+    #[inline]
+    pub(crate) fn forecast_timing(&self) -> Timing {
+        self.forecast.map_or(self.timing, |f| f.timing)
+    }
+
     /// This estimate as the predictions admission checks read it: with the worker's
     /// forecast terms (`forecast.rs`) once the host reports timings, else as it is.
     #[inline]

@@ -233,7 +233,7 @@ impl Fleet {
                 let factors =
                     r.slot
                         .observed
-                        .factors(self.clock.now_ns(), reading, &e.forecasting().timing);
+                        .factors(self.clock.now_ns(), reading, &e.forecast_timing());
                 WorkerLoad::of(r, &e, self.block_size, factors)
             })
             .ok()
