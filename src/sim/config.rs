@@ -443,7 +443,11 @@ pub struct ClusterConfig {
     /// requests arriving in the first `warmup_s` of the trace, their prompts made distinct):
     /// the router starts the measured part with what it learned, and the report's requests,
     /// latencies, goodput, sheds and hit ratio count only the measured part (the per-worker
-    /// totals, prefill tokens and utilisation, count the warm-up too). Default 0 (cold).
+    /// totals, prefill tokens and utilisation, count the warm-up too). The warm-up ends
+    /// when the measured part starts: a closed-loop step of the warm-up that would arrive
+    /// then or later (its answers at 1× took longer than the trace's timing) is not issued,
+    /// nor the steps that wait for it, so that the measured part carries its own load
+    /// alone. Default 0 (cold).
     pub warmup_s: f64,
     /// Bytes of KV one prompt token takes, for the KV a disaggregated run moves from a
     /// prefill worker to a decode worker

@@ -115,6 +115,9 @@ pub(super) struct ArrivalQueue<'s> {
     released: BinaryHeap<Reverse<(u64, usize)>>,
     /// Requests handed out so far.
     pub(super) arrived: usize,
+    /// The warm-up's end: how many requests, first, are warm-up copies, and when the
+    /// measured part starts. A copy released at or after it is never issued.
+    warmup_end: (usize, f64),
 }
 
 impl<'s> ArrivalQueue<'s> {
@@ -130,7 +133,17 @@ impl<'s> ArrivalQueue<'s> {
             ended: vec![false; requests.len()],
             released: BinaryHeap::new(),
             arrived: 0,
+            warmup_end: (0, f64::INFINITY),
         }
+    }
+
+    /// These arrivals with the first `copies` requests a warm-up ending at `end_s`: a copy
+    /// that would arrive at or after it (a closed-loop step whose answers at 1× took longer
+    /// than the trace's timing) is not issued, nor anything that waits for it, so that the
+    /// measured part carries the measured load alone.
+    pub(super) fn with_warmup_end(mut self, copies: usize, end_s: f64) -> Self {
+        self.warmup_end = (copies, end_s);
+        self
     }
 
     /// The next arrival, its time and request, without taking it: the earliest of the
@@ -169,18 +182,29 @@ impl<'s> ArrivalQueue<'s> {
 
     /// Request `i` ended at `now` (its last token, a refusal or a drop): the requests
     /// that waited only for it, and for others already ended, arrive their gap later.
+    ///
+    /// A warm-up copy released past the warm-up's end ends unissued at its arrival, and
+    /// releases what waits for it in turn (see [`with_warmup_end`](Self::with_warmup_end)).
     pub(super) fn ended(&mut self, i: usize, now: f64) {
         let Some(plan) = self.plan else { return };
-        if std::mem::replace(&mut self.ended[i], true) {
-            return;
-        }
-        for &d in plan.dependents(i) {
-            self.ready[d] = self.ready[d].max(now);
-            self.waits[d] -= 1;
-            if self.waits[d] == 0 {
-                let gap = self.requests[d].follows.as_ref().map_or(0.0, |f| f.gap_s);
-                let at = self.ready[d] + gap / self.speedup;
-                self.released.push(Reverse((at.max(0.0).to_bits(), d)));
+        let mut ends = vec![(i, now)];
+        while let Some((i, now)) = ends.pop() {
+            if std::mem::replace(&mut self.ended[i], true) {
+                continue;
+            }
+            for &d in plan.dependents(i) {
+                self.ready[d] = self.ready[d].max(now);
+                self.waits[d] -= 1;
+                if self.waits[d] == 0 {
+                    let gap = self.requests[d].follows.as_ref().map_or(0.0, |f| f.gap_s);
+                    let at = (self.ready[d] + gap / self.speedup).max(0.0);
+                    let (copies, end_s) = self.warmup_end;
+                    if d < copies && at >= end_s {
+                        ends.push((d, at));
+                    } else {
+                        self.released.push(Reverse((at.to_bits(), d)));
+                    }
+                }
             }
         }
     }
@@ -188,5 +212,56 @@ impl<'s> ArrivalQueue<'s> {
     /// Whether no arrival is left to hand out now (one released later may still come).
     pub(super) fn done(&self) -> bool {
         self.peek().is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::request::Follows;
+
+    fn chain() -> Vec<Request> {
+        vec![
+            Request::new(0.0, vec![1], 1),
+            Request::new(0.0, vec![2], 1).with_follows(Follows::new(vec![0], 1.0)),
+            Request::new(0.0, vec![3], 1).with_follows(Follows::new(vec![1], 1.0)),
+            Request::new(10.0, vec![4], 1),
+            Request::new(10.0, vec![5], 1).with_follows(Follows::new(vec![3], 1.0)),
+        ]
+    }
+
+    #[test]
+    fn a_warmup_step_released_past_its_end_is_not_issued_nor_what_waits_for_it() {
+        let requests = chain();
+        let plan = Plan::new(&requests).unwrap();
+        let mut queue = ArrivalQueue::new(&plan, &requests, 1.0).with_warmup_end(3, 5.0);
+        assert_eq!(queue.pop(), Some((0.0, 0)));
+        queue.ended(0, 2.0);
+        assert_eq!(
+            queue.pop(),
+            Some((3.0, 1)),
+            "released before the end: issued"
+        );
+        // Its answer ends at 4.5: the next step would arrive at 5.5, past the end.
+        queue.ended(1, 4.5);
+        assert!(queue.ended[2], "the step past the end ends unissued");
+        assert_eq!(queue.pop(), Some((10.0, 3)), "the measured part comes next");
+        // A measured step is issued whenever it is released.
+        queue.ended(3, 30.0);
+        assert_eq!(queue.pop(), Some((31.0, 4)));
+        assert!(queue.done());
+        assert_eq!(queue.arrived, 4);
+    }
+
+    #[test]
+    fn without_a_warmup_every_step_is_issued() {
+        let requests = chain();
+        let plan = Plan::new(&requests).unwrap();
+        let mut queue = ArrivalQueue::new(&plan, &requests, 1.0);
+        queue.pop();
+        queue.ended(0, 2.0);
+        queue.pop();
+        queue.ended(1, 4.5);
+        assert_eq!(queue.pop(), Some((5.5, 2)));
     }
 }

@@ -230,11 +230,11 @@ impl Simulation {
     /// A clock for a run: the requests arrive at their times at the configured speedup, a
     /// closed-loop request a gap after those it follows end.
     pub(super) fn clock(&self) -> Clock<'_> {
-        Clock::new(ArrivalQueue::new(
-            &self.plan,
-            &self.requests,
-            self.config.speedup,
-        ))
+        let arrivals = ArrivalQueue::new(&self.plan, &self.requests, self.config.speedup);
+        Clock::new(match self.warmup {
+            0 => arrivals,
+            k => arrivals.with_warmup_end(k, self.arrival(k)),
+        })
     }
 
     /// The hasher of the fleet's blocks.
