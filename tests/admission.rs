@@ -206,6 +206,41 @@ fn a_tpot_target_refuses_a_busy_decoder() {
     assert!(shed.to_string().contains("per output token"), "{shed}");
 }
 
+/// A sheddable request is held to a share of its time-to-first-token target, and to the
+/// whole of its time-per-output-token target, as every request is: a decode step is shared
+/// by the requests running there, so a share of it would spare no standard request. On a
+/// worker whose predicted decode step is two thirds of the target, a sheddable request is
+/// admitted; one whose first token is predicted past half its target is not.
+#[test]
+fn a_sheddable_request_shares_the_steps_whole() {
+    let tokens = vec![3u32; 1_000];
+    let router = fleet(&[load(0, 250, 0).with_kv_blocks(900_000, 1_000_000)]);
+    let probe = RouteRequest::new(&tokens).with_tpot_target(Duration::from_micros(1));
+    let Err(Error::Shed(shed)) = router.route(&probe) else {
+        panic!("expected a refusal for the decode");
+    };
+    let step = shed.best_tpot;
+    let target = step.mul_f64(1.5);
+    for priority in [Priority::Standard, Priority::Sheddable] {
+        let request = RouteRequest::new(&tokens)
+            .with_tpot_target(target)
+            .with_priority(priority);
+        assert!(admitted(&router, &request), "{priority:?} at {step:?}");
+    }
+    // Its first token is held to half the target: refused where that half is passed.
+    let ttft = shed.best_ttft.mul_f64(1.5);
+    let request = RouteRequest::new(&tokens)
+        .with_ttft_target(ttft)
+        .with_tpot_target(target);
+    assert!(admitted(&router, &request));
+    let Err(Error::Shed(refused)) = router.route(&request.with_priority(Priority::Sheddable))
+    else {
+        panic!("expected a refusal for the first token");
+    };
+    assert_eq!(refused.tpot_target, Some(target), "{refused}");
+    assert_eq!(refused.target, ttft.mul_f64(0.5), "{refused}");
+}
+
 /// The prefill queued on a worker runs before a new request's first token, so it does not
 /// count against the request's time-per-output-token target: a short answer behind a long
 /// queue of prompts, on a worker with few decodes, is admitted for its decode (a generous

@@ -11,9 +11,13 @@ use crate::error::Error;
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct AdmissionConfig {
-    /// The share of its target a [`Priority::Sheddable`] request is held to, in `(0, 1]`:
-    /// at 0.5 sheddable requests are refused once the best worker's predicted time to
-    /// first token passes half their target, leaving the rest to standard ones. Default 0.5.
+    /// The share of its time-to-first-token target a [`Priority::Sheddable`] request is
+    /// held to, in `(0, 1]`: at 0.5 sheddable requests are refused once the best worker's
+    /// predicted time to first token passes half their target, leaving the rest of the
+    /// queue to standard ones. A time-per-output-token target is held whole whatever the
+    /// priority: a decode step is shared by every request running on the worker, so a
+    /// share would refuse sheddable requests the steps serve within their target, and
+    /// spare no standard one. Default 0.5.
     pub sheddable_share: f64,
     /// For a request whose own prefill alone is predicted to miss its target (an idle
     /// worker could not meet it either, [`Limit::Prompt`](crate::Limit::Prompt)): the share of its target the rest
@@ -71,8 +75,9 @@ impl AdmissionConfig {
         )
     }
 
-    /// The target a request of `priority` asking for `target` is held to (a share of a
-    /// target too long to scale exactly, such as `Duration::MAX`, is at most the target).
+    /// The time-to-first-token target a request of `priority` asking for `target` is held
+    /// to (a share of a target too long to scale exactly, such as `Duration::MAX`, is at
+    /// most the target).
     #[must_use]
     pub fn target_of(&self, priority: Priority, target: Duration) -> Duration {
         match priority {

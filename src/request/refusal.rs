@@ -122,7 +122,8 @@ pub struct Shed {
     /// The time-to-first-token target it was held to: its own, or a share of it for a
     /// sheddable request (`Duration::MAX`'s stand-in, 10^9 s, without one).
     pub target: Duration,
-    /// The time-per-output-token target it was held to, if it had one.
+    /// The time-per-output-token target it was held to, if it had one: its own, whatever
+    /// the priority.
     pub tpot_target: Option<Duration>,
     /// The best worker's predicted time to first token: the best worker is the one nearest
     /// to meeting the targets (the least of the larger ratio of prediction to target).

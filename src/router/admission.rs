@@ -1,7 +1,8 @@
 //! Admission: a request carrying a time-to-first-token target is routed only to a worker
 //! the load model predicts meets it, and is refused with [`Error::Shed`] before any prefill
 //! is spent when none does. Critical requests are never refused; sheddable ones are held
-//! to a share of their target, so that under a rising load they go first.
+//! to a share of their time-to-first-token target, so that under a rising load they go
+//! first (a time-per-output-token target is held whole: the steps are shared).
 
 use std::time::Duration;
 
@@ -17,15 +18,16 @@ use crate::tree::WorkerId;
 /// model's prediction.
 pub(crate) struct Admission {
     pub(crate) priority: Priority,
-    /// The time-to-first-token target it is held to, in seconds (infinite without one).
+    /// The time-to-first-token target it is held to, in seconds (infinite without one): a
+    /// share of the target asked for a sheddable request.
     pub(crate) target_s: f64,
-    /// The time-per-output-token target it is held to, in seconds (infinite without one).
+    /// The time-per-output-token target it is held to, in seconds (infinite without one):
+    /// the target asked, whatever the priority. The priorities' shares hold the queue, not
+    /// the steps: a decode step is shared by every request running on the worker, and a
+    /// request admitted within the target costs those beside it nothing they were
+    /// promised.
     pub(crate) tpot_target_s: f64,
     /// [`AdmissionConfig::oversized_wait_share`](crate::AdmissionConfig::oversized_wait_share).
-    /// The decode bound's target: the time per output token asked, whatever the
-    /// priority. A request admitted within it costs the requests running beside it nothing
-    /// they were promised; the priorities' shares hold the queue, not the steps.
-    pub(crate) decode_bound_s: f64,
     pub(crate) oversized_share: f64,
     /// [`AdmissionConfig::initial_decode_window`](crate::AdmissionConfig::initial_decode_window).
     pub(crate) initial_window: u32,
@@ -38,18 +40,15 @@ impl Admission {
     #[cold]
     pub(crate) fn of(request: &RouteRequest<'_>, config: &LoadConfig) -> Admission {
         let priority = request.priority();
-        let target_s = |target: Option<Duration>| {
-            target.map_or(f64::INFINITY, |t| {
-                config.admission.target_of(priority, t).as_secs_f64()
-            })
-        };
+        let seconds = |target: Option<Duration>| target.map_or(f64::INFINITY, |t| t.as_secs_f64());
         Admission {
             priority,
-            target_s: target_s(request.ttft_target()),
-            tpot_target_s: target_s(request.tpot_target()),
-            decode_bound_s: request
-                .tpot_target()
-                .map_or(f64::INFINITY, |t| t.as_secs_f64()),
+            target_s: seconds(
+                request
+                    .ttft_target()
+                    .map(|t| config.admission.target_of(priority, t)),
+            ),
+            tpot_target_s: seconds(request.tpot_target()),
             oversized_share: config.admission.oversized_wait_share,
             initial_window: config.admission.initial_decode_window,
             prompt: request.tokens().len() as u64,

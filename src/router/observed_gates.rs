@@ -79,7 +79,7 @@ impl Admission {
                 p,
                 &f,
                 c.requests(),
-                (self.decode_bound_s, self.initial_window),
+                (self.tpot_target_s, self.initial_window),
             );
             self.passes(&o)
         })
@@ -104,7 +104,7 @@ impl Admission {
                 continue;
             };
             let requests = candidates[i].requests();
-            let o = Observed::of(p, f, requests, (self.decode_bound_s, self.initial_window));
+            let o = Observed::of(p, f, requests, (self.tpot_target_s, self.initial_window));
             if self.passes(&o) {
                 any = true;
                 continue;
@@ -126,7 +126,7 @@ impl Admission {
 
     /// Whether observed times `o` pass both gates.
     fn passes(&self, o: &Observed) -> bool {
-        self.window_passes(o) && o.step_s <= self.decode_bound_s
+        self.window_passes(o) && o.step_s <= self.tpot_target_s
     }
 
     /// Whether observed times `o` pass the prefill window.
@@ -153,11 +153,11 @@ impl Admission {
         }
         // The admitted prefill decays at the horizon's rate: the step is within the target
         // about once it has decayed by the excess.
-        let wait = PREFILL_HORIZON_S * (o.step_s / self.decode_bound_s).ln().max(0.0);
+        let wait = PREFILL_HORIZON_S * (o.step_s / self.tpot_target_s).ln().max(0.0);
         let mut shed = self.shed_at(times, worker, Limit::Decode, wait);
         shed.gate = Gate::DecodeBound;
         shed.measured = super::admission::seconds(o.step_s);
-        shed.threshold = super::admission::seconds(self.decode_bound_s);
+        shed.threshold = super::admission::seconds(self.tpot_target_s);
         shed
     }
 }
