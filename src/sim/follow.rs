@@ -186,24 +186,32 @@ impl<'s> ArrivalQueue<'s> {
     /// A warm-up copy released past the warm-up's end ends unissued at its arrival, and
     /// releases what waits for it in turn (see [`with_warmup_end`](Self::with_warmup_end)).
     pub(super) fn ended(&mut self, i: usize, now: f64) {
+        // Allocates only when a warm-up step is cut.
+        let mut cut = Vec::new();
+        self.release_after(i, now, &mut cut);
+        while let Some((d, at)) = cut.pop() {
+            self.release_after(d, at, &mut cut);
+        }
+    }
+
+    /// Request `i`'s end at `now` (counted once): releases what waits only for it, and
+    /// pushes onto `cut` the warm-up copies that would arrive past the warm-up's end.
+    fn release_after(&mut self, i: usize, now: f64, cut: &mut Vec<(usize, f64)>) {
         let Some(plan) = self.plan else { return };
-        let mut ends = vec![(i, now)];
-        while let Some((i, now)) = ends.pop() {
-            if std::mem::replace(&mut self.ended[i], true) {
-                continue;
-            }
-            for &d in plan.dependents(i) {
-                self.ready[d] = self.ready[d].max(now);
-                self.waits[d] -= 1;
-                if self.waits[d] == 0 {
-                    let gap = self.requests[d].follows.as_ref().map_or(0.0, |f| f.gap_s);
-                    let at = (self.ready[d] + gap / self.speedup).max(0.0);
-                    let (copies, end_s) = self.warmup_end;
-                    if d < copies && at >= end_s {
-                        ends.push((d, at));
-                    } else {
-                        self.released.push(Reverse((at.to_bits(), d)));
-                    }
+        if std::mem::replace(&mut self.ended[i], true) {
+            return;
+        }
+        let (copies, end_s) = self.warmup_end;
+        for &d in plan.dependents(i) {
+            self.ready[d] = self.ready[d].max(now);
+            self.waits[d] -= 1;
+            if self.waits[d] == 0 {
+                let gap = self.requests[d].follows.as_ref().map_or(0.0, |f| f.gap_s);
+                let at = (self.ready[d] + gap / self.speedup).max(0.0);
+                if d < copies && at >= end_s {
+                    cut.push((d, at));
+                } else {
+                    self.released.push(Reverse((at.to_bits(), d)));
                 }
             }
         }
