@@ -197,7 +197,8 @@ class Fleet:
                     return code == 200 and '"generate"' in body and MODEL in get(u + "/v1/models")[1]
                 wait_until(f"engine {i} behind {u}", up, self.procs)
                 body = json.loads(get(u + "/health")[1])
-                ids = {str(x["instance_id"]) for x in body["instances"] if x["endpoint"] == "generate"}
+                ids = {str(x["instance_id"]) for x in body["instances"]
+                       if x["endpoint"] == "generate" and x["namespace"] == f"e{i}"}
                 workers.append(ids.pop())
         return {"urls": urls, "workers": workers, "env": env,
                 "kv": [f"tcp://127.0.0.1:{self.kv_port(i)}" for i in range(self.n)]}
@@ -247,15 +248,15 @@ def router_specs(a) -> dict:
     def vllm(policy):
         def argv(f):
             v = [a.python, "-m", "vllm_router.launch_router", "--host", "127.0.0.1",
-                 "--port", str(port), "--policy", policy, "--worker-urls", *f["shim_urls"]]
+                 "--port", str(port), "--policy", policy, "--worker-urls", *f["urls"]]
             if policy == "kv_aware":
-                for u, k in zip(f["shim_urls"], f["kv"]):
+                for u, k in zip(f["urls"], f["kv"]):
                     v += ["--kv-event-source", f"{u}={k}"]
                 v += ["--kv-event-block-size", str(ENGINE["block_size"]),
                       "--kv-event-model", MODEL]
             return v
         return {"fleet": "split", "argv": argv, "ready": "/health", "needs": a.python,
-                "shim": True}
+                "relay_events": policy == "kv_aware"}
 
     return {
         "gateway balanced": rust("balanced"),
@@ -321,17 +322,22 @@ def run_cell(a, name: str, spec: dict, workload: dict, speedup: float, words) ->
     t_start = time.time()
     try:
         f = fleet.start(spec["fleet"] == "shared", speedup, tag)
-        if spec.get("shim"):
-            f["shim_urls"] = []
-            for i, u in enumerate(f["urls"]):
+        if spec["fleet"] == "split":
+            # Every router but Dynamo's reaches engine i through adapter i (adapter.py).
+            f["engine_urls"], f["urls"] = f["urls"], []
+            for i, u in enumerate(f["engine_urls"]):
                 port = a.port_base + 300 + i
-                procs.start(f"{tag}-shim{i}", [a.python, str(HERE / "vllm_shim.py"), "--listen",
-                                               f"127.0.0.1:{port}", "--upstream", u,
-                                               "--tokenizer", str(a.workdir / "model" / "tokenizer.json"),
-                                               "--model", MODEL])
-                f["shim_urls"].append(f"http://127.0.0.1:{port}")
-            for u in f["shim_urls"]:
-                wait_until(f"shim {u}", lambda u=u: get(u + "/health")[0] == 200, procs)
+                argv = [a.python, str(HERE / "adapter.py"), "--listen", f"127.0.0.1:{port}",
+                        "--upstream", u, "--tokenizer", str(a.workdir / "model" / "tokenizer.json"),
+                        "--model", MODEL]
+                if spec.get("relay_events"):
+                    relay = f"tcp://127.0.0.1:{a.port_base + 400 + i}"
+                    argv += ["--kv-in", f["kv"][i], "--kv-out", relay]
+                    f["kv"][i] = relay
+                procs.start(f"{tag}-adapter{i}", argv)
+                f["urls"].append(f"http://127.0.0.1:{port}")
+            for u in f["urls"]:
+                wait_until(f"adapter {u}", lambda u=u: get(u + "/health")[0] == 200, procs)
         procs.start(f"{tag}-router", spec["argv"](f), f["env"])
         base = f"http://127.0.0.1:{a.port_base}"
         wait_until(f"{name} at {base}", lambda: get(base + spec["ready"])[0] == 200, procs)
@@ -357,13 +363,16 @@ def run_cell(a, name: str, spec: dict, workload: dict, speedup: float, words) ->
 
         async def go():
             c = cl.Client(base, MODEL)
+            pinned = [cl.Client(u, MODEL) for u in f["urls"]] if workload.get("pin") else []
             try:
                 if workload["kind"] == "trace":
                     return await cl.run_trace(c, words, workload["space"], workload["rows"],
-                                              workload["load"], speedup)
+                                              workload["load"], speedup, pinned,
+                                              workload.get("pin"))
                 return await cl.run_agents(c, words, workload["spec"], workload["load"], speedup)
             finally:
-                await c.close()
+                for x in [c, *pinned]:
+                    await x.close()
 
         with CpuMeter() as cpu:
             t0 = time.time()
@@ -391,12 +400,12 @@ def workloads(a, words) -> list[dict]:
     tdir.mkdir(parents=True, exist_ok=True)
 
     def trace(name, file, count, loads, max_output):
-        rows = cl.trace_slice(ROOT / "data" / file, 0, count, max_output)
+        rows = cl.trace_sessions(ROOT / "data" / file, count, max_output)
         path = tdir / f"{name}-{count}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         for load in loads:
             out.append({"kind": "trace", "name": name, "space": name, "rows": rows, "load": load,
-                        "path": path, "desc": f"first {count} requests"
+                        "path": path, "desc": f"{len(rows)} requests in sampled sessions"
                         + (f", outputs capped at {max_output}" if max_output else "")})
 
     if a.quick:
@@ -422,7 +431,7 @@ def main():
     p.add_argument("--workdir", type=Path, default=ROOT / "target-live" / "live")
     p.add_argument("--out", type=Path, help="results JSON (default WORKDIR/results.json)")
     p.add_argument("--engines", type=int, default=4)
-    p.add_argument("--speedup", type=float, default=4.0)
+    p.add_argument("--speedup", type=float, default=2.0)
     p.add_argument("--min-speedup", type=float, default=1.0)
     p.add_argument("--requests", type=int, default=120, help="trace requests per slice")
     p.add_argument("--max-output", type=int, default=256)
@@ -478,6 +487,16 @@ def main():
             cells.append(cell)
         for n in order:
             cells.append(run_cell(a, n, specs[n], w, speedup, words))
+            if (n == "gateway balanced" and w["kind"] == "trace" and w["name"] == "synthetic"
+                    and w["load"] == min(a.load_low, a.load_high) and not a.quick):
+                # The gateway's own overhead: the same requests, each sent straight to the
+                # engine (its adapter) the gateway chose, on a fresh fleet.
+                chosen = cells[-1]
+                index = {wid: i for i, wid in enumerate(chosen["workers"])}
+                pin = [index.get(r["worker"], 0) for r in chosen["records"]]
+                direct = run_cell(a, "direct to the gateway's choices", specs[n],
+                                  dict(w, pin=pin), speedup, words)
+                cells.append(direct)
         for c in cells:
             if c["workload"] == w["name"] and c["load"] == w["load"]:
                 c["replay"] = replay_out

@@ -83,6 +83,31 @@ def trace_slice(path: Path, start: int, count: int, max_output: int | None) -> l
     return rows
 
 
+def trace_sessions(path: Path, count: int, max_output: int | None, seed: int = 0) -> list[dict]:
+    """About `count` requests of a Mooncake trace sampled by whole sessions (requests sharing
+    their first two blocks: a conversation, or a synthetic prefix tree), over the whole
+    trace, so that the sample reuses prefixes about as the whole trace does (a slice of
+    consecutive requests reuses almost nothing: its prefixes' first uses are earlier).
+    Timestamps are compressed by the sampling rate, so requests arrive at the trace's rate."""
+    rows = [json.loads(line) for line in open(path)]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r["hash_ids"][:2]), []).append(r)
+    p = min(1.0, count / len(rows))
+    rng = random.Random(seed)
+    picked = [r for k in sorted(groups) if rng.random() < p for r in groups[k]]
+    picked.sort(key=lambda r: r["timestamp"])
+    t0 = picked[0]["timestamp"]
+    out = []
+    for r in picked:
+        r = dict(r, timestamp=int(round((r["timestamp"] - t0) * p)))
+        if max_output:
+            r["output_length"] = min(r["output_length"], max_output)
+        r["output_length"] = max(1, r["output_length"])
+        out.append(r)
+    return out
+
+
 @dataclass
 class Record:
     kind: str
@@ -166,18 +191,23 @@ class Client:
 
 
 async def run_trace(client: Client, words: Words, space: str, rows: list[dict],
-                    load: float, speedup: float) -> list[Record]:
-    """Open loop: each request at its trace time / (load x speedup)."""
+                    load: float, speedup: float, pinned: list[Client] | None = None,
+                    pin: list[int] | None = None) -> list[Record]:
+    """Open loop: each request at its trace time / (load x speedup). With `pin`, request i
+    goes straight to `pinned[pin[i]]` (an engine) instead of `client` (a router)."""
     prompts = [words.prompt(space, r["hash_ids"], r["input_length"]) for r in rows]
     recs = [Record(kind="trace", index=i) for i in range(len(rows))]
     scale = 1.0 / (1000.0 * load * speedup)
     client.t0 = time.perf_counter()
+    for c in pinned or []:
+        c.t0 = client.t0
 
     async def fire(i):
         delay = rows[i]["timestamp"] * scale - (time.perf_counter() - client.t0)
         if delay > 0:
             await asyncio.sleep(delay)
-        await client.one(recs[i], prompts[i], rows[i]["output_length"])
+        c = pinned[pin[i]] if pin else client
+        await c.one(recs[i], prompts[i], rows[i]["output_length"])
 
     await asyncio.gather(*(fire(i) for i in range(len(rows))))
     return recs

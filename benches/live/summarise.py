@@ -113,6 +113,16 @@ def table(cells: list[dict]) -> str:
                 f"{fmt(m['e2e_p99'])} | {m['errors']} | {fmt(m['goodput'], 3)} | "
                 f"{' '.join(str(x) for x in m['per_worker'])} |")
         out.append("")
+        by = {c["router"]: c for c in group}
+        gw, direct = by.get("gateway balanced"), by.get("direct to the gateway's choices")
+        if gw and direct:
+            g, d = metrics(gw)["ttft_p50"], metrics(direct)["ttft_p50"]
+            if g is not None and d is not None:
+                s = gw["speedup"]
+                out.append(f"The gateway's overhead: TTFT p50 through it {fmt(g, 1)} ms, straight to "
+                           f"the engines it chose {fmt(d, 1)} ms: {fmt(g - d, 1)} model ms, "
+                           f"{fmt((g - d) / s, 2)} wall ms at speedup {s:g}.")
+                out.append("")
     return "\n".join(out)
 
 
