@@ -110,7 +110,8 @@ fn prefill_admitted_faster_than_the_decodes_allow_is_bounded() {
         .expect("admitted");
     router.first_token_after(&first, Duration::from_millis(10));
     router.tokens_after(&first, 16, Duration::from_millis(160));
-    router.complete(&first);
+    // `first` stays in flight: a worker with nothing in flight passes the observed gates
+    // (a probe), and the bound protects the decodes running there.
     // A time-to-first-token target no queue reaches: only the decode bound refuses.
     let (admitted, shed) = until_shed(200, |k| {
         let tokens = prompt(10 + k, 16_384);

@@ -37,23 +37,38 @@ const KEEP: f64 = 0.9;
 /// of the conversation trace at 4× by the decode bound, most of them needlessly).
 pub(crate) const PREFILL_HORIZON_S: f64 = 5.0;
 
-/// Observed over predicted, as decayed sums.
+/// Observed over predicted: the mean of the samples' logarithms, each weighed by its
+/// predicted seconds and decayed by [`KEEP`] at each new sample.
+///
+/// Weighed by the prediction, a long request counts by its length and a short one cannot
+/// swing the factor; weighed by nothing the outcome decides, a slow sample counts no more
+/// than a fast one. Kept as a logarithm, the same samples move the factor the same share of
+/// the way up as down: what a slow spell taught is unlearned by as many samples of normal
+/// speed as taught it. (A ratio of sums is the mean of the ratios themselves, which one
+/// spell at 30× the prediction holds near 30 for tens of samples after the speed is back.)
 #[derive(Clone, Copy, Debug, Default)]
 struct Ratio {
-    observed: f64,
-    predicted: f64,
+    /// Σ weight × ln(observed / predicted), decayed.
+    log_sum: f64,
+    /// Σ weight, decayed.
+    weight: f64,
 }
 
 impl Ratio {
+    /// A sample: `observed` seconds where `predicted` were predicted (both positive and
+    /// finite; anything else is ignored).
     fn add(&mut self, observed: f64, predicted: f64) {
-        self.observed = KEEP * self.observed + observed;
-        self.predicted = KEEP * self.predicted + predicted;
+        if !(observed > 0.0 && predicted > 0.0 && observed.is_finite() && predicted.is_finite()) {
+            return;
+        }
+        self.log_sum = KEEP * self.log_sum + predicted * (observed / predicted).ln();
+        self.weight = KEEP * self.weight + predicted;
     }
 
     /// The ratio; 1 before any observation.
     fn get(&self) -> f64 {
-        if self.predicted > 0.0 && self.observed > 0.0 {
-            self.observed / self.predicted
+        if self.weight > 0.0 {
+            (self.log_sum / self.weight).exp()
         } else {
             1.0
         }

@@ -34,16 +34,22 @@ use crate::fleet::{
 };
 use crate::request::{Gate, Limit, Shed};
 
-/// A candidate's predictions scaled by its factors.
+/// A candidate's predictions scaled by its factors: the times the gates hold to the
+/// targets.
 #[derive(Clone, Copy, Debug)]
-struct Observed {
+struct GatedTimes {
     ttft_s: f64,
     own_s: f64,
     idle_s: f64,
     step_s: f64,
+    /// The decode step with the request in the batch at the observed step, before the
+    /// prefill shares it.
+    unshared_s: f64,
+    /// The share of the worker's time the admitted prefill takes, the request's included.
+    prefill_share: f64,
 }
 
-impl Observed {
+impl GatedTimes {
     /// Prediction `p` scaled by factors `f` of a worker holding `requests` requests, the
     /// request's decode bound `bound_s` (its time-per-output-token target) and the initial
     /// decode window `window`.
@@ -60,29 +66,44 @@ impl Observed {
         };
         // The step factor corrects the model where streamed progress shows it slower, never
         // where it shows it faster: the model's decode terms learn that themselves.
-        let step_s = (f.step.max(1.0) * shared_s).max(held_s);
-        Observed {
+        let step = f.step.max(1.0);
+        let step_s = (step * shared_s).max(held_s);
+        GatedTimes {
             ttft_s: k * p.ttft.total_s(),
             own_s: k * p.ttft.own_s,
             idle_s: k * p.ttft.idle_s,
             step_s,
+            unshared_s: step * p.tpot_s,
+            prefill_share,
         }
     }
+}
+
+/// Whether candidate `c` has nothing in flight: the observed gates pass it, so that a
+/// request the model admits there probes the worker. What the gates observed is how the
+/// worker served the requests it had; with none left, nothing it observed is still under
+/// way, and only a new first token can tell whether the worker is still slow. Without the
+/// probe, a fleet that was slow once refuses every request for good: nothing admitted,
+/// nothing observed, nothing unlearned.
+#[inline]
+fn probe(c: &Candidate) -> bool {
+    c.requests() == 0
 }
 
 impl Admission {
     /// Whether candidate `c`, predicted `p` and kept by the model, passes the observed
     /// gates (it does while the fleet reports nothing timed).
     pub(super) fn passes_observed(&self, fleet: &Fleet, p: &Prediction, c: &Candidate) -> bool {
-        fleet.factors_of(c).is_none_or(|f| {
-            let o = Observed::of(
-                p,
-                &f,
-                c.requests(),
-                (self.tpot_target_s, self.initial_window),
-            );
-            self.passes(&o)
-        })
+        probe(c)
+            || fleet.factors_of(c).is_none_or(|f| {
+                let o = GatedTimes::of(
+                    p,
+                    &f,
+                    c.requests(),
+                    (self.tpot_target_s, self.initial_window),
+                );
+                self.passes(&o)
+            })
     }
 
     /// Clears in `kept` (the candidates the model keeps, one per prediction) those the
@@ -97,14 +118,18 @@ impl Admission {
         if factors.iter().all(Option::is_none) {
             return Ok(());
         }
-        let mut best: Option<(f64, usize, Observed)> = None;
+        let mut best: Option<(f64, usize, GatedTimes)> = None;
         let mut any = false;
         for (i, (p, f)) in predictions.iter().zip(&factors).enumerate() {
             let (Some(f), true) = (f, kept[i]) else {
                 continue;
             };
+            if probe(&candidates[i]) {
+                any = true;
+                continue;
+            }
             let requests = candidates[i].requests();
-            let o = Observed::of(p, f, requests, (self.tpot_target_s, self.initial_window));
+            let o = GatedTimes::of(p, f, requests, (self.tpot_target_s, self.initial_window));
             if self.passes(&o) {
                 any = true;
                 continue;
@@ -125,12 +150,12 @@ impl Admission {
     }
 
     /// Whether observed times `o` pass both gates.
-    fn passes(&self, o: &Observed) -> bool {
+    fn passes(&self, o: &GatedTimes) -> bool {
         self.window_passes(o) && o.step_s <= self.tpot_target_s
     }
 
     /// Whether observed times `o` pass the prefill window.
-    fn window_passes(&self, o: &Observed) -> bool {
+    fn window_passes(&self, o: &GatedTimes) -> bool {
         meets_target(
             o.ttft_s,
             (o.own_s, o.idle_s),
@@ -141,10 +166,16 @@ impl Admission {
 
     /// The refusal of the best worker, `worker`, predicted `p` and observed `o`: by the
     /// prefill window when it does not pass, else by the decode bound.
-    fn observed_refusal(&self, p: &Prediction, o: Observed, worker: crate::tree::WorkerId) -> Shed {
+    fn observed_refusal(
+        &self,
+        p: &Prediction,
+        o: GatedTimes,
+        worker: crate::tree::WorkerId,
+    ) -> Shed {
         let times = (p.ttft.total_s(), p.tpot_s);
         if !self.window_passes(&o) {
-            let wait = (o.ttft_s - self.target_s).max(0.0);
+            // Waiting helps by the time the work ahead takes at the observed rate, at most.
+            let wait = (o.ttft_s - self.target_s).min(o.ttft_s - o.own_s).max(0.0);
             let mut shed = self.shed_at(times, worker, Limit::Queue, wait);
             shed.gate = Gate::PrefillWindow;
             shed.measured = super::admission::seconds(o.ttft_s);
@@ -152,8 +183,15 @@ impl Admission {
             return shed;
         }
         // The admitted prefill decays at the horizon's rate: the step is within the target
-        // about once it has decayed by the excess.
-        let wait = PREFILL_HORIZON_S * (o.step_s / self.tpot_target_s).ln().max(0.0);
+        // once its share has decayed to what the target leaves the prefill. Where the
+        // steps miss the target without any prefill (or the initial window holds), what
+        // helps is the running requests finishing, which no figure here times: one horizon.
+        let room = 1.0 - o.unshared_s / self.tpot_target_s;
+        let wait = if room > 0.0 && o.prefill_share > room && o.step_s > o.unshared_s {
+            PREFILL_HORIZON_S * (o.prefill_share / room).ln()
+        } else {
+            PREFILL_HORIZON_S
+        };
         let mut shed = self.shed_at(times, worker, Limit::Decode, wait);
         shed.gate = Gate::DecodeBound;
         shed.measured = super::admission::seconds(o.step_s);

@@ -1,0 +1,234 @@
+//! Admission after a slow spell: a fleet that was slow (first tokens after 3 s against a
+//! 2 s target) and then recovers is admitted to again, within the time-to-first-token
+//! target's span, and soon at the full rate of the fast phase. Driven as a host drives the
+//! router: its own clock on every request, first tokens, progress and completions reported
+//! as they come.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use prefix_router::{BalancedRouter, Error, Priority, RouteDecision, RouteRequest, Router, Shed};
+
+const TTFT_TARGET_S: f64 = 2.0;
+const TPOT_TARGET_S: f64 = 0.1;
+const FAMILIES: u32 = 8;
+const PROMPT_TOKENS: u32 = 2_000;
+const OUTPUT_TOKENS: u32 = 64;
+
+/// A 2,000-token prompt of family `seed % 8`: the family's first 1,600 tokens, then its own.
+fn prompt(seed: u32) -> Vec<u32> {
+    let family = seed % FAMILIES;
+    (0..PROMPT_TOKENS)
+        .map(|i| {
+            if i < 1_600 {
+                family * 1_000_003 + i
+            } else {
+                seed.wrapping_mul(2_654_435_761) ^ i
+            }
+        })
+        .collect()
+}
+
+/// How the fleet serves a request routed at some time: its first token after `ttft_s`, its
+/// 64 output tokens `tpot_s` apart after that.
+#[derive(Clone, Copy, Debug)]
+struct Service {
+    ttft_s: f64,
+    tpot_s: f64,
+}
+
+const SLOW: Service = Service {
+    ttft_s: 3.0,
+    tpot_s: 0.01,
+};
+const FAST: Service = Service {
+    ttft_s: 0.05,
+    tpot_s: 0.01,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    FirstToken,
+    Progress,
+    Complete,
+}
+
+/// What one run saw: per whole second of the host's clock, requests admitted and refused,
+/// and the refusals.
+#[derive(Debug, Default)]
+struct Run {
+    admitted: Vec<u32>,
+    refused: Vec<u32>,
+    sheds: Vec<(f64, Shed)>,
+}
+
+/// Routes one request every `1 / rate` seconds for `seconds`, served as `service(t)` says
+/// for a request routed at `t`; at `recover_at` every request in flight completes at once
+/// (the slow spell ends). The router's clock is the request's time when `timed`, else the
+/// router is given none.
+fn run(
+    router: &BalancedRouter,
+    (rate, seconds): (f64, f64),
+    service: impl Fn(f64) -> Service,
+    (recover_at, timed): (f64, bool),
+) -> Run {
+    let mut out = Run {
+        admitted: vec![0; seconds.ceil() as usize + 1],
+        refused: vec![0; seconds.ceil() as usize + 1],
+        sheds: Vec::new(),
+    };
+    let mut flight: Vec<Option<(RouteDecision, Service)>> = Vec::new();
+    // (time in µs, step, request) in time order.
+    let mut events: BinaryHeap<Reverse<(u64, Step, usize)>> = BinaryHeap::new();
+    let us = |s: f64| (s * 1e6).round() as u64;
+    let mut recovered = false;
+    let arrivals = (rate * seconds) as u32;
+    for k in 0..arrivals {
+        let t = f64::from(k) / rate;
+        // Everything due before this arrival happens first.
+        while let Some(&Reverse((at, step, i))) = events.peek() {
+            if at > us(t) {
+                break;
+            }
+            events.pop();
+            let Some((d, s)) = flight[i].as_ref() else {
+                continue;
+            };
+            match step {
+                Step::FirstToken => router.first_token_after(d, Duration::from_secs_f64(s.ttft_s)),
+                Step::Progress => router.tokens_after(
+                    d,
+                    OUTPUT_TOKENS - 1,
+                    Duration::from_secs_f64(s.tpot_s * f64::from(OUTPUT_TOKENS - 1)),
+                ),
+                Step::Complete => {
+                    router.complete(d);
+                    flight[i] = None;
+                }
+            }
+        }
+        if !recovered && t >= recover_at {
+            recovered = true;
+            for slot in &mut flight {
+                if let Some((d, _)) = slot.take() {
+                    router.complete(&d);
+                }
+            }
+        }
+        let tokens = prompt(k);
+        let mut request = RouteRequest::new(&tokens);
+        if timed {
+            request = request.with_time(Duration::from_secs_f64(t));
+        }
+        let request = request
+            .with_ttft_target(Duration::from_secs_f64(TTFT_TARGET_S))
+            .with_tpot_target(Duration::from_secs_f64(TPOT_TARGET_S))
+            .with_priority(Priority::Standard)
+            .with_expected_output(OUTPUT_TOKENS);
+        let second = t as usize;
+        match router.route(&request) {
+            Ok(d) => {
+                out.admitted[second] += 1;
+                let s = service(t);
+                let i = flight.len();
+                let first = t + s.ttft_s;
+                let last = first + s.tpot_s * f64::from(OUTPUT_TOKENS - 1);
+                events.push(Reverse((us(first), Step::FirstToken, i)));
+                events.push(Reverse((us(last), Step::Progress, i)));
+                events.push(Reverse((us(last), Step::Complete, i)));
+                flight.push(Some((d, s)));
+            }
+            Err(Error::Shed(shed)) => {
+                out.refused[second] += 1;
+                out.sheds.push((t, shed));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    out
+}
+
+/// The slow spell of 4 s at 16 requests a second, then 10 s of a fast fleet at the same
+/// rate; the router told the time when `timed`.
+fn slow_then_fast(router: &BalancedRouter, timed: bool) -> Run {
+    run(
+        router,
+        (16.0, 14.0),
+        |t| if t < 4.0 { SLOW } else { FAST },
+        (4.0, timed),
+    )
+}
+
+#[test]
+fn admission_reopens_after_a_slow_spell() {
+    let router = BalancedRouter::new(4).expect("router");
+    let out = slow_then_fast(&router, true);
+    // The slow spell is seen: some requests are refused while first tokens take 3 s.
+    let refused: u32 = out.refused.iter().sum();
+    assert!(refused > 0, "the slow spell refused nothing: {out:?}");
+    // Within the target's span of the recovery (4 s to 6 s) a request is admitted again.
+    assert!(
+        out.admitted[4] + out.admitted[5] > 0,
+        "nothing admitted in the 2 s after recovery: admitted {:?} refused {:?}, last refusal {:?}",
+        out.admitted,
+        out.refused,
+        out.sheds.last()
+    );
+    // A few seconds later every request is admitted: the fast phase's full rate.
+    for second in 6..14 {
+        assert_eq!(
+            out.refused[second],
+            0,
+            "refusals at {second} s: admitted {:?} refused {:?}, last refusal {:?}",
+            out.admitted,
+            out.refused,
+            out.sheds.last()
+        );
+    }
+    // No refusal asks to wait longer than waiting can help: the longest a first token took
+    // plus the target.
+    for (t, shed) in &out.sheds {
+        let retry = shed.retry_after.map_or(0.0, |d| d.as_secs_f64());
+        assert!(
+            retry <= SLOW.ttft_s + TTFT_TARGET_S,
+            "at {t} s: retry after {retry} s: {shed}"
+        );
+    }
+}
+
+#[test]
+fn a_fleet_that_keeps_up_is_refused_nothing() {
+    let router = BalancedRouter::new(4).expect("router");
+    let out = run(&router, (16.0, 14.0), |_| FAST, (f64::INFINITY, true));
+    assert_eq!(
+        out.refused.iter().sum::<u32>(),
+        0,
+        "needless refusals: {:?}",
+        out.sheds.first()
+    );
+}
+
+/// A host that never tells the router the time: the gates read no span (no admitted
+/// prefill rate, no wait), so the model's check and the factors decide, and the router
+/// still admits again once the fleet recovers.
+#[test]
+fn a_router_never_told_the_time_recovers_too() {
+    let router = BalancedRouter::new(4).expect("router");
+    let out = slow_then_fast(&router, false);
+    for second in 6..14 {
+        assert_eq!(
+            out.refused[second],
+            0,
+            "refusals at {second} s: admitted {:?} refused {:?}, last refusal {:?}",
+            out.admitted,
+            out.refused,
+            out.sheds.last()
+        );
+    }
+    assert_eq!(
+        router.fleet_signals().at,
+        Duration::ZERO,
+        "the clock never moved"
+    );
+}
