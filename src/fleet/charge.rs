@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use super::candidate::Candidate;
 use super::clock::nanos;
 use super::registry::Registered;
+use super::report::SATURATED_PENALTY_S;
 use super::timing::{Terms, attended};
 use super::tracker::Fleet;
 use crate::request::{RouteDecision, RouteRequest};
@@ -44,7 +45,11 @@ impl Fleet {
         let (ttft_terms, tpot_terms) = (e.ttft_terms(&self.config, shape), e.tpot_terms(shape));
         let forecast_terms = e.forecast_terms(&self.config, shape, ttft_terms);
         let forecast = e.forecast_timing();
-        let saturated = if e.saturated { 3_600.0 } else { 0.0 };
+        let saturated = if e.saturated {
+            SATURATED_PENALTY_S
+        } else {
+            0.0
+        };
         let predicted = (
             forecast.of(&forecast_terms) + saturated,
             forecast.of(&tpot_terms),
@@ -53,7 +58,9 @@ impl Fleet {
         if slot.load.routed(prompt_tokens as u64, prefill, output) {
             slot.observed.started(now_ns);
         }
-        if request.asks_admission() {
+        // The decode bound reads the admitted prefill as a rate over the router's clock: a
+        // clock never told a time has no span to read it over, and counts none.
+        if request.asks_admission() && self.clock.told() {
             let pairs = attended(prompt_tokens as u64, prefill);
             slot.observed.admit(now_ns, (prefill, pairs));
         }
@@ -83,6 +90,7 @@ impl Fleet {
             )
             .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output)
             .with_forecast_terms(forecast_terms.0)
+            .saturated(e.saturated)
             .routed_at(now_ns),
         )
     }
@@ -97,9 +105,9 @@ impl Fleet {
             let (prompt, prefill) = (decision.prompt_tokens(), decision.prefill_tokens());
             let total = r.slot.load.first_token(prompt as u64, prefill as u64);
             decision.set_prefilled_mark(total);
-            // A saturated worker's prediction carries an hour for the stale report:
-            // nothing to learn from it.
-            let timed = elapsed.filter(|_| decision.predicted_ttft_s() < 3_600.0);
+            // A saturated worker's prediction carries a penalty for the stale report, not
+            // a time: nothing to learn from it.
+            let timed = elapsed.filter(|_| !decision.was_saturated());
             if let Some(elapsed) = timed {
                 let at = decision.routed_ns().saturating_add(nanos(elapsed));
                 let observed = (elapsed.as_secs_f64(), decision.predicted_ttft_s());

@@ -54,7 +54,10 @@ impl Ask {
                 .map(|p| Priority::parse(p).or_raise())
                 .transpose()?,
             expected_output: args.expected_output,
-            now: args.now.map(|t| seconds("now", t)).transpose()?,
+            now: Some(match args.now {
+                Some(t) => seconds("now", t)?,
+                None => monotonic(tokens.py())?,
+            }),
         })
     }
 
@@ -81,6 +84,14 @@ impl Ask {
         }
         r
     }
+}
+
+/// Python's `time.monotonic()`: the clock a request given no `now` is routed at, the one
+/// a host passing its own should use too (the router's clock never goes back, and a time
+/// far ahead of it moves it only once a second one confirms it).
+fn monotonic(py: Python<'_>) -> PyResult<Duration> {
+    let now: f64 = py.import("time")?.getattr("monotonic")?.call0()?.extract()?;
+    seconds("now", now)
 }
 
 /// A target: a positive number of seconds.
