@@ -6,6 +6,7 @@
 
 use super::config::LoadConfig;
 use super::estimate::Estimate;
+use super::report::SATURATED_PENALTY_S;
 #[cfg(doc)]
 use super::step::StepModel;
 use super::timing::{Terms, Timing, attended};
@@ -48,7 +49,7 @@ impl Estimate {
             + self.own_prefill_s(config, (prompt, miss), miss_weight)
             + steps as f64 * overhead;
         if self.saturated {
-            ttft += 3_600.0;
+            ttft += SATURATED_PENALTY_S;
         }
         if self.must_wait(config, miss, output) {
             ttft += self.admission_wait(config, miss, output).seconds(t);
@@ -358,7 +359,7 @@ impl Estimate {
         let mut load =
             t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64) + overhead;
         if self.saturated {
-            load += 3_600.0;
+            load += SATURATED_PENALTY_S;
         }
         if self.must_wait(config, 0, 0) {
             load += self.admission_wait(config, 0, 0).seconds(t);
@@ -454,7 +455,7 @@ impl TtftParts {
     pub(crate) fn total_s(&self) -> f64 {
         let mut time = self.queue_s + self.own_s + self.steps_s;
         if self.saturated {
-            time += 3_600.0;
+            time += SATURATED_PENALTY_S;
         }
         time + self.wait_s
     }
@@ -571,7 +572,7 @@ mod tests {
             // The terms a measured time teaches give the same prediction, but for a
             // saturated worker's hour.
             let terms = e.timing.of(&e.ttft_terms(&config, request));
-            let hour = if saturated { 3_600.0 } else { 0.0 };
+            let hour = if saturated { SATURATED_PENALTY_S } else { 0.0 };
             prop_assert!(
                 (terms + hour - parts).abs() <= 1e-5 * parts.max(1.0),
                 "{terms} against {parts}"

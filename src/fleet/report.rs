@@ -112,6 +112,13 @@ impl EngineLoad {
     }
 }
 
+/// Seconds a worker counted as saturated ([`Staleness::Saturated`]) adds to every time to
+/// first token predicted there: an hour, longer than any first token a served request
+/// waits for, so that such a worker is chosen only when every worker is, and ranked among
+/// saturated workers by its load still. A penalty, not a prediction: a first token timed
+/// on such a worker teaches nothing (its decision records that it was saturated).
+pub(crate) const SATURATED_PENALTY_S: f64 = 3_600.0;
+
 /// What a report older than [`LoadConfig::max_report_age`](crate::LoadConfig::max_report_age) counts as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -119,7 +126,8 @@ pub enum Staleness {
     /// As if fresh: the last word from the engine, plus this router's counts since.
     Hold,
     /// The worker counts as saturated (its exporter or the engine may be stuck): it is
-    /// chosen only when every worker is (llm-d's saturation detector does the same).
+    /// chosen only when every worker is (llm-d's saturation detector does the same). Its
+    /// predicted time to first token carries an hour more.
     Saturated,
     /// Dropped: the router goes by its own counts alone, as if the engine never reported.
     /// The default.

@@ -33,6 +33,9 @@ pub struct RouteDecision {
     forecast_terms: [f32; 5],
     /// Output tokens the request was charged with (its expected output).
     output_tokens: u32,
+    /// Whether the worker's report counted as saturation when the request was routed: its
+    /// predicted time carries the penalty, not a time to learn from.
+    saturated: bool,
     /// `RELEASED`, `PREFILLED` and `DECODED` bits: each set once, by one atomic operation.
     state: AtomicU8,
     /// The request's number in the router's replica sync records (0: none).
@@ -76,6 +79,7 @@ impl RouteDecision {
             terms: ([0.0; 5], [0.0; 5]),
             forecast_terms: [0.0; 5],
             output_tokens: 0,
+            saturated: false,
             state: AtomicU8::new(0),
             sync: 0,
             routed_ns: 0,
@@ -102,6 +106,17 @@ impl RouteDecision {
     pub(crate) fn with_forecast_terms(mut self, terms: [f32; 5]) -> Self {
         self.forecast_terms = terms;
         self
+    }
+
+    /// The same decision on a worker whose report counted as saturation, or not.
+    pub(crate) fn saturated(mut self, saturated: bool) -> Self {
+        self.saturated = saturated;
+        self
+    }
+
+    /// Whether the worker's report counted as saturation when the request was routed.
+    pub(crate) fn was_saturated(&self) -> bool {
+        self.saturated
     }
 
     /// The terms the forecast time to first token counted.
