@@ -328,6 +328,19 @@ impl CacheIndex {
         blocks: &[BlockHash],
         choose: impl FnOnce(&[(WorkerId, Held)], MirrorView<'_>) -> Result<(T, WorkerId), Error>,
     ) -> Result<T, Error> {
+        self.match_choose_insert_or(blocks, |holders, mirror| choose(holders, mirror).map(Some))
+            // `choose` never declines here: no `None` comes back.
+            .and_then(|chosen| chosen.ok_or(Error::NoWorkers))
+    }
+
+    /// [`match_choose_insert`](Self::match_choose_insert) whose `choose` may also decline:
+    /// `Ok(None)` inserts nothing and answers `None`, the lock released, so that the
+    /// caller can gather what it must not gather under the lock and ask again.
+    pub(crate) fn match_choose_insert_or<T>(
+        &self,
+        blocks: &[BlockHash],
+        choose: impl FnOnce(&[(WorkerId, Held)], MirrorView<'_>) -> Result<Option<(T, WorkerId)>, Error>,
+    ) -> Result<Option<T>, Error> {
         let mut mirror = self.lock();
         let Mirror { tree, sync } = &mut *mirror;
         let mut holders: Holders = SmallVec::new();
@@ -339,7 +352,9 @@ impl CacheIndex {
             };
             holders.push((worker, held));
         });
-        let (chosen, worker) = choose(&holders, MirrorView { tree })?;
+        let Some((chosen, worker)) = choose(&holders, MirrorView { tree })? else {
+            return Ok(None);
+        };
         tree.insert(worker, blocks);
         if sync.groups().any() {
             sync.groups_mut().routed(worker, blocks);
@@ -349,7 +364,7 @@ impl CacheIndex {
                 tree.expire(tree.clock().saturating_sub(ttl));
             }
         }
-        Ok(chosen)
+        Ok(Some(chosen))
     }
 
     /// [`CacheSync::report_cached_salted`], returning what the mirror predicted before and

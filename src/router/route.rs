@@ -76,23 +76,26 @@ impl<P: Policy> PolicyRouter<P> {
             return Ok((self.select(request, candidates)?, 0));
         }
         let shortlist = self.policy.candidates() == CandidateSet::LeastLoadedPerMatch;
-        if !shortlist {
-            // Every worker: the snapshot is taken before the mirror's lock.
-            self.fleet.candidates(candidates);
+        if shortlist {
+            let chosen = self
+                .index
+                .match_choose_insert_or(blocks, |holders, mirror| {
+                    let offer = self.offer(request, fleet_load, mirror);
+                    let deepest = deepest_of(holders);
+                    let chosen =
+                        self.choose_shortlisted(request, holders, candidates, offer, gate)?;
+                    Ok(chosen.map(|chosen| ((chosen, deepest), candidates[chosen].worker)))
+                })?;
+            if let Some(chosen) = chosen {
+                return Ok(chosen);
+            }
+            // The gate refused the shortlist's choice, or needs the policy's choice among
+            // every worker: its rule reads them all, snapshotted outside the mirror's lock
+            // (a refusal comes under overload, when the lock is busiest).
         }
+        self.fleet.candidates(candidates);
         self.index.match_choose_insert(blocks, |holders, mirror| {
             let offer = self.offer(request, fleet_load, mirror);
-            // Holders come shallowest first.
-            let deepest = holders.last().map_or(0, |h| h.1.blocks);
-            if shortlist {
-                let chosen = self.choose_shortlisted(request, holders, candidates, offer, gate)?;
-                if let Some(chosen) = chosen {
-                    return Ok(((chosen, deepest), candidates[chosen].worker));
-                }
-                // The gate refused the choice, or needs the policy's choice among every
-                // worker: its rule reads them all.
-                self.fleet.candidates(candidates);
-            }
             fill(candidates, holders);
             if candidates.is_empty() {
                 return Err(Error::NoWorkers);
@@ -102,7 +105,7 @@ impl<P: Policy> PolicyRouter<P> {
             }
             gate.filter(&self.fleet, (&self.policy, request), candidates)?;
             let chosen = self.select(request, candidates)?;
-            Ok(((chosen, deepest), candidates[chosen].worker))
+            Ok(((chosen, deepest_of(holders)), candidates[chosen].worker))
         })
     }
 
@@ -142,6 +145,12 @@ impl<P: Policy> PolicyRouter<P> {
             .passes(&self.fleet, asking, (candidates, chosen), exact)
             .then_some(chosen))
     }
+}
+
+/// The blocks the deepest of `holders` holds (holders come shallowest first).
+#[inline]
+fn deepest_of(holders: &[(WorkerId, crate::tree::Held)]) -> u32 {
+    holders.last().map_or(0, |h| h.1.blocks)
 }
 
 impl<P: Policy> PolicyRouter<P> {
@@ -192,8 +201,7 @@ impl<P: Policy> PolicyRouter<P> {
             for c in candidates.iter_mut() {
                 offer.complete(c);
             }
-            let deepest = holders.last().map_or(0, |h| h.1.blocks);
-            choose(&mut candidates, deepest)
+            choose(&mut candidates, deepest_of(holders))
         })
     }
 
