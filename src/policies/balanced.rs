@@ -207,11 +207,26 @@ impl Balanced {
 
     /// [`Scoring::Weighted`]: the highest `alpha · cache + (1 − alpha) · load`.
     fn weighted(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> usize {
+        let score = self.weighted_score(request, candidates);
+        choose_min(request, candidates, |c| {
+            let (cache, load) = score(c);
+            cache + load
+        })
+    }
+
+    /// [`Scoring::Weighted`]'s cost of a candidate among `candidates`, its two terms (minus
+    /// the weighted cache score, minus the weighted load score): what
+    /// [`weighted`](Self::weighted) ranks by and a receipt shows.
+    fn weighted_score(
+        &self,
+        request: &RouteRequest<'_>,
+        candidates: &[Candidate],
+    ) -> impl Fn(&Candidate) -> (f64, f64) {
         let max_requests = candidates.iter().map(Candidate::requests).max();
         let max_requests = max_requests.unwrap_or(0);
         let alpha = self.config.alpha;
         let tokens = request.tokens().len();
-        choose_min(request, candidates, |c| {
+        move |c: &Candidate| {
             let load = if max_requests == 0 {
                 1.0
             } else {
@@ -222,8 +237,8 @@ impl Balanced {
             } else {
                 c.cached_tokens() as f64 / tokens as f64
             };
-            -(alpha * cache + (1.0 - alpha) * load)
-        })
+            (-alpha * cache, -(1.0 - alpha) * load)
+        }
     }
 
     /// [`Scoring::PredictedTtft`]: the least predicted time.
@@ -376,7 +391,6 @@ impl Policy for Balanced {
     }
 
     fn cost(&self, request: &RouteRequest<'_>, c: &Candidate) -> Option<Cost> {
-        let tokens = request.tokens().len();
         Some(match self.config.scoring {
             Scoring::PredictedTtft => {
                 let (ttft, decode) = self.terms(request, c);
@@ -388,14 +402,22 @@ impl Policy for Balanced {
                     ("kv_room_s", self.room_s(c, miss, output)),
                 ])
             }
-            Scoring::Weighted => {
-                let cache = if tokens == 0 {
-                    0.0
-                } else {
-                    c.cached_tokens() as f64 / tokens as f64
-                };
-                Cost::of(&[("minus_cache_score", -self.config.alpha * cache)])
-            }
+            // Its load term is relative to the busiest candidate: explained over the whole
+            // set, by `costs`.
+            Scoring::Weighted => return None,
         })
+    }
+
+    fn costs(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Vec<Option<Cost>> {
+        match self.config.scoring {
+            Scoring::Weighted => {
+                let score = self.weighted_score(request, candidates);
+                let cost = |(cache, load)| {
+                    Cost::of(&[("minus_cache_score", cache), ("minus_load_score", load)])
+                };
+                candidates.iter().map(|c| Some(cost(score(c)))).collect()
+            }
+            Scoring::PredictedTtft => candidates.iter().map(|c| self.cost(request, c)).collect(),
+        }
     }
 }

@@ -23,14 +23,16 @@ impl<P: Policy> Router for PolicyRouter<P> {
     ) -> Result<(RouteDecision, Receipt), Error> {
         let mut candidates = Candidates::new();
         let decision = self.route_among(request, &mut candidates)?;
+        let costs = self.policy.costs(request, &candidates);
         let lines = candidates
             .iter()
-            .map(|c| ReceiptLine {
+            .zip(costs)
+            .map(|(c, cost)| ReceiptLine {
                 worker: c.worker,
                 requests: c.requests(),
                 prefill_tokens: c.prefill_tokens(),
                 cached_tokens: Tier::ALL.map(|t| c.cached_tokens_at(t)),
-                cost: self.policy.cost(request, c),
+                cost,
             })
             .collect();
         let receipt = Receipt {

@@ -85,6 +85,14 @@ pub trait Policy: Send + Sync {
         None
     }
 
+    /// The policy's cost of each of `candidates` for `request`, in order, for
+    /// [`Router::route_with_receipt`](crate::Router::route_with_receipt): for a policy whose
+    /// cost of one candidate reads the others (a load relative to the busiest), the cost
+    /// [`select`](Self::select) ranked them by. The default: [`cost`](Self::cost) of each.
+    fn costs(&self, request: &RouteRequest<'_>, candidates: &[Candidate]) -> Vec<Option<Cost>> {
+        candidates.iter().map(|c| self.cost(request, c)).collect()
+    }
+
     /// What `candidate` costs `request` beyond its load ([`Candidate::load_ns`]), in whole
     /// nanoseconds, for a policy that chooses the least cost. With an answer,
     /// [`CandidateSet::LeastLoadedPerMatch`] offers every worker that could cost least, and
