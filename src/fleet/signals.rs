@@ -109,7 +109,10 @@ pub struct WorkerLoad {
     /// The last [`EngineLoad`] reported for it.
     pub reported: Option<EngineLoad>,
     /// The load model's error on this worker: measured over predicted time to first token
-    /// (weighted towards the last ten or so), from the timings
+    /// (weighted towards the last ten or so), the prediction being the one the policies
+    /// price with (the queued prompts whole until their first token, at the worker's learned
+    /// terms with the fleet's as prior), not the one a decision records (for that, see
+    /// [`ObservedLoad::prefill_factor`]); from the timings
     /// the host reported ([`Router::first_token_after`](crate::Router::first_token_after));
     /// `None` before five. 1.0 is a model that predicts the worker exactly; 2.0, first
     /// tokens twice as late as predicted (which admission and the cost then expect).
@@ -137,8 +140,10 @@ pub struct WorkerLoad {
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct ObservedLoad {
-    /// Measured over predicted time to first token, weighted towards the last ten or so,
-    /// with the wait for a first token as evidence (1.0 until measured).
+    /// Measured over predicted time to first token, the prediction being the one a decision
+    /// records and admission checks ([`RouteDecision::predicted_ttft_s`](crate::RouteDecision::predicted_ttft_s)),
+    /// weighted towards the last ten samples or so, with the wait for a first token as
+    /// evidence: what the prefill window multiplies the prediction by (1.0 until measured).
     pub prefill_factor: f64,
     /// Measured time per output token between streamed progress reports over the model's
     /// decode step then (1.0 until measured).
@@ -152,7 +157,8 @@ pub struct ObservedLoad {
     /// The observed time per output token, from streamed progress (0 until reported).
     pub step_s: f64,
     /// The decode bound's occupancy: the share of the worker's time the prefill admission
-    /// admitted there takes, at the observed prefill rate, over the last five seconds or so
+    /// admitted there takes, at the prefill factor from first tokens (without the wait's
+    /// evidence, as the bound reads it), over the last five seconds or so
     /// (decayed; over the time since the first admission there while that is shorter, at
     /// least 4 s). Chunked prefill shares the decode steps: the decodes get the rest, and the
     /// bound keeps the step factor times the decode step over that rest within a request's
@@ -191,7 +197,9 @@ impl ObservedLoad {
             },
             outstanding_prefill_tokens: e.prefill_tokens,
             step_s: f.per_token_s,
-            prefill_share: factor * f.admitted_s / f.window_s,
+            // The share as the decode bound reads it: at the prefill factor from first
+            // tokens, without the wait's evidence (which bounds the window alone).
+            prefill_share: f.prefill_share(0.0),
             stalled_s: f.stalled_s,
         }
     }
