@@ -9,7 +9,7 @@ use super::policy::{PD_DECIDERS, POLICIES};
 use prefix_router::StepModel;
 use prefix_router::sim::{
     Arrivals, ClusterConfig, ENGINE_PROFILES, Engine, EngineProfile, Front, PriorityMix,
-    PriorityScope, SyncMode, WorkerSpec, Workload,
+    PriorityScope, SlowSpell, SyncMode, WorkerSpec, Workload,
 };
 
 /// Everything the flags set.
@@ -209,6 +209,10 @@ struct ClusterFlags {
     /// (inf: never back).
     #[arg(long, value_name = "SPEC")]
     faults: Option<String>,
+    /// Every engine slower for a spell: 30-60@10 is each step that starts from 30 s to
+    /// 60 s taking ten times its time (batched engine).
+    #[arg(long, value_name = "FROM-TO@FACTOR", value_parser = slow_spell)]
+    slow_spell: Option<SlowSpell>,
 }
 
 /// The routers and what reaches them.
@@ -405,6 +409,11 @@ fn replica_sync(v: &str) -> Result<Option<f64>, String> {
     }
 }
 
+/// Parses `--slow-spell`.
+fn slow_spell(v: &str) -> Result<SlowSpell, String> {
+    SlowSpell::parse(v).map_err(|e| e.to_string())
+}
+
 /// Parses `--priorities`.
 fn priorities(v: &str) -> Result<PriorityMix, String> {
     PriorityMix::parse(v).map_err(|e| e.to_string())
@@ -432,6 +441,7 @@ impl From<Cli> for Args {
         cluster.batch.host_capacity_tokens = c.host_capacity_tokens;
         cluster.batch.host_chunk_blocks = c.host_chunk_blocks;
         cluster.batch.step_jitter = c.step_jitter;
+        cluster.batch.slow_spell = c.slow_spell;
         cluster.arrivals = match c.arrivals {
             ArrivalsArg::Recorded => Arrivals::Recorded,
             ArrivalsArg::Spread => Arrivals::Spread,

@@ -258,7 +258,12 @@ impl<'s> Run<'s> {
         let workers = self.workers.len();
         let worker = &mut self.workers[w];
         let jitter = worker.jitter.lognormal_factor(cfg.batch.step_jitter);
-        let duration = step.duration(&cfg.batch, cfg.prefill_tokens_per_s) / worker.speed * jitter;
+        let slow = cfg
+            .batch
+            .slow_spell
+            .map_or(1.0, |spell| spell.factor_at(now));
+        let duration =
+            step.duration(&cfg.batch, cfg.prefill_tokens_per_s) / worker.speed * jitter * slow;
         worker.prefill_tokens += step.prefill as u64;
         worker.busy_s += duration;
         worker.step = Some((step, now + duration));

@@ -297,6 +297,99 @@ pub struct BatchConfig {
     /// factor of mean 1 and this log-scale deviation, drawn per worker from the run's seed.
     /// 0 or more; default 0 (no spread).
     pub step_jitter: f64,
+    /// A spell in which every worker runs slower (a thermal throttle, a noisy neighbour, a
+    /// storage stall); `None` (the default): none.
+    pub slow_spell: Option<SlowSpell>,
+}
+
+/// From `from_s` to `to_s` (simulated seconds) every step that starts takes `factor` times
+/// its time: the whole fleet slows, then recovers.
+///
+/// ```
+/// use prefix_router::sim::SlowSpell;
+///
+/// let spell = SlowSpell::parse("30-60@10")?;
+/// assert_eq!(spell, SlowSpell::new(30.0, 60.0, 10.0));
+/// assert_eq!(spell.factor_at(45.0), 10.0);
+/// assert_eq!(spell.factor_at(60.0), 1.0);
+/// # Ok::<(), prefix_router::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SlowSpell {
+    /// When it starts.
+    pub from_s: f64,
+    /// When it ends.
+    pub to_s: f64,
+    /// How many times slower each step is, at least 1.
+    pub factor: f64,
+}
+
+impl SlowSpell {
+    /// Steps starting from `from_s` to `to_s` take `factor` times their time.
+    #[must_use]
+    pub fn new(from_s: f64, to_s: f64, factor: f64) -> Self {
+        Self {
+            from_s,
+            to_s,
+            factor,
+        }
+    }
+
+    /// Parses `FROM-TO@FACTOR` (seconds, seconds, times slower).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a malformed spell or one [`validate`](Self::validate)
+    /// refuses.
+    pub fn parse(spec: &str) -> Result<Self, Error> {
+        let bad =
+            || crate::config::invalid("slow_spell", spec, "FROM-TO@FACTOR, for example 30-60@10");
+        let (times, factor) = spec.trim().split_once('@').ok_or_else(bad)?;
+        let (from, to) = times.split_once('-').ok_or_else(bad)?;
+        let number = |s: &str| s.trim().parse::<f64>().map_err(|_| bad());
+        let spell = Self::new(number(from)?, number(to)?, number(factor)?);
+        spell.validate()?;
+        Ok(spell)
+    }
+
+    /// The factor of a step starting at `now_s`: 1 outside the spell.
+    #[must_use]
+    pub fn factor_at(&self, now_s: f64) -> f64 {
+        if (self.from_s..self.to_s).contains(&now_s) {
+            self.factor
+        } else {
+            1.0
+        }
+    }
+
+    /// Checks the spell.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a start that is negative or not finite, an end not
+    /// after the start, or a factor below 1 or above 1,000.
+    pub fn validate(&self) -> Result<(), Error> {
+        float(
+            "slow_spell",
+            self.from_s,
+            0.0..=f64::MAX,
+            "a finite start, 0 or later",
+        )?;
+        if !(self.to_s > self.from_s) {
+            return Err(crate::config::invalid(
+                "slow_spell",
+                self.to_s,
+                "an end after the start",
+            ));
+        }
+        float(
+            "slow_spell",
+            self.factor,
+            1.0..=1_000.0,
+            "a factor from 1 to 1,000",
+        )
+    }
 }
 
 impl BatchConfig {
@@ -313,6 +406,8 @@ impl BatchConfig {
         with_profile: profile: Option<super::StepProfile>;
         /// Sets [`step_jitter`](Self::step_jitter).
         with_step_jitter: step_jitter: f64;
+        /// Sets [`slow_spell`](Self::slow_spell).
+        with_slow_spell: slow_spell: Option<SlowSpell>;
     }
 
     /// Checks every field.
@@ -338,6 +433,9 @@ impl BatchConfig {
             0.0..=10.0,
             "a log-scale deviation from 0 to 10",
         )?;
+        if let Some(spell) = &self.slow_spell {
+            spell.validate()?;
+        }
         self.step.validate()
     }
 }
@@ -351,6 +449,7 @@ impl Default for BatchConfig {
             reload: crate::fleet::ReloadConfig::default(),
             profile: None,
             step_jitter: 0.0,
+            slow_spell: None,
         }
     }
 }

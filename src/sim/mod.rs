@@ -80,7 +80,7 @@ mod workload;
 
 pub use self::config::{
     Arrivals, BatchConfig, ClusterConfig, Engine, Fault, Front, PriorityMix, PriorityScope,
-    SyncMode, WorkerSpec,
+    SlowSpell, SyncMode, WorkerSpec,
 };
 pub use self::profile::{ENGINE_PROFILES, EngineProfile, StepProfile};
 pub use self::report::{RequestRecord, SimReport};
