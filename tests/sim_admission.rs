@@ -192,3 +192,52 @@ fn a_session_draws_one_priority_for_its_requests() {
         "drawn per request, every session kept one priority"
     );
 }
+
+/// A fleet that slows thirtyfold for 30 s and then recovers, under admission: in the minute
+/// after the spell it serves within targets at least 0.9 of what the same fleet serves in
+/// that minute when it never slowed. Admission must reopen once first tokens are fast
+/// again, and what it learned in the spell must not hold it shut.
+#[test]
+fn admission_recovers_after_the_fleet_stalls() {
+    let workload = Workload::SharedPrompts {
+        requests: 4_800,
+        systems: 50,
+        system_tokens: 2_000,
+        question_tokens: 200,
+        zipf_s: 1.0,
+        rate_per_s: 40.0,
+        output_tokens: 100,
+    };
+    let requests = workload.generate(7);
+    let config = ClusterConfig::default()
+        .with_workers(4)
+        .with_engine(Engine::Batched)
+        .with_admission(true)
+        .with_measure_decision_time(false);
+    let goodput_per_s = |config: ClusterConfig| {
+        let router = BalancedRouter::new(config.workers).unwrap();
+        let report = Simulation::new(requests.clone(), config)
+            .unwrap()
+            .run(&router)
+            .unwrap();
+        let (ttft, tpot) = (config.ttft_target_s, config.tpot_target_s);
+        let good = report
+            .request_records
+            .iter()
+            .filter(|r| (60.0..120.0).contains(&r.arrival_s))
+            .filter(|r| r.ttft_s.is_some_and(|t| t <= ttft))
+            .filter(|r| r.tpot_s.is_none_or(|t| t <= tpot))
+            .count();
+        (good as f64 / 60.0, report.shed)
+    };
+    let (steady, steady_shed) = goodput_per_s(config);
+    let spell = SlowSpell::new(30.0, 60.0, 30.0);
+    let mut slowed = config;
+    slowed.batch = slowed.batch.with_slow_spell(Some(spell));
+    let (after, shed) = goodput_per_s(slowed);
+    assert!(shed > steady_shed, "the spell refused nothing: {shed}");
+    assert!(
+        after >= 0.9 * steady,
+        "{after:.2}/s in the minute after the spell against {steady:.2}/s without it"
+    );
+}
