@@ -439,7 +439,10 @@ def main():
     p.add_argument("--load-high", type=float, default=3.0)
     p.add_argument("--port-base", type=int, default=27000)
     p.add_argument("--routers", default="", help="comma-separated names (default: all)")
-    p.add_argument("--quick", action="store_true", help="CI smoke: 4 engines, ~100 requests")
+    p.add_argument("--quick", action="store_true",
+                   help="CI smoke: 4 engines, ~100 requests, the gateway and Dynamo's KV router, "
+                        "checked (no errors, cached tokens reported)")
+    p.add_argument("--check", action="store_true", help="check every cell as --quick does")
     a = p.parse_args()
     a.workdir = a.workdir.resolve()
     a.logdir = a.workdir / "logs"
@@ -505,6 +508,13 @@ def main():
             k: str(v) for k, v in vars(a).items()}}, default=str))
     log(f"all done in {time.time() - t_all:.0f} s; results in {a.out}")
     print(summarise.table(cells))
+    if a.check or a.quick:
+        problems = summarise.check(cells, names)
+        for pr in problems:
+            log(f"CHECK FAILED: {pr}")
+        if problems:
+            sys.exit(1)
+        log(f"checks passed: {len(cells)} cells, no errors, cached tokens reported in each")
 
 
 if __name__ == "__main__":

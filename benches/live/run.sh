@@ -11,7 +11,8 @@
 #     elsewhere) with its other requirements, sglang-router 0.3.2, vllm-router 0.1.17 and
 #     the openai client, into ~/.cache/prefix-router/live-venv (kept while the
 #     requirement files are unchanged);
-#   - the gateway example (--features zmq) into $LIVE_TARGET (default <repo>/target-live);
+#   - the gateway example (--features zmq) into $LIVE_TARGET (default <repo>/target-live),
+#     unless $LIVE_GATEWAY_BIN names one already built with the zmq feature (CI's);
 #   - the Python package (bindings/python/setup.sh) into $LIVE_TARGET/python (not --quick).
 # Everything listens on 127.0.0.1. Builds run under `nice`. Extra flags go to bench.py.
 set -euo pipefail
@@ -33,10 +34,16 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$sta
     echo "$stamp" > "$venv/.stamp"
 fi
 
-echo "live: building the gateway example (release, --features zmq) into $target" >&2
-CARGO_TARGET_DIR="$target" nice -n 10 cargo build --quiet --release --features zmq \
-    --example gateway --manifest-path "$root/Cargo.toml"
-args=(--python "$venv/bin/python" --gateway-bin "$target/release/examples/gateway")
+gateway="${LIVE_GATEWAY_BIN:-}"
+if [ -n "$gateway" ] && [ -x "$gateway" ]; then
+    echo "live: the gateway example as built: $gateway" >&2
+else
+    echo "live: building the gateway example (release, --features zmq) into $target" >&2
+    CARGO_TARGET_DIR="$target" nice -n 10 cargo build --quiet --release --features zmq \
+        --example gateway --manifest-path "$root/Cargo.toml"
+    gateway="$target/release/examples/gateway"
+fi
+args=(--python "$venv/bin/python" --gateway-bin "$gateway")
 
 if [ "$quick" = 0 ]; then
     echo "live: building the Python package into $target/python" >&2

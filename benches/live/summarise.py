@@ -54,6 +54,10 @@ def metrics(cell: dict) -> dict:
     if None in per_worker:
         order.append(None)
     errors = [r["error"] for r in recs if r.get("error") is not None]
+    # Client TTFT minus the TTFT the engine's frontend measured (Dynamo's `timing.ttft_ms`):
+    # the path in front of that frontend (the router, and an adapter where there is one).
+    path = [r["ttft"] * 1000.0 - r["engine_ttft_ms"] for r in ok
+            if r.get("engine_ttft_ms") is not None and r.get("ttft") is not None]
     return {
         "requests": len(recs),
         "errors": len(errors),
@@ -66,6 +70,7 @@ def metrics(cell: dict) -> dict:
         "e2e_p99": pct(e2e, 99),
         "goodput": good / len(recs) if recs else 0.0,
         "per_worker": [per_worker.get(w, 0) for w in order],
+        "path_wall_ms_p50": pct(path, 50),
     }
 
 
@@ -103,14 +108,15 @@ def table(cells: list[dict]) -> str:
                        f"machine busy (share of 2 cores) per run: {cpu}.")
         out.append("")
         out.append("| router | cached/prompt | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | "
-                   "e2e p99 | errors | goodput | requests per worker |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+                   "e2e p99 | errors | goodput | path p50 (wall ms) | requests per worker |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for c in group:
             m = metrics(c)
             out.append(
                 f"| {c['router']} | {fmt(m['cached_ratio'], 3)} | {fmt(m['ttft_p50'])} | "
                 f"{fmt(m['ttft_p99'])} | {fmt(m['tpot_p50'], 1)} | {fmt(m['tpot_p99'], 1)} | "
                 f"{fmt(m['e2e_p99'])} | {m['errors']} | {fmt(m['goodput'], 3)} | "
+                f"{fmt(m['path_wall_ms_p50'], 1)} | "
                 f"{' '.join(str(x) for x in m['per_worker'])} |")
         out.append("")
         by = {c["router"]: c for c in group}
