@@ -215,7 +215,13 @@ fn arrivals_file(args: &Args) -> Result<(PathBuf, Scratch, usize, bool, usize)> 
         }
         out.flush()?;
         let deltas = args.turns_per_session > 1;
-        return Ok((path.clone(), Scratch(Some(path)), rows, deltas, args.block_size));
+        return Ok((
+            path.clone(),
+            Scratch(Some(path)),
+            rows,
+            deltas,
+            args.block_size,
+        ));
     }
     let Some(trace) = &args.trace else {
         bail!("give --trace FILE or --synthetic");

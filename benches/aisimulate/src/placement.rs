@@ -326,10 +326,8 @@ impl PlacementPolicy<ReplayRequestPayload> for CratePlacement {
             && flight.first_token_ms.is_none()
         {
             flight.first_token_ms = Some(now_ms);
-            self.router.first_token_after(
-                &flight.decision,
-                host_time(now_ms - flight.forwarded_ms),
-            );
+            self.router
+                .first_token_after(&flight.decision, host_time(now_ms - flight.forwarded_ms));
         }
         Ok(Vec::new())
     }

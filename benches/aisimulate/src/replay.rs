@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 
 use aisimulate_core::replay::loadgen::{Trace, TraceFileFormat, WorkloadDriver};
 use aisimulate_core::replay::{
-    CURRENT_REPLAY_SPEC_VERSION, DirectRequest, ProviderSpec, ReplayAdapters,
-    ReplayCaptureOptions, ReplayEngineConfig, ReplayEngineFactory, ReplayReport,
-    ReplayRuntimeInput, ReplaySpec, ReplayTopology, Replayer, SlaThresholds, WorkerPoolSpec,
+    CURRENT_REPLAY_SPEC_VERSION, DirectRequest, ProviderSpec, ReplayAdapters, ReplayCaptureOptions,
+    ReplayEngineConfig, ReplayEngineFactory, ReplayReport, ReplayRuntimeInput, ReplaySpec,
+    ReplayTopology, Replayer, SlaThresholds, WorkerPoolSpec,
 };
 use anyhow::{Context, Result, bail};
 use dynamo_mocker::config::MockerConfig;
@@ -209,7 +209,10 @@ fn normalize(mut requests: Vec<DirectRequest>) -> Result<VecDeque<DirectRequest>
     }
     let at = |r: &DirectRequest| r.arrival_timestamp_ms.unwrap_or(0.0);
     requests.sort_by(|a, b| at(a).total_cmp(&at(b)));
-    let first = requests.first().map(at).context("the trace has no request")?;
+    let first = requests
+        .first()
+        .map(at)
+        .context("the trace has no request")?;
     for request in &mut requests {
         request.arrival_timestamp_ms = Some(at(request) - first);
     }

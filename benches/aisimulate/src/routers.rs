@@ -56,7 +56,11 @@ fn boxed<P: Policy + 'static>(r: Result<PolicyRouter<P>, Error>) -> Result<Arc<d
 /// The crate's router called `name` over `workers` workers hashing blocks of `block_size`
 /// tokens (the engines'), every other setting its default; `None` for a name that is not
 /// one of [`CRATE_POLICIES`].
-pub fn build(name: &str, workers: u32, block_size: usize) -> Option<Result<Arc<dyn Router>, Error>> {
+pub fn build(
+    name: &str,
+    workers: u32,
+    block_size: usize,
+) -> Option<Result<Arc<dyn Router>, Error>> {
     let mut index = IndexConfig::default();
     index.block_size = block_size;
     let mut balanced = BalancedConfig::default();
