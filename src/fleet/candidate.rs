@@ -4,7 +4,7 @@
 use smallvec::SmallVec;
 
 use super::config::LoadConfig;
-use super::estimate::Estimate;
+use super::estimate::{Estimate, RequestShape};
 use crate::tree::Held;
 use crate::tree::{Tier, WorkerId};
 
@@ -257,7 +257,7 @@ impl Candidate {
         output: u32,
         miss_weight: f64,
     ) -> f64 {
-        let request = (prompt as u64, miss as u64, output);
+        let request = RequestShape::new(prompt as u64, miss as u64, output);
         self.estimate.beyond_load_s(config, request, miss_weight)
     }
 
@@ -272,7 +272,7 @@ impl Candidate {
         output: u32,
         miss_weight: f64,
     ) -> (f64, f64) {
-        let request = (prompt as u64, miss as u64, output);
+        let request = RequestShape::new(prompt as u64, miss as u64, output);
         self.estimate.times(config, request, miss_weight)
     }
 

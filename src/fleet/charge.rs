@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::candidate::Candidate;
 use super::clock::nanos;
+use super::estimate::RequestShape;
+use super::predict::Prediction;
 use super::registry::Registered;
 use super::report::SATURATED_PENALTY_S;
 use super::timing::{Terms, attended};
@@ -15,12 +17,15 @@ use crate::request::{RouteDecision, RouteRequest};
 impl Fleet {
     /// Charges the chosen worker with the request (and the candidate's predicted cached
     /// tokens), unless it was removed (or removed and added again) since it was chosen: then
-    /// `None`, and the caller chooses again.
+    /// `None`, and the caller chooses again. `checked` is the prediction admission checked
+    /// of the candidate, which the decision records as it is; without one, the decision
+    /// records the same prediction from the terms it counts (equal up to rounding: the
+    /// learned terms' dot product, which the plain route's instruction budget affords).
     pub(crate) fn commit(
         &self,
         candidate: &Candidate,
         request: &RouteRequest<'_>,
-        available_blocks: u32,
+        (available_blocks, checked): (u32, Option<&Prediction>),
     ) -> Option<RouteDecision> {
         let (matched_blocks, cached_tokens) =
             (candidate.matched_blocks(), candidate.cached_tokens());
@@ -41,19 +46,21 @@ impl Fleet {
         // from, and of the forecast admission checks (`forecast.rs`), which its forecast
         // terms learn from; the predictions recorded are the forecast's.
         let e = &candidate.estimate;
-        let shape = (prompt_tokens as u64, prefill, output);
+        let shape = RequestShape::new(prompt_tokens as u64, prefill, output);
         let (ttft_terms, tpot_terms) = (e.ttft_terms(&self.config, shape), e.tpot_terms(shape));
         let forecast_terms = e.forecast_terms(&self.config, shape, ttft_terms);
-        let forecast = e.forecast_timing();
-        let saturated = if e.saturated {
-            SATURATED_PENALTY_S
-        } else {
-            0.0
+        let predicted = match checked {
+            Some(p) => (p.ttft.total_s(), p.tpot_s),
+            None => {
+                let saturated = if e.saturated {
+                    SATURATED_PENALTY_S
+                } else {
+                    0.0
+                };
+                let ttft_s = e.forecast_timing().of(&forecast_terms) + saturated;
+                (ttft_s, e.predicted_tpot_s(shape))
+            }
         };
-        let predicted = (
-            forecast.of(&forecast_terms) + saturated,
-            forecast.of(&tpot_terms),
-        );
         let now_ns = self.clock.now_ns();
         if slot.load.routed(prompt_tokens as u64, prefill, output) {
             slot.observed.started(now_ns);

@@ -3,6 +3,31 @@
 
 use super::timing::Timing;
 
+/// What a prediction counts of one request: its prompt tokens, those of them uncached on
+/// the worker (the prefill it costs there), and the output tokens it is expected to
+/// generate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) struct RequestShape {
+    /// Prompt tokens.
+    pub(crate) prompt: u64,
+    /// Of those, the tokens the worker lacks and must prefill.
+    pub(crate) miss: u64,
+    /// Output tokens expected.
+    pub(crate) output: u32,
+}
+
+impl RequestShape {
+    /// A request of `prompt` tokens, `miss` of them uncached, generating `output`.
+    #[inline]
+    pub(crate) fn new(prompt: u64, miss: u64, output: u32) -> Self {
+        Self {
+            prompt,
+            miss,
+            output,
+        }
+    }
+}
+
 /// A worker's load figures as a policy sees them (see [`Candidate`](crate::Candidate)).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub(crate) struct Estimate {

@@ -58,8 +58,9 @@ pub use self::step::StepModel;
 
 pub(crate) use self::candidate::Candidates;
 pub(crate) use self::estimate::Estimate;
+pub(crate) use self::estimate::RequestShape;
 pub(crate) use self::least::{NO_CLASS, Tie, Widened, pick_min, spread};
 pub(crate) use self::observed::{Factors, PREFILL_HORIZON_S, stretched};
-pub(crate) use self::predict::{TtftParts, meets_target};
+pub(crate) use self::predict::{Prediction, TtftParts, meets_target};
 pub(crate) use self::timing::attended;
 pub(crate) use self::tracker::Fleet;

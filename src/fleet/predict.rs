@@ -5,7 +5,7 @@
 //! a cap on running requests, and KV that admission must find free.
 
 use super::config::LoadConfig;
-use super::estimate::Estimate;
+use super::estimate::{Estimate, RequestShape};
 use super::report::SATURATED_PENALTY_S;
 #[cfg(doc)]
 use super::step::StepModel;
@@ -34,12 +34,16 @@ impl Estimate {
     pub(crate) fn times(
         &self,
         config: &LoadConfig,
-        request: (u64, u64, u32),
+        request: RequestShape,
         miss_weight: f64,
     ) -> (f64, f64) {
         // What `ttft_parts(..).total_s()` sums, with the request's own tokens weighted,
         // computed without the parts: this runs for every candidate of every route.
-        let (prompt, miss, output) = request;
+        let RequestShape {
+            prompt,
+            miss,
+            output,
+        } = request;
         let t = &self.timing;
         let steps = self.prefill_steps(config, miss);
         let queue = t.prefill_s(self.prefill_tokens as f64, self.prefill_pairs as f64);
@@ -85,21 +89,42 @@ impl Estimate {
     /// tokens, uncached tokens and output tokens): a decode step with it in the batch, plus
     /// the prefill queued here now spread over its output, as the measure of the prefill
     /// chunks its steps will share.
-    pub(crate) fn tpot_s(&self, config: &LoadConfig, request: (u64, u64, u32)) -> f64 {
+    pub(crate) fn tpot_s(&self, config: &LoadConfig, request: RequestShape) -> f64 {
         let _ = config;
         self.timing.of(&self.tpot_terms(request))
     }
 
-    /// A request's decode step on this worker with the decodes running there: its time per
+    /// A request's decode step on this worker, at the terms `timing`, with the decodes running there: its time per
     /// output token were no prefill to share its steps. What admission holds a request's
     /// time-per-output-token target to: the prefill queued here now runs before the
     /// request's first token (first come, first served), and what shares its steps after
     /// it is prefill routed later, which no prediction at routing can see. Counting the
     /// queued prefill instead refuses a short answer whose steps would never carry it.
-    pub(crate) fn decode_step_s(&self, (prompt, _, _): (u64, u64, u32)) -> f64 {
+    #[inline]
+    fn decode_step_at(&self, timing: &Timing, RequestShape { prompt, .. }: RequestShape) -> f64 {
         let decodes = self.decoding as f64 + 1.0;
         let context = self.decode_context() + prompt as f64;
-        self.timing.step_s(0.0, decodes, context)
+        timing.step_s(0.0, decodes, context)
+    }
+
+    /// The request's predicted times here, as admission checks them and a decision records
+    /// them: the one place they are computed. Its time to first token part by part
+    /// ([`predicted_parts`](Self::predicted_parts)), its time per output token (the decode
+    /// step it would join, at the forecast terms), and that step were the worker idle.
+    pub(crate) fn prediction(&self, config: &LoadConfig, shape: RequestShape) -> Prediction {
+        let forecast = self.forecast_timing();
+        Prediction {
+            ttft: self.predicted_parts(config, shape),
+            tpot_s: self.decode_step_at(&forecast, shape),
+            idle_tpot_s: forecast.step_s(0.0, 1.0, shape.prompt as f64),
+        }
+    }
+
+    /// The time per output token a decision records when admission checked nothing: the
+    /// decode step of [`prediction`](Self::prediction), without its other parts.
+    #[inline]
+    pub(crate) fn predicted_tpot_s(&self, shape: RequestShape) -> f64 {
+        self.decode_step_at(&self.forecast_timing(), shape)
     }
 
     /// The decode step of the requests running on this worker (at least one): what a
@@ -109,14 +134,8 @@ impl Estimate {
         self.timing.step_s(0.0, decodes, self.decode_context())
     }
 
-    /// A request's time per output token on this worker were it idle: a decode step with
-    /// only the request's own context. A target below it no wait can meet.
-    pub(crate) fn idle_tpot_s(&self, (prompt, _, _): (u64, u64, u32)) -> f64 {
-        self.timing.step_s(0.0, 1.0, prompt as f64)
-    }
-
     /// The terms [`tpot_s`](Self::tpot_s) counts of each [`Timing`] term.
-    pub(crate) fn tpot_terms(&self, (prompt, _, output): (u64, u64, u32)) -> Terms {
+    pub(crate) fn tpot_terms(&self, RequestShape { prompt, output, .. }: RequestShape) -> Terms {
         let decodes = self.decoding as f64 + 1.0;
         let context = self.decode_context() + prompt as f64;
         let share = f64::from(output.max(1));
@@ -133,7 +152,11 @@ impl Estimate {
     pub(crate) fn ttft_parts(
         &self,
         config: &LoadConfig,
-        (prompt, miss, output): (u64, u64, u32),
+        RequestShape {
+            prompt,
+            miss,
+            output,
+        }: RequestShape,
     ) -> TtftParts {
         let t = &self.timing;
         let steps = self.prefill_steps(config, miss);
@@ -167,7 +190,11 @@ impl Estimate {
     pub(crate) fn ttft_terms(
         &self,
         config: &LoadConfig,
-        (prompt, miss, output): (u64, u64, u32),
+        RequestShape {
+            prompt,
+            miss,
+            output,
+        }: RequestShape,
     ) -> Terms {
         let steps = self.prefill_steps(config, miss) as f64;
         let (decodes, context) = (self.decoding as f64, self.decode_context());
@@ -211,11 +238,7 @@ impl Estimate {
     /// The policies rank by the load as counted ([`times`](Self::times)): whole prompts
     /// until their first token. That is what a request routed now waits behind in the
     /// worst case, and what keeps the load key a function of counts alone.
-    pub(crate) fn predicted_parts(
-        &self,
-        config: &LoadConfig,
-        request: (u64, u64, u32),
-    ) -> TtftParts {
+    pub(crate) fn predicted_parts(&self, config: &LoadConfig, request: RequestShape) -> TtftParts {
         let Some(forecast) = self.forecast else {
             return self.ttft_parts(config, request);
         };
@@ -235,7 +258,7 @@ impl Estimate {
     pub(crate) fn forecast_terms(
         &self,
         config: &LoadConfig,
-        request: (u64, u64, u32),
+        request: RequestShape,
         counted: Terms,
     ) -> Terms {
         let Some(forecast) = self.forecast else {
@@ -345,7 +368,8 @@ impl Estimate {
     /// tokens, beyond the fixed part of their steps: every step carries the worker's decodes
     /// and their context with its own.
     pub(crate) fn decode_s(&self, config: &LoadConfig, prompt: u64, output: u32) -> f64 {
-        self.times(config, (prompt, 0, output), 1.0).1
+        self.times(config, RequestShape::new(prompt, 0, output), 1.0)
+            .1
     }
 
     /// The worker's load in seconds, for ordering workers that hold alike: its time to a
@@ -382,7 +406,11 @@ impl Estimate {
     pub(crate) fn beyond_load_s(
         &self,
         config: &LoadConfig,
-        (prompt, miss, output): (u64, u64, u32),
+        RequestShape {
+            prompt,
+            miss,
+            output,
+        }: RequestShape,
         miss_weight: f64,
     ) -> f64 {
         let t = &self.timing;
@@ -424,6 +452,18 @@ impl Wait {
     fn seconds(&self, timing: &Timing) -> f64 {
         self.steps * timing.step_s(self.chunk, self.decodes, self.context)
     }
+}
+
+/// A request's predicted times on one worker ([`Estimate::prediction`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Prediction {
+    /// Its time to first token, part by part.
+    pub(crate) ttft: TtftParts,
+    /// The decode step it would join: what its time-per-output-token target is held to.
+    pub(crate) tpot_s: f64,
+    /// Its time per output token on the worker were it idle: a decode step with only its
+    /// own context. A target below it no wait can meet.
+    pub(crate) idle_tpot_s: f64,
 }
 
 /// A request's predicted time to first token on one worker, by part (seconds).
@@ -566,7 +606,7 @@ mod tests {
                 ..busy((decoding, decoding), (prefill, context, kv, capacity), speed)
             };
             let config = LoadConfig::default();
-            let request = (prompt, miss.min(prompt), output);
+            let request = RequestShape::new(prompt, miss.min(prompt), output);
             let whole = e.times(&config, request, 1.0).0;
             let parts = e.ttft_parts(&config, request).total_s();
             // The terms a measured time teaches give the same prediction, but for a
@@ -615,7 +655,7 @@ mod tests {
             };
             let mut config = LoadConfig::default();
             config.step.max_num_seqs = max_num_seqs;
-            let request = (prompt, miss.min(prompt), output);
+            let request = RequestShape::new(prompt, miss.min(prompt), output);
             let least = floor.beyond_load_s(&config, request, miss_weight);
             let beyond = e.beyond_load_s(&config, request, miss_weight);
             prop_assert!(least <= beyond, "{least} above {beyond}");
@@ -636,7 +676,7 @@ mod tests {
             (prompt, miss, output) in (1u64..100_000, 0u64..100_000, 1u32..4_000),
         ) {
             let config = LoadConfig::default();
-            let request = (prompt, miss.min(prompt), output);
+            let request = RequestShape::new(prompt, miss.min(prompt), output);
             let e = busy((requests, decoding), (prefill, context, 0, 0), speed);
             let told = e.predicted_parts(&config, request).total_s();
             prop_assert_eq!(told, e.ttft_parts(&config, request).total_s());

@@ -2,7 +2,7 @@
 //! first token as the request's aggregated worker, as its prefill worker (one output
 //! token) and as the seat of its decode leg, and its decode figures.
 
-use crate::fleet::{Candidate, LoadConfig, TtftParts};
+use crate::fleet::{Candidate, LoadConfig, RequestShape, TtftParts};
 use crate::request::RouteRequest;
 
 /// One candidate's predictions for one request ([`PairView`](super::PairView)'s costs
@@ -51,10 +51,10 @@ impl Sides {
         let e = &c.estimate;
         Sides {
             miss,
-            aggregated: e.ttft_parts(config, (prompt, miss, output)),
-            prefill_leg: e.ttft_parts(config, (prompt, miss, 1)),
-            seat: e.ttft_parts(config, (prompt, 0, output)),
-            tpot_s: e.tpot_s(config, (prompt, 0, output)),
+            aggregated: e.ttft_parts(config, RequestShape::new(prompt, miss, output)),
+            prefill_leg: e.ttft_parts(config, RequestShape::new(prompt, miss, 1)),
+            seat: e.ttft_parts(config, RequestShape::new(prompt, 0, output)),
+            tpot_s: e.tpot_s(config, RequestShape::new(prompt, 0, output)),
             decode_s: decode_step_s(c, prompt) * f64::from(output),
             first_step_s: first_step_s(c, config, prompt),
             stalled_tpot_s: stalled_tpot_s(c, config, (prompt, miss)),
@@ -84,7 +84,10 @@ fn stalled_tpot_s(c: &Candidate, config: &LoadConfig, (prompt, miss): (u64, u64)
     let mut e = c.estimate;
     e.prefill_tokens += miss;
     e.prefill_pairs += crate::fleet::attended(prompt, miss);
-    e.tpot_s(config, (prompt, 0, config.default_output_tokens))
+    e.tpot_s(
+        config,
+        RequestShape::new(prompt, 0, config.default_output_tokens),
+    )
 }
 
 /// A decode step on `d` once a request of `prompt` tokens decodes there: every request there

@@ -10,7 +10,9 @@ use smallvec::SmallVec;
 
 use super::policy::{Admit, Policy};
 use crate::error::Error;
-use crate::fleet::{Candidate, Candidates, Fleet, LoadConfig, TtftParts, meets_target};
+use crate::fleet::{
+    Candidate, Candidates, Fleet, LoadConfig, Prediction, RequestShape, meets_target,
+};
 use crate::request::{Gate, Limit, Priority, RouteRequest, Shed};
 use crate::tree::WorkerId;
 
@@ -170,17 +172,6 @@ impl Filter for Admission {
     }
 }
 
-/// A candidate's predicted times.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Prediction {
-    pub(super) ttft: TtftParts,
-    /// The decode step it would join ([`Estimate::decode_step_s`](crate::fleet::Estimate)):
-    /// what the time-per-output-token target is held to.
-    pub(super) tpot_s: f64,
-    /// The time per output token on the worker were it idle.
-    idle_tpot_s: f64,
-}
-
 impl Admission {
     /// Each candidate's prediction: time to first token part by part, and time per output
     /// token.
@@ -191,17 +182,13 @@ impl Admission {
             .collect()
     }
 
-    /// Candidate `c`'s prediction.
+    /// Candidate `c`'s prediction ([`Estimate::prediction`](crate::fleet::Estimate)): what
+    /// the gates check, and what the decision records when `c` is chosen.
     #[inline]
-    fn prediction(&self, config: &LoadConfig, c: &Candidate) -> Prediction {
+    pub(crate) fn prediction(&self, config: &LoadConfig, c: &Candidate) -> Prediction {
         let miss = self.prompt.saturating_sub(c.cached_tokens() as u64);
-        let request = (self.prompt, miss, self.output);
-        let forecast = c.estimate.forecasting();
-        Prediction {
-            ttft: c.estimate.predicted_parts(config, request),
-            tpot_s: forecast.decode_step_s(request),
-            idle_tpot_s: forecast.idle_tpot_s(request),
-        }
+        let shape = RequestShape::new(self.prompt, miss, self.output);
+        c.estimate.prediction(config, shape)
     }
 
     /// Whether `p` meets both targets.

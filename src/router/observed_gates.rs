@@ -27,10 +27,10 @@
 //! ahead takes to drain at the observed rate, or the time the admitted prefill takes to
 //! decay to what the target leaves it.
 
-use super::admission::{Admission, Prediction};
+use super::admission::Admission;
 use crate::error::Error;
 use crate::fleet::{
-    Candidate, Candidates, Factors, Fleet, PREFILL_HORIZON_S, meets_target, stretched,
+    Candidate, Candidates, Factors, Fleet, PREFILL_HORIZON_S, Prediction, meets_target, stretched,
 };
 use crate::request::{Gate, Limit, Shed};
 

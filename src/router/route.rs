@@ -37,12 +37,12 @@ impl<P: Policy> PolicyRouter<P> {
         request: &RouteRequest<'_>,
         blocks: &Blocks,
         candidates: &mut Candidates,
+        admission: Option<&Admission>,
     ) -> Result<(usize, u32), Error> {
-        if !request.asks_admission() {
+        let Some(admission) = admission else {
             return self.choose_gated(request, blocks, candidates, &Open);
-        }
-        let admission = Admission::of(request, self.fleet.config());
-        let choice = self.choose_gated(request, blocks, candidates, &admission);
+        };
+        let choice = self.choose_gated(request, blocks, candidates, admission);
         if let Err(Error::Shed(shed)) = &choice {
             self.fleet.shed(shed);
         }
@@ -219,7 +219,7 @@ impl<P: Policy> PolicyRouter<P> {
         request: &RouteRequest<'_>,
         deepest: u32,
     ) -> Option<RouteDecision> {
-        let decision = self.fleet.commit(candidate, request, deepest)?;
+        let decision = self.fleet.commit(candidate, request, (deepest, None))?;
         Some(decision.with_rank(self.layout.rank(candidate.worker)))
     }
 
@@ -246,10 +246,19 @@ impl<P: Policy> PolicyRouter<P> {
         if self.policy.reads_cache() {
             self.index.hash_request(request, &mut blocks);
         }
+        let admission = request
+            .asks_admission()
+            .then(|| Admission::of(request, self.fleet.config()));
         // A chosen worker can be removed before it is charged; choose again (bounded).
         for _ in 0..4 {
-            let (chosen, deepest) = self.choose(request, &blocks, candidates)?;
-            if let Some(decision) = self.fleet.commit(&candidates[chosen], request, deepest) {
+            let (chosen, deepest) =
+                self.choose(request, &blocks, candidates, admission.as_ref())?;
+            // The decision records the prediction admission checked of its worker.
+            let checked = admission
+                .as_ref()
+                .map(|a| a.prediction(self.fleet.config(), &candidates[chosen]));
+            let charge = (deepest, checked.as_ref());
+            if let Some(decision) = self.fleet.commit(&candidates[chosen], request, charge) {
                 let decision = decision.with_rank(self.layout.rank(candidates[chosen].worker));
                 return Ok(match &self.replica {
                     None => decision,
