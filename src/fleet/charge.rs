@@ -10,7 +10,7 @@ use super::estimate::RequestShape;
 use super::predict::Prediction;
 use super::registry::Registered;
 use super::report::SATURATED_PENALTY_S;
-use super::timing::{Terms, attended};
+use super::timing::{TermCounts, attended};
 use super::tracker::Fleet;
 use crate::request::{RouteDecision, RouteRequest};
 
@@ -47,8 +47,8 @@ impl Fleet {
         // terms learn from; the predictions recorded are the forecast's.
         let e = &candidate.estimate;
         let shape = RequestShape::new(prompt_tokens as u64, prefill, output);
-        let (ttft_terms, tpot_terms) = (e.ttft_terms(&self.config, shape), e.tpot_terms(shape));
-        let forecast_terms = e.forecast_terms(&self.config, shape, ttft_terms);
+        let (ttft_counts, tpot_counts) = (e.ttft_counts(&self.config, shape), e.tpot_counts(shape));
+        let forecast_counts = e.forecast_counts(&self.config, shape, ttft_counts);
         let predicted = match checked {
             Some(p) => (p.ttft.total_s(), p.tpot_s),
             None => {
@@ -57,7 +57,7 @@ impl Fleet {
                 } else {
                     0.0
                 };
-                let ttft_s = e.forecast_timing().of(&forecast_terms) + saturated;
+                let ttft_s = e.forecast_timing().of(&forecast_counts) + saturated;
                 (ttft_s, e.predicted_tpot_s(shape))
             }
         };
@@ -95,8 +95,8 @@ impl Fleet {
                 cached_tokens,
                 by_tier,
             )
-            .with_prediction(predicted, (ttft_terms.0, tpot_terms.0), output)
-            .with_forecast_terms(forecast_terms.0)
+            .with_prediction(predicted, (ttft_counts.0, tpot_counts.0), output)
+            .with_forecast_counts(forecast_counts.0)
             .saturated(e.saturated)
             .routed_at(now_ns),
         )
@@ -124,9 +124,9 @@ impl Fleet {
             match timed {
                 Some(elapsed) if self.learns() => {
                     let measured = elapsed.as_secs_f64();
-                    let forecast = Terms(decision.forecast_terms());
+                    let forecast = TermCounts(decision.forecast_counts());
                     self.learn_forecast(r, (&forecast, measured), true);
-                    let terms = Terms(decision.ttft_terms());
+                    let terms = TermCounts(decision.ttft_counts());
                     self.learn(r, (&terms, measured), true);
                 }
                 _ => self.refresh(r),
@@ -165,7 +165,7 @@ impl Fleet {
                 let per_token = seconds / f64::from(tokens);
                 let forecast = self.decode_terms(r, decision, (tokens, seconds));
                 self.learn_forecast(r, (&forecast, per_token), false);
-                let terms = Terms(decision.tpot_terms());
+                let terms = TermCounts(decision.tpot_counts());
                 self.learn(r, (&terms, per_token), false);
             }
         });
@@ -183,10 +183,10 @@ impl Fleet {
         r: Registered<'_>,
         decision: &RouteDecision,
         (tokens, seconds): (u32, f64),
-    ) -> Terms {
-        let mut terms = decision.tpot_terms();
+    ) -> TermCounts {
+        let mut terms = decision.tpot_counts();
         let Some(mark) = decision.prefilled_mark() else {
-            return Terms(terms);
+            return TermCounts(terms);
         };
         let timing = r.slot.load.forecast.timing();
         let done = r.slot.load.prefilled_total().saturating_sub(mark) as f64;
@@ -200,7 +200,7 @@ impl Fleet {
         let tokens = f64::from(tokens.max(1));
         terms[0] = (shared / tokens) as f32;
         terms[4] = (shared * pairs_per_token / tokens) as f32;
-        Terms(terms)
+        TermCounts(terms)
     }
 
     /// Whether the router learns from timings ([`LoadConfig::learning_rate`](crate::LoadConfig::learning_rate) above 0).

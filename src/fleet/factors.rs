@@ -5,13 +5,16 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::candidate::{Candidate, Candidates};
-use super::observed::Factors;
+use super::observed::ObservedFactors;
 use super::registry::Slots;
 use super::tracker::Fleet;
 
 impl Fleet {
     /// Each candidate's factors now, in order (see [`factors_of`](Self::factors_of)).
-    pub(crate) fn factors(&self, candidates: &Candidates) -> SmallVec<[Option<Factors>; 64]> {
+    pub(crate) fn factors(
+        &self,
+        candidates: &Candidates,
+    ) -> SmallVec<[Option<ObservedFactors>; 64]> {
         let now_ns = self.clock.now_ns();
         let slots = self.registry.read();
         let fleet_reporting = self.reporting.load(Relaxed);
@@ -25,7 +28,7 @@ impl Fleet {
     /// any worker of the fleet, and for a worker removed since the snapshot. Once one
     /// reports, a worker not yet reporting has factors of 1 and no observed step: the
     /// decode bound's initial window holds it.
-    pub(crate) fn factors_of(&self, c: &Candidate) -> Option<Factors> {
+    pub(crate) fn factors_of(&self, c: &Candidate) -> Option<ObservedFactors> {
         if !self.reporting.load(Relaxed) {
             return None;
         }
@@ -39,7 +42,7 @@ fn factors_in(
     slots: &Slots,
     c: &Candidate,
     (now_ns, fleet_reporting): (u64, bool),
-) -> Option<Factors> {
+) -> Option<ObservedFactors> {
     let r = slots
         .get(c.worker.index())
         .filter(|r| r.slot.epoch == c.epoch)?;

@@ -1,4 +1,4 @@
-//! [`ForecastTerms`]: one worker's step terms as the predictions admission checks see them,
+//! [`ForecastTiming`]: one worker's step terms as the predictions admission checks see them,
 //! learned beside the terms the policies price with (`state.rs`), from the same timings
 //! read against what the predictions count.
 //!
@@ -20,18 +20,18 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::learn::WorkerLearner;
-use super::timing::{TERMS, Terms, Timing};
+use super::timing::{TERMS, TermCounts, Timing};
 
 /// One worker's forecast terms and what they were learned from.
 #[derive(Debug)]
-pub(crate) struct ForecastTerms {
+pub(crate) struct ForecastTiming {
     /// The terms (f64 bits, in [`Timing`]'s order), kept current by
     /// [`update`](Self::update).
     bits: [AtomicU64; TERMS],
     learner: Mutex<WorkerLearner>,
 }
 
-impl Default for ForecastTerms {
+impl Default for ForecastTiming {
     fn default() -> Self {
         Self {
             bits: Timing::default()
@@ -42,7 +42,7 @@ impl Default for ForecastTerms {
     }
 }
 
-impl ForecastTerms {
+impl ForecastTiming {
     fn learner(&self) -> MutexGuard<'_, WorkerLearner> {
         // Nothing panics while holding the lock; a poisoned lock still holds a valid state.
         self.learner.lock().unwrap_or_else(PoisonError::into_inner)
@@ -73,7 +73,7 @@ impl ForecastTerms {
     pub(crate) fn learn(
         &self,
         (configured, fleet): (&Timing, &[f64; TERMS]),
-        (terms, measured): (&Terms, f64),
+        (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
         self.learner()

@@ -3,7 +3,7 @@
 //! per context token in a step, per pair a prefill attends to): the fleet's, with two
 //! factors per worker.
 //!
-//! A prediction is a dot product of [`Terms`] with a worker's [`Timing`]. A measured time
+//! A prediction is a dot product of [`TermCounts`] with a worker's [`Timing`]. A measured time
 //! (a time to first token, or output tokens over time) is an observation `y ≈ Σ r_i z_i`,
 //! `z_i` being the time term `i` contributes at its reference (the configured term at the
 //! speed the host told; for attention, which the configured step model lacks, a prefill
@@ -26,7 +26,7 @@
 //! looked faster would draw the cold prompts that make it slower. Deterministic: the same
 //! timings in the same order give the same terms.
 
-use super::timing::{TERMS, Terms, Timing};
+use super::timing::{TERMS, TermCounts, Timing};
 
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
 /// configured.
@@ -234,7 +234,7 @@ impl MeanTerms {
 /// A worker's factors over the fleet's ratios, in the log: one for the prefill terms, one
 /// for the step terms.
 #[derive(Clone, Copy, Debug, Default)]
-struct Factors {
+struct OwnFactors {
     prefill: f64,
     step: f64,
 }
@@ -242,7 +242,7 @@ struct Factors {
 /// The terms the prefill factor scales: per prefill token and per attended pair.
 const PREFILL_TERMS: [usize; 2] = [0, 4];
 
-impl Factors {
+impl OwnFactors {
     /// The factor of term `i`, beyond the dead zone.
     fn of(&self, i: usize) -> f64 {
         let log = if PREFILL_TERMS.contains(&i) {
@@ -274,12 +274,12 @@ impl WorkerLearner {
         let fleet: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet[i]));
         let factors = if self.timings >= MIN_FLEET {
             let own = &self.rls.ratios;
-            Factors {
+            OwnFactors {
                 prefill: self.typical.prefill.log_factor(own, &fleet),
                 step: self.typical.step.log_factor(own, &fleet),
             }
         } else {
-            Factors::default()
+            OwnFactors::default()
         };
         core::array::from_fn(|i| limit(i, fleet[i] * factors.of(i)))
     }
@@ -318,7 +318,7 @@ impl WorkerLearner {
         &mut self,
         fleet: &[f64; TERMS],
         configured: &Timing,
-        (terms, measured): (&Terms, f64),
+        (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
         let c = reference(configured);
@@ -355,12 +355,12 @@ mod tests {
 
     /// Timings of a mix of requests: times to first token (prefill and steps) and times per
     /// output token (decode steps), the `n`-th's terms.
-    fn terms(n: u32) -> (Terms, bool) {
+    fn terms(n: u32) -> (TermCounts, bool) {
         if n % 2 == 0 {
             let prefill = f64::from(500 + (n * 7919) % 20_000);
             let steps = (prefill / 8_192.0).ceil();
             let pairs = prefill * prefill / 2.0;
-            let terms = Terms::new(
+            let terms = TermCounts::new(
                 (prefill, pairs),
                 steps,
                 f64::from(n % 64),
@@ -371,7 +371,7 @@ mod tests {
             let decodes = f64::from(1 + n % 64);
             let context = decodes * f64::from(500 + (n * 104_729) % 8_000);
             (
-                Terms::new((f64::from(n % 300), 0.0), 1.0, decodes, context),
+                TermCounts::new((f64::from(n % 300), 0.0), 1.0, decodes, context),
                 false,
             )
         }
@@ -506,7 +506,7 @@ mod tests {
         let run = || {
             let mut w = WorkerLearner::default();
             for n in 0..50u32 {
-                let terms = Terms::new((f64::from(n * 100), 0.0), 1.0, 4.0, 8_000.0);
+                let terms = TermCounts::new((f64::from(n * 100), 0.0), 1.0, 4.0, 8_000.0);
                 w.learn(
                     &CONFIGURED,
                     &configured,

@@ -11,7 +11,7 @@
 //!   predictions admission checks are made with, learned against what the engine does
 //!   (`forecast.rs`).
 //! - The predictions over an estimate (`predict.rs`): time to first token part by part,
-//!   decode time, time per output token, each a dot product of `Terms` with the `Timing`;
+//!   decode time, time per output token, each a dot product of `TermCounts` with the `Timing`;
 //!   the reload time of a hit below the device tier ([`ReloadConfig`], `reload.rs`).
 //! - The registry of workers and their load keys (`registry.rs`), the router's clock
 //!   (`clock.rs`), the least-loaded pass and the tie-break every policy shares (`least.rs`),
@@ -60,7 +60,7 @@ pub(crate) use self::candidate::Candidates;
 pub(crate) use self::estimate::Estimate;
 pub(crate) use self::estimate::RequestShape;
 pub(crate) use self::least::{NO_CLASS, Tie, Widened, pick_min, spread};
-pub(crate) use self::observed::{Factors, PREFILL_HORIZON_S, stretched};
+pub(crate) use self::observed::{ObservedFactors, PREFILL_HORIZON_S, stretched};
 pub(crate) use self::predict::{Prediction, TtftParts, meets_target};
 pub(crate) use self::timing::attended;
 pub(crate) use self::tracker::Fleet;

@@ -9,7 +9,7 @@
 //!   Before a first token comes, waiting counts as evidence too: when the worker has had
 //!   prefill outstanding for longer than the model predicts all of it takes, and no first
 //!   token came in that time, the worker is at least that much slower
-//!   ([`Factors::prefill_at`]).
+//!   ([`ObservedFactors::prefill_at`]).
 //! - the **step factor**, from streamed progress: the time per output token between two of
 //!   a request's progress reports, over the model's decode step on the worker when the later
 //!   report came.
@@ -185,7 +185,7 @@ impl Admitted {
 
 /// A worker's factors as a route reads them.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Factors {
+pub(crate) struct ObservedFactors {
     /// The prefill factor from first tokens.
     pub(crate) prefill: f64,
     /// The step factor from progress.
@@ -205,7 +205,7 @@ pub(crate) struct Factors {
     pub(crate) window_s: f64,
 }
 
-impl Factors {
+impl ObservedFactors {
     /// The share of the worker's time its admitted prefill takes at the observed prefill
     /// rate, with `extra_s` more of the model's prefill seconds admitted.
     pub(crate) fn prefill_share(&self, extra_s: f64) -> f64 {
@@ -241,7 +241,7 @@ impl Observed {
         now_ns: u64,
         (outstanding, fleet_reporting): (bool, bool),
         timing: &Timing,
-    ) -> Option<Factors> {
+    ) -> Option<ObservedFactors> {
         if !fleet_reporting && !self.reporting() {
             return None;
         }
@@ -252,7 +252,7 @@ impl Observed {
             0.0
         };
         let admitted = *self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(Factors {
+        Some(ObservedFactors {
             prefill: f64::from_bits(self.prefill_bits.load(Relaxed)),
             step: f64::from_bits(self.step_bits.load(Relaxed)),
             stalled_s,

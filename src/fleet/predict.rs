@@ -9,7 +9,7 @@ use super::estimate::{Estimate, RequestShape};
 use super::report::SATURATED_PENALTY_S;
 #[cfg(doc)]
 use super::step::StepModel;
-use super::timing::{Terms, Timing, attended};
+use super::timing::{TermCounts, Timing, attended};
 use crate::request::Limit;
 
 impl Estimate {
@@ -91,7 +91,7 @@ impl Estimate {
     /// chunks its steps will share.
     pub(crate) fn tpot_s(&self, config: &LoadConfig, request: RequestShape) -> f64 {
         let _ = config;
-        self.timing.of(&self.tpot_terms(request))
+        self.timing.of(&self.tpot_counts(request))
     }
 
     /// A request's decode step on this worker, at the terms `timing`, with the decodes running there: its time per
@@ -135,7 +135,10 @@ impl Estimate {
     }
 
     /// The terms [`tpot_s`](Self::tpot_s) counts of each [`Timing`] term.
-    pub(crate) fn tpot_terms(&self, RequestShape { prompt, output, .. }: RequestShape) -> Terms {
+    pub(crate) fn tpot_counts(
+        &self,
+        RequestShape { prompt, output, .. }: RequestShape,
+    ) -> TermCounts {
         let decodes = self.decoding as f64 + 1.0;
         let context = self.decode_context() + prompt as f64;
         let share = f64::from(output.max(1));
@@ -143,7 +146,7 @@ impl Estimate {
             self.prefill_tokens as f64 / share,
             self.prefill_pairs as f64 / share,
         );
-        Terms::new(queued, 1.0, decodes, context)
+        TermCounts::new(queued, 1.0, decodes, context)
     }
 
     /// The parts of the time to first token, each uncached token weighing 1:
@@ -187,7 +190,7 @@ impl Estimate {
     /// The terms the time to first token of [`ttft_parts`](Self::ttft_parts) counts of each
     /// [`Timing`] term (without a saturated worker's hour): what a measured time to first
     /// token teaches.
-    pub(crate) fn ttft_terms(
+    pub(crate) fn ttft_counts(
         &self,
         config: &LoadConfig,
         RequestShape {
@@ -195,17 +198,17 @@ impl Estimate {
             miss,
             output,
         }: RequestShape,
-    ) -> Terms {
+    ) -> TermCounts {
         let steps = self.prefill_steps(config, miss) as f64;
         let (decodes, context) = (self.decoding as f64, self.decode_context());
         let queue = (self.prefill_tokens + miss) as f64;
         let pairs = (self.prefill_pairs + attended(prompt, miss)) as f64;
-        let terms = Terms::new((queue, pairs), steps, decodes, context);
+        let terms = TermCounts::new((queue, pairs), steps, decodes, context);
         if !self.must_wait(config, miss, output) {
             return terms;
         }
         let wait = self.admission_wait(config, miss, output);
-        terms.plus(Terms::new((wait.chunk, 0.0), 1.0, decodes, context).times(wait.steps))
+        terms.plus(TermCounts::new((wait.chunk, 0.0), 1.0, decodes, context).times(wait.steps))
     }
 
     /// The terms the predictions admission checks are made with: the worker's forecast
@@ -253,14 +256,14 @@ impl Estimate {
 
     /// The terms [`predicted_parts`](Self::predicted_parts) counts of each [`Timing`] term
     /// (without a saturated worker's hour), `counted` being the request's
-    /// [`ttft_terms`](Self::ttft_terms): what a measured time to first token teaches the
+    /// [`ttft_counts`](Self::ttft_counts): what a measured time to first token teaches the
     /// forecast terms. Without a [`forecast`](Self::forecast), `counted`.
-    pub(crate) fn forecast_terms(
+    pub(crate) fn forecast_counts(
         &self,
         config: &LoadConfig,
         request: RequestShape,
-        counted: Terms,
-    ) -> Terms {
+        counted: TermCounts,
+    ) -> TermCounts {
         let Some(forecast) = self.forecast else {
             return counted;
         };
@@ -269,10 +272,10 @@ impl Estimate {
         let terms = if drained.prefill_tokens == e.prefill_tokens {
             counted
         } else {
-            drained.ttft_terms(config, request)
+            drained.ttft_counts(config, request)
         };
         let (decodes, context) = (e.decoding as f64, e.decode_context());
-        terms.plus(Terms::new((0.0, 0.0), e.mid_step(), decodes, context))
+        terms.plus(TermCounts::new((0.0, 0.0), e.mid_step(), decodes, context))
     }
 
     /// The queued prefill's seconds at the worker's terms, beyond the fixed part of its
@@ -611,15 +614,15 @@ mod tests {
             let parts = e.ttft_parts(&config, request).total_s();
             // The terms a measured time teaches give the same prediction, but for a
             // saturated worker's hour.
-            let terms = e.timing.of(&e.ttft_terms(&config, request));
+            let terms = e.timing.of(&e.ttft_counts(&config, request));
             let hour = if saturated { SATURATED_PENALTY_S } else { 0.0 };
             prop_assert!(
                 (terms + hour - parts).abs() <= 1e-5 * parts.max(1.0),
                 "{terms} against {parts}"
             );
             let tpot = e.tpot_s(&config, request);
-            let tpot_terms = e.timing.of(&e.tpot_terms(request));
-            prop_assert!((tpot - tpot_terms).abs() <= 1e-9 * tpot.max(1.0));
+            let tpot_counts = e.timing.of(&e.tpot_counts(request));
+            prop_assert!((tpot - tpot_counts).abs() <= 1e-9 * tpot.max(1.0));
             prop_assert!((whole - parts).abs() <= 1e-9 * whole.max(1.0), "{whole} against {parts}");
             // The load and what the request costs beyond it are the time to first token and
             // the decode time.
@@ -694,8 +697,8 @@ mod tests {
             }
             prop_assert!(parts[1].queue_s <= parts[0].queue_s);
             for (x, p) in [first, then].iter().zip(&parts) {
-                let counted = x.ttft_terms(&config, request);
-                let terms = x.timing.of(&x.forecast_terms(&config, request, counted));
+                let counted = x.ttft_counts(&config, request);
+                let terms = x.timing.of(&x.forecast_counts(&config, request, counted));
                 prop_assert!(
                     (terms - p.total_s()).abs() <= 1e-5 * p.total_s().max(1.0),
                     "{terms} against {}", p.total_s()

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use super::estimate::Estimate;
-use super::observed::Factors;
+use super::observed::ObservedFactors;
 use super::registry::Registered;
 use crate::fleet::EngineLoad;
 use crate::request::{GATES, LIMITS, Limit, Priority, Shed};
@@ -170,7 +170,7 @@ pub struct ObservedLoad {
 
 impl ObservedLoad {
     /// The observed load of a worker estimated at `e`, with factors `f`.
-    pub(crate) fn of(e: &Estimate, f: &Factors) -> Self {
+    pub(crate) fn of(e: &Estimate, f: &ObservedFactors) -> Self {
         // The model's prefill rate: over the prefill outstanding, or a 4,096-token prompt.
         let tokens = if e.prefill_tokens > 0 {
             e.prefill_tokens as f64
@@ -212,7 +212,7 @@ impl WorkerLoad {
         r: Registered<'_>,
         e: &Estimate,
         block_size: u64,
-        factors: Option<Factors>,
+        factors: Option<ObservedFactors>,
     ) -> Self {
         let Registered { slot: s, key } = r;
         WorkerLoad {

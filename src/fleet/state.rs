@@ -20,11 +20,11 @@ use std::time::Duration;
 use super::clock::nanos;
 use super::config::{LoadConfig, WorkerProfile};
 use super::estimate::Estimate;
-use super::forecast::ForecastTerms;
+use super::forecast::ForecastTiming;
 use super::learn::WorkerLearner;
 use super::peers::PeerCounts;
 use super::report::{EngineLoad, Staleness};
-use super::timing::{TERMS, Terms, Timing, attended};
+use super::timing::{TERMS, TermCounts, Timing, attended};
 
 /// `prefill` of an engine report that gave none.
 const NO_PREFILL: u64 = u64::MAX;
@@ -63,7 +63,7 @@ pub(crate) struct LoadState {
     /// publish the terms, never on the route path.
     learner: Mutex<WorkerLearner>,
     /// The terms the predictions admission checks are made with (`forecast.rs`).
-    pub(crate) forecast: ForecastTerms,
+    pub(crate) forecast: ForecastTiming,
 }
 
 /// The engine's last report.
@@ -108,7 +108,7 @@ impl Default for LoadState {
             kv_capacity_tokens: AtomicU64::new(0),
             peers: PeerCounts::default(),
             learner: Mutex::new(WorkerLearner::default()),
-            forecast: ForecastTerms::default(),
+            forecast: ForecastTiming::default(),
         }
     }
 }
@@ -275,7 +275,7 @@ impl LoadState {
         &self,
         config: &LoadConfig,
         fleet: &[f64; TERMS],
-        (terms, measured): (&Terms, f64),
+        (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
         let configured = self.configured(config);

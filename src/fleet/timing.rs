@@ -1,5 +1,5 @@
 //! [`Timing`]: the absolute terms of one worker's step time as the router believes them, and
-//! [`Terms`]: how much of each term a prediction counts, so that a prediction is one dot
+//! [`TermCounts`]: how much of each term a prediction counts, so that a prediction is one dot
 //! product and what the host measures later can teach each term.
 
 use super::config::LoadConfig;
@@ -45,7 +45,7 @@ impl Timing {
         }
     }
 
-    /// The terms as an array, in [`Terms`]' order.
+    /// The terms as an array, in [`TermCounts`]' order.
     pub(crate) fn to_array(self) -> [f64; TERMS] {
         [
             self.prefill_s_per_token,
@@ -56,7 +56,7 @@ impl Timing {
         ]
     }
 
-    /// Terms from an array in [`Terms`]' order.
+    /// Terms from an array in [`TermCounts`]' order.
     pub(crate) fn from_array(a: [f64; TERMS]) -> Timing {
         Timing {
             prefill_s_per_token: a[0],
@@ -86,7 +86,7 @@ impl Timing {
 
     /// The prediction `terms` count: their dot product with these terms.
     #[inline]
-    pub(crate) fn of(&self, terms: &Terms) -> f64 {
+    pub(crate) fn of(&self, terms: &TermCounts) -> f64 {
         self.to_array()
             .iter()
             .zip(terms.0)
@@ -113,18 +113,18 @@ pub(crate) const TERMS: usize = 5;
 /// prefill attends to. A prediction is their dot product with the terms; a measured time
 /// teaches the terms in proportion.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Terms(pub(crate) [f32; TERMS]);
+pub(crate) struct TermCounts(pub(crate) [f32; TERMS]);
 
-impl Terms {
-    /// Terms of `prefill` tokens attending to `pairs` pairs, and `steps` steps each
+impl TermCounts {
+    /// Counts of `prefill` tokens attending to `pairs` pairs, and `steps` steps each
     /// carrying `decodes` decodes attending to `context` tokens.
     pub(crate) fn new(
         (prefill, pairs): (f64, f64),
         steps: f64,
         decodes: f64,
         context: f64,
-    ) -> Terms {
-        Terms([
+    ) -> TermCounts {
+        TermCounts([
             prefill as f32,
             steps as f32,
             (steps * decodes) as f32,
@@ -134,17 +134,17 @@ impl Terms {
     }
 
     /// These terms and `other`'s together.
-    pub(crate) fn plus(self, other: Terms) -> Terms {
+    pub(crate) fn plus(self, other: TermCounts) -> TermCounts {
         let mut sum = self.0;
         for (s, o) in sum.iter_mut().zip(other.0) {
             *s += o;
         }
-        Terms(sum)
+        TermCounts(sum)
     }
 
     /// These terms `n` times over.
-    pub(crate) fn times(self, n: f64) -> Terms {
-        Terms(self.0.map(|t| (f64::from(t) * n) as f32))
+    pub(crate) fn times(self, n: f64) -> TermCounts {
+        TermCounts(self.0.map(|t| (f64::from(t) * n) as f32))
     }
 }
 

@@ -18,7 +18,7 @@ use super::peers::{Limits, PeerTable};
 use super::registry::{Registered, Registry, check_id};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
-use super::timing::{TERMS, Terms};
+use super::timing::{TERMS, TermCounts};
 use crate::error::Error;
 use crate::request::Shed;
 use crate::tree::WorkerId;
@@ -359,7 +359,7 @@ impl Fleet {
     pub(super) fn learn(
         &self,
         r: Registered<'_>,
-        (terms, measured): (&Terms, f64),
+        (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
         let fleet = *lock(&self.published);
@@ -379,7 +379,7 @@ impl Fleet {
     pub(super) fn learn_forecast(
         &self,
         r: Registered<'_>,
-        (terms, measured): (&Terms, f64),
+        (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
         let fleet = *lock(&self.forecast_published);

@@ -25,12 +25,12 @@ pub struct RouteDecision {
     /// Seconds to first token and per output token the load model predicted.
     predicted_s: (f64, f64),
     /// How much of each of the worker's step terms each prediction counted (the fleet
-    /// model's `Terms`, for time to first token and per output token): what the timings the
+    /// model's `TermCounts`, for time to first token and per output token): what the timings the
     /// host reports later teach.
     terms: ([f32; 5], [f32; 5]),
     /// The terms of the predicted time to first token as admission's forecast counts them
     /// (the fleet model's forecast terms learn from these).
-    forecast_terms: [f32; 5],
+    forecast_counts: [f32; 5],
     /// Output tokens the request was charged with (its expected output).
     output_tokens: u32,
     /// Whether the worker's report counted as saturation when the request was routed: its
@@ -77,7 +77,7 @@ impl RouteDecision {
             rank: 0,
             predicted_s: (0.0, 0.0),
             terms: ([0.0; 5], [0.0; 5]),
-            forecast_terms: [0.0; 5],
+            forecast_counts: [0.0; 5],
             output_tokens: 0,
             saturated: false,
             state: AtomicU8::new(0),
@@ -103,8 +103,8 @@ impl RouteDecision {
     }
 
     /// The same decision with the terms its forecast time to first token counted.
-    pub(crate) fn with_forecast_terms(mut self, terms: [f32; 5]) -> Self {
-        self.forecast_terms = terms;
+    pub(crate) fn with_forecast_counts(mut self, terms: [f32; 5]) -> Self {
+        self.forecast_counts = terms;
         self
     }
 
@@ -120,8 +120,8 @@ impl RouteDecision {
     }
 
     /// The terms the forecast time to first token counted.
-    pub(crate) fn forecast_terms(&self) -> [f32; 5] {
-        self.forecast_terms
+    pub(crate) fn forecast_counts(&self) -> [f32; 5] {
+        self.forecast_counts
     }
 
     /// The same decision routed at the router's clock time `routed_ns`.
@@ -179,12 +179,12 @@ impl RouteDecision {
     }
 
     /// The terms the time-to-first-token prediction counted.
-    pub(crate) fn ttft_terms(&self) -> [f32; 5] {
+    pub(crate) fn ttft_counts(&self) -> [f32; 5] {
         self.terms.0
     }
 
     /// The terms the time-per-output-token prediction counted.
-    pub(crate) fn tpot_terms(&self) -> [f32; 5] {
+    pub(crate) fn tpot_counts(&self) -> [f32; 5] {
         self.terms.1
     }
 

@@ -30,7 +30,8 @@
 use super::admission::Admission;
 use crate::error::Error;
 use crate::fleet::{
-    Candidate, Candidates, Factors, Fleet, PREFILL_HORIZON_S, Prediction, meets_target, stretched,
+    Candidate, Candidates, Fleet, ObservedFactors, PREFILL_HORIZON_S, Prediction, meets_target,
+    stretched,
 };
 use crate::request::{Gate, Limit, Shed};
 
@@ -53,7 +54,12 @@ impl GatedTimes {
     /// Prediction `p` scaled by factors `f` of a worker holding `requests` requests, the
     /// request's decode bound `bound_s` (its time-per-output-token target) and the initial
     /// decode window `window`.
-    fn of(p: &Prediction, f: &Factors, requests: u64, (bound_s, window): (f64, u32)) -> Self {
+    fn of(
+        p: &Prediction,
+        f: &ObservedFactors,
+        requests: u64,
+        (bound_s, window): (f64, u32),
+    ) -> Self {
         let k = f.prefill_at(p.ttft.drained_s + p.ttft.queue_s + p.ttft.steps_s);
         // The share of the worker's time the prefill admitted there takes, this request's
         // included: the decode steps get the rest.
@@ -102,7 +108,7 @@ impl Admission {
                     c.requests(),
                     (self.tpot_target_s, self.initial_window),
                 );
-                self.passes(&o)
+                self.passes_gates(&o)
             })
     }
 
@@ -130,7 +136,7 @@ impl Admission {
             }
             let requests = candidates[i].requests();
             let o = GatedTimes::of(p, f, requests, (self.tpot_target_s, self.initial_window));
-            if self.passes(&o) {
+            if self.passes_gates(&o) {
                 any = true;
                 continue;
             }
@@ -150,7 +156,7 @@ impl Admission {
     }
 
     /// Whether observed times `o` pass both gates.
-    fn passes(&self, o: &GatedTimes) -> bool {
+    fn passes_gates(&self, o: &GatedTimes) -> bool {
         self.window_passes(o) && o.step_s <= self.tpot_target_s
     }
 
