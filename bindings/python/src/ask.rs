@@ -90,7 +90,11 @@ impl Ask {
 /// a host passing its own should use too (the router's clock never goes back, and a time
 /// far ahead of it moves it only once a second one confirms it).
 fn monotonic(py: Python<'_>) -> PyResult<Duration> {
-    let now: f64 = py.import("time")?.getattr("monotonic")?.call0()?.extract()?;
+    let now: f64 = py
+        .import("time")?
+        .getattr("monotonic")?
+        .call0()?
+        .extract()?;
     seconds("now", now)
 }
 

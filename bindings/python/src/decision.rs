@@ -7,7 +7,7 @@ use prefix_router::{Receipt, RouteDecision, Tier};
 use pyo3::prelude::*;
 
 use crate::config::invalid;
-use crate::router::Shared;
+use crate::shared::Shared;
 
 /// Where a request went, what was predicted of it; one charge of load on the router that
 /// made it.

@@ -17,6 +17,7 @@ mod fleet;
 mod hasher;
 mod pair;
 mod router;
+mod shared;
 mod signals;
 mod tokens;
 

@@ -16,16 +16,11 @@ use crate::decision::{Decision, Explanation};
 use crate::errors::OrRaise;
 use crate::events::Seqs;
 use crate::fleet::{Build, Routers};
+use crate::shared::Shared;
 use crate::signals::{EngineLoad, FleetSignals, SyncOutcome};
 
 /// A KV-cache group as a host gives it: its index, vLLM's `kv_cache_spec_kind`, its window.
 type Group = (u32, Option<String>, Option<u32>);
-
-/// What a `Router` and its decisions share.
-pub(crate) struct Shared {
-    pub(crate) routers: Routers,
-    seqs: Seqs,
-}
 
 /// A routing policy with load tracking and a mirror of every worker's prefix cache.
 #[pyclass(frozen, module = "prefix_router")]
