@@ -4,7 +4,7 @@
 use smallvec::SmallVec;
 
 use super::config::LoadConfig;
-use super::estimate::{Estimate, RequestShape};
+use super::prediction::estimate::{Estimate, RequestShape};
 use crate::tree::Held;
 use crate::tree::{Tier, WorkerId};
 

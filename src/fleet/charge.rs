@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::candidate::Candidate;
 use super::clock::nanos;
-use super::estimate::RequestShape;
-use super::predict::Prediction;
-use super::registry::Registered;
+use super::learned::timing::{TermCounts, attended};
+use super::prediction::estimate::RequestShape;
+use super::prediction::predict::Prediction;
+use super::registry::slots::Registered;
 use super::report::SATURATED_PENALTY_S;
-use super::timing::{TermCounts, attended};
 use super::tracker::Fleet;
 use crate::request::{RouteDecision, RouteRequest};
 

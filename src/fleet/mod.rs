@@ -26,28 +26,21 @@
 //! Rule: nothing here imports the router, a policy, admission or the pair router. What a
 //! prediction is bound by and a refusal's shape come from [`crate::request`], below.
 
-mod booking;
 mod candidate;
 mod charge;
 mod clock;
 mod config;
-mod estimate;
-mod factors;
-mod floor;
-mod forecast;
-mod learn;
-mod least;
-mod observed;
-mod peers;
-mod predict;
-mod registry;
 mod reload;
 mod report;
 mod signals;
-mod state;
 mod step;
-mod timing;
 mod tracker;
+
+mod learned;
+mod observed;
+mod prediction;
+mod registry;
+mod replicas;
 
 pub use self::candidate::Candidate;
 pub use self::config::{LoadConfig, WorkerProfile};
@@ -57,10 +50,10 @@ pub use self::signals::{FleetRates, FleetSignals, ObservedLoad, WorkerLoad, Work
 pub use self::step::StepModel;
 
 pub(crate) use self::candidate::Candidates;
-pub(crate) use self::estimate::Estimate;
-pub(crate) use self::estimate::RequestShape;
-pub(crate) use self::least::{NO_CLASS, Tie, Widened, pick_min, spread};
-pub(crate) use self::observed::{ObservedFactors, PREFILL_HORIZON_S, stretched};
-pub(crate) use self::predict::{Prediction, TtftParts, meets_target};
-pub(crate) use self::timing::attended;
+pub(crate) use self::learned::timing::attended;
+pub(crate) use self::observed::worker::{ObservedFactors, PREFILL_HORIZON_S, stretched};
+pub(crate) use self::prediction::estimate::Estimate;
+pub(crate) use self::prediction::estimate::RequestShape;
+pub(crate) use self::prediction::predict::{Prediction, TtftParts, meets_target};
+pub(crate) use self::registry::least::{NO_CLASS, Tie, Widened, pick_min, spread};
 pub(crate) use self::tracker::Fleet;

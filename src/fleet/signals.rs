@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use super::estimate::Estimate;
-use super::observed::ObservedFactors;
-use super::registry::Registered;
+use super::observed::worker::ObservedFactors;
+use super::prediction::estimate::Estimate;
+use super::registry::slots::Registered;
 use crate::fleet::EngineLoad;
 use crate::request::{GATES, LIMITS, Limit, Priority, Shed};
 use crate::tree::WorkerId;
@@ -180,7 +180,7 @@ impl ObservedLoad {
         let pairs = if e.prefill_tokens > 0 {
             e.prefill_pairs as f64
         } else {
-            super::timing::attended(4_096, 4_096) as f64
+            super::learned::timing::attended(4_096, 4_096) as f64
         };
         let model_s = e.timing.prefill_s(tokens, pairs);
         let outstanding_s = e

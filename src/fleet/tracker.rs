@@ -1,6 +1,6 @@
 //! [`Fleet`]: the registry of workers and what the router believes of each one's load, shared
 //! by every policy. It composes the parts below it: the [`Registry`], the [`Clock`], each
-//! worker's [`LoadState`](super::state::LoadState), the learned timings and the
+//! worker's [`LoadState`](super::registry::state::LoadState), the learned timings and the
 //! refusal counts; a route's charges are in `charge.rs`.
 
 use std::sync::Mutex;
@@ -10,15 +10,15 @@ use std::time::Duration;
 use super::candidate::{Candidate, Candidates};
 use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
-use super::estimate::{Estimate, Forecast};
-use super::floor::Floor;
-use super::learn::{CONFIGURED, fleet_ratios};
-use super::least::{Tie, Widened};
-use super::peers::{Limits, PeerTable};
-use super::registry::{Registered, Registry, check_id};
+use super::learned::floor::Floor;
+use super::learned::learn::{CONFIGURED, fleet_ratios};
+use super::learned::timing::{TERMS, TermCounts};
+use super::prediction::estimate::{Estimate, Forecast};
+use super::registry::least::{Tie, Widened};
+use super::registry::slots::{Registered, Registry, check_id};
+use super::replicas::peers::{Limits, PeerTable};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
-use super::timing::{TERMS, TermCounts};
 use crate::error::Error;
 use crate::request::Shed;
 use crate::tree::WorkerId;
@@ -296,7 +296,7 @@ impl Fleet {
     }
 
     /// Fills `out`, in id order, with the least loaded available worker of each class (see
-    /// [`Slots::least_of_each`](super::registry::Slots)); returns the number of slots in the
+    /// [`Slots::least_of_each`](super::registry::slots::Slots)); returns the number of slots in the
     /// registry (at least the registered workers).
     pub(crate) fn least_of_each(
         &self,
@@ -314,7 +314,7 @@ impl Fleet {
     }
 
     /// Adds to `out` every available worker of a `widened` class that could come before
-    /// `best` (see [`Slots::each_below`](super::registry::Slots)) and is not in `out`.
+    /// `best` (see [`Slots::each_below`](super::registry::slots::Slots)) and is not in `out`.
     pub(crate) fn widen(
         &self,
         classes: (&[u16], usize),

@@ -376,7 +376,7 @@ impl SlowSpell {
             0.0..=f64::MAX,
             "a finite start, 0 or later",
         )?;
-        if !(self.to_s > self.from_s) {
+        if self.to_s.partial_cmp(&self.from_s) != Some(std::cmp::Ordering::Greater) {
             return Err(crate::config::invalid(
                 "slow_spell",
                 self.to_s,

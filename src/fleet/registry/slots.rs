@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::observed::Observed;
+use super::super::observed::worker::Observed;
 use super::state::LoadState;
 use crate::error::Error;
 use crate::request::RouteDecision;
@@ -14,7 +14,7 @@ use crate::tree::{RadixTree, WorkerId};
 /// compares them: lock-free, read and written under the registry's read lock.
 #[derive(Debug)]
 pub(crate) struct LoadKey {
-    /// The worker's load (nanoseconds, [`Estimate::load_s`](super::estimate::Estimate)),
+    /// The worker's load (nanoseconds, [`Estimate::load_s`](super::super::prediction::estimate::Estimate)),
     /// refreshed whenever it changes.
     pub(crate) load_ns: AtomicU64,
     /// Uncached prompt tokens of every request routed to it since it was added.

@@ -2,7 +2,7 @@
 //! [`TermCounts`]: how much of each term a prediction counts, so that a prediction is one dot
 //! product and what the host measures later can teach each term.
 
-use super::config::LoadConfig;
+use super::super::config::LoadConfig;
 
 /// The terms a worker's times are made of (seconds), the ones the router predicts with and
 /// learns: a step's fixed time, and what each prefill token, each decoding request and each

@@ -4,12 +4,12 @@
 //! scheduler runs a step: a token budget shared by prefill chunks and one token per decode,
 //! a cap on running requests, and KV that admission must find free.
 
-use super::config::LoadConfig;
-use super::estimate::{Estimate, RequestShape};
-use super::report::SATURATED_PENALTY_S;
+use super::super::config::LoadConfig;
+use super::super::learned::timing::{TermCounts, Timing, attended};
+use super::super::report::SATURATED_PENALTY_S;
 #[cfg(doc)]
-use super::step::StepModel;
-use super::timing::{TermCounts, Timing, attended};
+use super::super::step::StepModel;
+use super::estimate::{Estimate, RequestShape};
 use crate::request::Limit;
 
 impl Estimate {
@@ -564,7 +564,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::fleet::estimate::Forecast;
+    use crate::fleet::prediction::estimate::Forecast;
 
     /// A worker of relative `speed` at its configured terms with `requests` requests,
     /// `decoding` of them decoding, and `prefill` queued tokens (each attending to 3,000),

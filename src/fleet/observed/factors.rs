@@ -4,10 +4,10 @@
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::candidate::{Candidate, Candidates};
-use super::observed::ObservedFactors;
-use super::registry::Slots;
-use super::tracker::Fleet;
+use super::super::candidate::{Candidate, Candidates};
+use super::super::registry::slots::Slots;
+use super::super::tracker::Fleet;
+use super::worker::ObservedFactors;
 
 impl Fleet {
     /// Each candidate's factors now, in order (see [`factors_of`](Self::factors_of)).

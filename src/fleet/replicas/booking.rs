@@ -2,7 +2,7 @@
 //! [`PeerTable`], each change it makes to the worker it names (if
 //! still the same registration), and the worker's load key refreshed.
 //!
-//! How peers and [`LoadConfig::replicas`](super::config::LoadConfig::replicas) combine:
+//! How peers and [`LoadConfig::replicas`](super::super::config::LoadConfig::replicas) combine:
 //! a peer's requests count as this router's own do, in flight and since the last report;
 //! the counts since the report are then multiplied by `max(replicas, 1 + peers heard) /
 //! (1 + peers heard)`, so `replicas` guesses only the traffic of replicas not heard (with
@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
-use super::clock::nanos;
+use super::super::clock::nanos;
+use super::super::registry::slots::Slots;
+use super::super::tracker::{Fleet, lock};
 use super::peers::{Begin, Booking, Change, Limits, PeerTable, Routed};
-use super::registry::Slots;
-use super::tracker::{Fleet, lock};
 use crate::error::Error;
 use crate::replica::{FrameView, RecordView, ReplicaConfig, ReplicaOutcome, ReplicaStats};
 use crate::tree::WorkerId;
@@ -113,7 +113,7 @@ impl Fleet {
 
     /// Releases the peers gone and the bookings too old by `now_ns`; returns when to look
     /// again (nanoseconds).
-    pub(super) fn expire_peers(&self, now_ns: u64) -> u64 {
+    pub(in crate::fleet) fn expire_peers(&self, now_ns: u64) -> u64 {
         let mut table = lock(&self.peers);
         let slots = self.registry.read();
         let (gone, released, next) = table.expire(now_ns, &mut |c| self.change(&slots, c));

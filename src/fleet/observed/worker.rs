@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
-use super::timing::Timing;
+use super::super::learned::timing::Timing;
 
 /// How much of the decayed sums each new observation keeps: about the last ten weigh.
 const KEEP: f64 = 0.9;

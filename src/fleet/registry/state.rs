@@ -17,14 +17,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::clock::nanos;
-use super::config::{LoadConfig, WorkerProfile};
-use super::estimate::Estimate;
-use super::forecast::ForecastTiming;
-use super::learn::WorkerLearner;
-use super::peers::PeerCounts;
-use super::report::{EngineLoad, Staleness};
-use super::timing::{TERMS, TermCounts, Timing, attended};
+use super::super::clock::nanos;
+use super::super::config::{LoadConfig, WorkerProfile};
+use super::super::learned::forecast::ForecastTiming;
+use super::super::learned::learn::WorkerLearner;
+use super::super::learned::timing::{TERMS, TermCounts, Timing, attended};
+use super::super::prediction::estimate::Estimate;
+use super::super::replicas::peers::PeerCounts;
+use super::super::report::{EngineLoad, Staleness};
 
 /// `prefill` of an engine report that gave none.
 const NO_PREFILL: u64 = u64::MAX;

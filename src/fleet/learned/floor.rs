@@ -1,6 +1,6 @@
 //! [`Floor`]: the fleet's least step terms and greatest speed, a bound under every worker's,
 //! for the idle worker the shortlist prices a class of holders at (see
-//! [`Fleet::floor`](super::tracker::Fleet::floor)).
+//! [`Fleet::floor`](super::super::tracker::Fleet::floor)).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -10,7 +10,7 @@ use super::timing::{TERMS, Timing};
 /// was last taken afresh.
 ///
 /// Invariant: each term is at most that term of every registered worker's timing, and the
-/// speed at least every worker's (as an [`Estimate`](super::estimate::Estimate) reads it,
+/// speed at least every worker's (as an [`Estimate`](super::super::prediction::estimate::Estimate) reads it,
 /// an `f32`). Terms and speeds are never negative, so their bits order as the values do.
 #[derive(Debug)]
 pub(crate) struct Floor {

@@ -17,9 +17,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use super::clock::nanos;
-use super::estimate::Estimate;
-use super::timing::attended;
+use super::super::clock::nanos;
+use super::super::learned::timing::attended;
+use super::super::prediction::estimate::Estimate;
 use crate::error::Error;
 use crate::replica::{ReplicaConfig, ReplicaStats};
 use crate::tree::WorkerId;

@@ -1,7 +1,7 @@
 //! [`Estimate`]: one worker's load figures as a policy and the predictions see them, taken
-//! from its [`LoadState`](super::state::LoadState) at one instant.
+//! from its [`LoadState`](super::super::registry::state::LoadState) at one instant.
 
-use super::timing::Timing;
+use super::super::learned::timing::Timing;
 
 /// What a prediction counts of one request: its prompt tokens, those of them uncached on
 /// the worker (the prefill it costs there), and the output tokens it is expected to

@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::candidate::Candidate;
-use super::registry::{LoadKey, Registered, Slots};
+use super::super::candidate::Candidate;
+use super::slots::{LoadKey, Registered, Slots};
 
 /// A worker of no class in [`Slots::least_of_each`].
 pub(crate) const NO_CLASS: u16 = u16::MAX;
@@ -210,7 +210,7 @@ pub(crate) fn pick_min<K: PartialOrd>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::estimate::Estimate;
+    use crate::fleet::prediction::estimate::Estimate;
     use crate::tree::WorkerId;
     fn candidate(worker: u32, in_flight: u64, routed: u64) -> Candidate {
         Candidate {
