@@ -123,6 +123,12 @@ struct Args {
     #[arg(long, default_value_t = 100.0)]
     sla_itl_ms: f64,
 
+    /// Fixes the balanced policies' miss weight (what a recomputed prompt token weighs
+    /// against a queued one; the crate's default prices it by the fleet's load, 1 to 30), as
+    /// the simulator's `--miss-weight`.
+    #[arg(long)]
+    miss_weight: Option<f64>,
+
     /// Routers, comma-separated, or `all`: the crate's policies by the simulator's names
     /// (`balanced`, `balanced_weighted`, `cache_aware`, `least_loaded`, `power_of_two`,
     /// `consistent_hash`, `affinity`, and the simulator's rebuilt peers `llmd`,
@@ -347,6 +353,7 @@ fn main() -> Result<()> {
         block_size: args.block_size,
         max_num_seqs: args.max_num_seqs,
         max_num_batched_tokens: args.max_num_batched_tokens,
+        miss_weight: args.miss_weight,
     };
     let arrivals = Arrivals {
         path: &path,
@@ -437,6 +444,9 @@ fn main() -> Result<()> {
                 args.sla_ttft_ms,
                 args.sla_itl_ms
             );
+            if let Some(w) = args.miss_weight {
+                println!("balanced policies' miss weight fixed at {w}");
+            }
             println!();
             print!("{}", table(&report_rows));
             println!();

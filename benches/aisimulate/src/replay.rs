@@ -35,6 +35,8 @@ pub struct Engines {
     pub block_size: usize,
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
+    /// The balanced policies' miss weight, fixed (`None`: the crate's default).
+    pub miss_weight: Option<f64>,
 }
 
 impl Engines {
@@ -130,7 +132,8 @@ fn run_crate(
     per_request: bool,
 ) -> Result<Outcome> {
     let workers = u32::try_from(engines.workers)?;
-    let Some(router) = routers::build(name, workers, engines.block_size) else {
+    let Some(router) = routers::build(name, workers, engines.block_size, engines.miss_weight)
+    else {
         bail!("unknown router {name:?}");
     };
     let router = router?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use prefix_router::{
     AffinityConfig, AffinityRouter, BalancedConfig, BalancedRouter, CacheAwareConfig,
     CacheAwareRouter, ConsistentHashConfig, ConsistentHashRouter, Error, IndexConfig,
-    LeastLoadedRouter, Policy, PolicyRouter, PowerOfTwoRouter, Router, Scoring,
+    LeastLoadedRouter, MissWeight, Policy, PolicyRouter, PowerOfTwoRouter, Router, Scoring,
 };
 
 // The peer projects' policies as the crate's simulator rebuilds them (`--policy llmd`,
@@ -54,17 +54,22 @@ fn boxed<P: Policy + 'static>(r: Result<PolicyRouter<P>, Error>) -> Result<Arc<d
 }
 
 /// The crate's router called `name` over `workers` workers hashing blocks of `block_size`
-/// tokens (the engines'), every other setting its default; `None` for a name that is not
-/// one of [`CRATE_POLICIES`].
+/// tokens (the engines'), every other setting its default but the balanced policies' miss
+/// weight when `miss_weight` fixes it (the simulator's `--miss-weight`); `None` for a name
+/// that is not one of [`CRATE_POLICIES`].
 pub fn build(
     name: &str,
     workers: u32,
     block_size: usize,
+    miss_weight: Option<f64>,
 ) -> Option<Result<Arc<dyn Router>, Error>> {
     let mut index = IndexConfig::default();
     index.block_size = block_size;
     let mut balanced = BalancedConfig::default();
     balanced.index = index;
+    if let Some(w) = miss_weight {
+        balanced.miss_weight = MissWeight::Fixed(w);
+    }
     let mut cache_aware = CacheAwareConfig::default();
     cache_aware.index = index;
     let mut ring = ConsistentHashConfig::default();
