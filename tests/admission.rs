@@ -259,7 +259,10 @@ fn queued_prefill_does_not_count_against_the_tpot_target() {
     else {
         panic!("expected a refusal for the first token");
     };
-    assert_ne!(shed.limit, Limit::Decode, "{shed}");
+    // The queue ahead bounds it, as the model's check found: not its decode.
+    assert_eq!(shed.limit, Limit::Queue, "{shed}");
+    assert_eq!(shed.gate, prefix_router::Gate::Model, "{shed}");
+    assert!(shed.best_tpot <= Duration::from_millis(30), "{shed}");
 }
 
 /// A target as long as a `Duration` holds asks for admission and refuses nothing, a
@@ -267,17 +270,23 @@ fn queued_prefill_does_not_count_against_the_tpot_target() {
 #[test]
 fn the_longest_target_refuses_nothing() {
     let tokens = vec![3u32; 1_000];
-    let router = fleet(&[load(300, 250, 2_000_000)]);
-    for share in [0.5, 1.0] {
-        let config = AdmissionConfig::default().with_sheddable_share(share);
-        let held = config.target_of(Priority::Sheddable, Duration::MAX);
-        assert!(held >= Duration::from_secs(1 << 40), "{held:?}");
-    }
     let request = RouteRequest::new(&tokens)
         .with_ttft_target(Duration::MAX)
         .with_tpot_target(Duration::MAX)
         .with_priority(Priority::Sheddable);
-    assert!(admitted(&router, &request));
+    for share in [0.5, 1.0] {
+        let admission = AdmissionConfig::default().with_sheddable_share(share);
+        let held = admission.target_of(Priority::Sheddable, Duration::MAX);
+        assert!(held >= Duration::from_secs(1 << 40), "{held:?}");
+        // A router with that share, on a worker past any finite target, admits it.
+        let mut config = BalancedConfig::default();
+        config.load = LoadConfig::default().with_admission(admission);
+        let router = BalancedRouter::with_config(1, config).expect("router");
+        router
+            .report_load(WorkerId::new(0), load(300, 250, 2_000_000))
+            .expect("report");
+        assert!(admitted(&router, &request), "share {share}");
+    }
 }
 
 /// Bad settings and names are errors, not panics.

@@ -85,3 +85,61 @@ impl ForecastTiming {
         self.learner().learned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::config::LoadConfig;
+    use crate::fleet::learned::learn::CONFIGURED;
+
+    /// The forecast terms start as configured, learn that a worker is slower at prefill from
+    /// its times to first token (twice as slow), and publish them only on `update`.
+    #[test]
+    fn the_forecast_learns_what_the_engine_did() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let forecast = ForecastTiming::default();
+        forecast.update(&configured, CONFIGURED);
+        assert_eq!(forecast.timing(), configured);
+        let slow = Timing {
+            prefill_s_per_token: 2.0 * configured.prefill_s_per_token,
+            ..configured
+        };
+        for n in 0..200u32 {
+            let tokens = f64::from(1_000 + 97 * (n % 40));
+            let counts = TermCounts::new((tokens, 0.0), 1.0, 0.0, 0.0);
+            forecast.learn(
+                (&configured, &CONFIGURED),
+                (&counts, slow.of(&counts)),
+                true,
+            );
+        }
+        assert_eq!(forecast.timing(), configured, "published only on update");
+        let (_, timings) = forecast.learned();
+        assert_eq!(timings, 200);
+        forecast.update(&configured, CONFIGURED);
+        let counts = TermCounts::new((4_096.0, 0.0), 1.0, 0.0, 0.0);
+        // Alone against a fleet held at the configured ratios, its own factor counts beyond
+        // the dead zone (`learn.rs`): slower than configured, short of the truth.
+        let ratio = forecast.timing().of(&counts) / slow.of(&counts);
+        assert!(
+            (0.75..1.0).contains(&ratio),
+            "{ratio}: {:?}",
+            forecast.timing()
+        );
+        let learned = forecast.timing().prefill_s_per_token / configured.prefill_s_per_token;
+        assert!(learned > 1.5, "{learned}");
+    }
+
+    /// A time that is not positive and finite teaches nothing.
+    #[test]
+    fn bad_times_teach_nothing() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let forecast = ForecastTiming::default();
+        let counts = TermCounts::new((1_000.0, 0.0), 1.0, 0.0, 0.0);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            forecast.learn((&configured, &CONFIGURED), (&counts, bad), true);
+        }
+        forecast.update(&configured, CONFIGURED);
+        assert_eq!(forecast.timing(), configured);
+    }
+}

@@ -418,3 +418,68 @@ impl LoadState {
 fn sub(counter: &AtomicU64, by: u64) {
     counter.fetch_sub(by, Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A context of 1,000 uncached tokens an average request, blocks of 16, one replica.
+    fn context() -> ((u64, u64), (u64, u64)) {
+        ((1_000, 16), (1, 1))
+    }
+
+    /// A report's counts with this router's routes, first tokens and completions since:
+    /// waiting gains the routes and loses the first tokens, running gains the first tokens
+    /// and loses the completions, the reported prefill gains the routed and loses the
+    /// prefilled; the router's own counts stand where the report has less.
+    #[test]
+    fn a_report_is_reconciled_with_the_counts_since() {
+        let config = LoadConfig::default();
+        let state = LoadState::default();
+        let load = EngineLoad::new(3, 5, Duration::ZERO).with_prefill_tokens(10_000);
+        state.report(&load);
+        // Two routes of 2,000-token prompts, 1,500 uncached each; one reaches its first
+        // token, and one of the reported running requests completes.
+        state.routed(2_000, 1_500, 64);
+        state.routed(2_000, 1_500, 64);
+        state.first_token(2_000, 1_500);
+        state.completed(500, 0, 64);
+        let e = state.estimate(&config, 0, context);
+        assert_eq!(e.requests, (3 + 2 - 1) + (5 + 1 - 1), "{e:?}");
+        assert_eq!(e.decoding, 5 + 1 - 1, "{e:?}");
+        assert_eq!(e.prefill_tokens, 10_000 + 3_000 - 1_500, "{e:?}");
+        // Without a report, the router's own counts alone.
+        let own = LoadState::default();
+        own.routed(2_000, 1_500, 64);
+        let e = own.estimate(&config, 0, context);
+        assert_eq!((e.requests, e.decoding, e.prefill_tokens), (1, 0, 1_500));
+    }
+
+    /// A report of waiting requests without their tokens counts each at the average
+    /// request's uncached tokens, unless the router's own count is more.
+    #[test]
+    fn waiting_requests_without_tokens_count_at_the_average() {
+        let config = LoadConfig::default();
+        let state = LoadState::default();
+        state.report(&EngineLoad::new(4, 0, Duration::ZERO));
+        let e = state.estimate(&config, 0, context);
+        assert_eq!(e.prefill_tokens, 4 * 1_000, "{e:?}");
+    }
+
+    /// A report past its age counts as the staleness policy says: ignored (the router's
+    /// counts alone), or as saturation.
+    #[test]
+    fn a_stale_report_counts_as_configured() {
+        let state = LoadState::default();
+        state.report(&EngineLoad::new(40, 40, Duration::ZERO));
+        let old = nanos(LoadConfig::default().max_report_age) + 1;
+        let ignore = LoadConfig::default().with_staleness(Staleness::Ignore);
+        let e = state.estimate(&ignore, old, context);
+        assert_eq!((e.requests, e.saturated), (0, false), "{e:?}");
+        let saturated = LoadConfig::default().with_staleness(Staleness::Saturated);
+        let e = state.estimate(&saturated, old, context);
+        assert!(e.saturated && e.requests == 80, "{e:?}");
+    }
+}
