@@ -268,6 +268,8 @@ def router_specs(a) -> dict:
         "sglang-router cache_aware": sglang("cache_aware"),
         "vllm-router cache_aware": vllm("cache_aware"),
         "vllm-router kv_aware": vllm("kv_aware"),
+        # Not in the default run: the baseline that vllm-router's cache_aware must beat.
+        "vllm-router round_robin": vllm("round_robin"),
     }
 
 
@@ -439,6 +441,8 @@ def main():
     p.add_argument("--load-high", type=float, default=3.0)
     p.add_argument("--port-base", type=int, default=27000)
     p.add_argument("--routers", default="", help="comma-separated names (default: all)")
+    p.add_argument("--workloads", default="",
+                   help="comma-separated workload:load cells, e.g. synthetic:1,agents:1 (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="CI smoke: 4 engines, ~100 requests, the gateway and Dynamo's KV router, "
                         "checked (no errors, cached tokens reported)")
@@ -455,7 +459,7 @@ def main():
     if a.quick:
         names = ["gateway balanced", "dynamo kv"]
     else:
-        names = list(specs)
+        names = [n for n in specs if n != "vllm-router round_robin"]
     if a.routers:
         names = [n for n in a.routers.split(",") if n]
     for n in names:
@@ -465,7 +469,10 @@ def main():
             raise SystemExit(f"{n} needs --gateway-bin / --py-gateway-python")
     t_all = time.time()
     cells = []
+    chosen = [x for x in a.workloads.split(",") if x]
     for w in workloads(a, words):
+        if chosen and f"{w['name']}:{w['load']:g}" not in chosen:
+            continue
         speedup = a.speedup
         check = None
         replay_out = None

@@ -71,6 +71,8 @@ def metrics(cell: dict) -> dict:
         "goodput": good / len(recs) if recs else 0.0,
         "per_worker": [per_worker.get(w, 0) for w in order],
         "path_wall_ms_p50": pct(path, 50),
+        "frontend_ttft_p50": pct([r["engine_ttft_ms"] * s for r in ok
+                                  if r.get("engine_ttft_ms") is not None], 50),
     }
 
 
@@ -103,9 +105,14 @@ def table(cells: list[dict]) -> str:
                        f"{fmt(replay.get('kv_goodput'), 3)}.")
         check = c0.get("machine_check")
         if check:
-            out.append(f"Live round robin TTFT p50 / replay's: {fmt(check.get('ratio'), 2)} "
-                       f"({'machine-bound' if check.get('bound') else 'within 20 %'}); "
-                       f"machine busy (share of 2 cores) per run: {cpu}.")
+            rr = next((c for c in group if c["router"] == "gateway round_robin"), None)
+            fe = metrics(rr)["frontend_ttft_p50"] if rr else None
+            fe_ratio = (fe / replay["rr_ttft_p50"]) if fe and replay.get("rr_ttft_p50") else None
+            out.append(f"Live round robin (the gateway's) TTFT p50 / the replay's: "
+                       f"{fmt(check.get('ratio'), 2)} at the client, {fmt(fe_ratio, 2)} as the "
+                       f"engines' frontends measured it "
+                       f"({'**machine-bound**' if check.get('bound') else 'within 20 %'}); "
+                       f"the machine's busy share (2 cores) per run: {cpu}.")
         out.append("")
         out.append("| router | cached/prompt | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | "
                    "e2e p99 | errors | goodput | path p50 (wall ms) | requests per worker |")
