@@ -29,7 +29,9 @@
 use super::timing::{TERMS, TermCounts, Timing};
 
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
-/// configured.
+/// configured. Where from: a judgement, not a fit: a standard deviation of 2 on a ratio of
+/// 1 puts engines a few times slower or faster than configured (the built-in engine
+/// profiles, from Vidur's and BLIS's measurements, span that) within one deviation.
 const PRIOR_VARIANCE: f64 = 4.0;
 /// A worker's own factors (the log of its own ratios' typical times over the fleet's) count
 /// only for what lies beyond this: a worker up to about 16 % slower or faster than the fleet
@@ -38,27 +40,40 @@ const PRIOR_VARIANCE: f64 = 4.0;
 /// about 1.7 times slower.
 const DEAD_ZONE: f64 = 0.15;
 /// Weight of a new timing in a worker's typical terms once it has learned from 50 (before,
-/// each of its timings weighs alike): they follow about the last 50 timings.
+/// each of its timings weighs alike): they follow about the last 50 timings. Where from: a
+/// judgement: 50 timings are seconds of a busy worker's first tokens, enough to average
+/// the queueing its own traffic adds to each.
 const FACTOR_RATE: f64 = 0.02;
-/// Timings a worker needs before its ratios count in the fleet's.
+/// Timings a worker needs before its ratios count in the fleet's. Where from: a judgement:
+/// the fleet's median must not follow a worker's first few timings, whose fit is still the
+/// prior's.
 const MIN_FLEET: u64 = 8;
-/// A measured time's noise, as a share of the time predicted.
+/// A measured time's noise, as a share of the time predicted. Where from: the router's own
+/// prediction error on its engines, whose median is some 10–20 % and 90th percentile
+/// some 35–80 % within capacity (the README's "How wrong the router is").
 const NOISE_SHARE: f64 = 0.25;
 /// Residuals beyond this many noise deviations weigh less (Huber's loss): the fit follows
 /// the typical timing, as a median does, not the few that waited behind work no
 /// prediction at routing could see (a burst routed right after them that shared their
-/// steps).
+/// steps). Where from: Huber's usual bound is 1.345 deviations; one deviation weighs the
+/// tail a little less, as the bursts behind it are more than noise.
 const CLIP: f64 = 1.0;
 /// The same bound over a worker's first [`WARMUP`] timings, when the ratios may be far from
 /// the truth everywhere (an engine several times slower than configured) and every residual
-/// is large.
+/// is large. Where from: a judgement: an engine up to about three times off its
+/// configured terms (the built-in profiles' range) errs by under eight deviations.
 const WARMUP_CLIP: f64 = 8.0;
-/// Timings a worker learns from with [`WARMUP_CLIP`].
+/// Timings a worker learns from with [`WARMUP_CLIP`]. Where from: a judgement: twice
+/// [`MIN_FLEET`], by when a worker's fit has left its prior.
 const WARMUP: u64 = 16;
-/// Variance each ratio drifts by per observation.
+/// Variance each ratio drifts by per observation. Where from: a judgement: after 10,000
+/// observations a ratio's variance has grown back by 1 (half a deviation of the prior), so
+/// a fleet that changes is followed within minutes of a busy fleet's timings.
 const DRIFT: f64 = 1e-4;
 /// Learned ratios of the configured terms stay within `1 / RATIO_LIMIT ..= RATIO_LIMIT`,
-/// attention's within `0 ..= RATIO_LIMIT`.
+/// attention's within `0 ..= RATIO_LIMIT`. Where from: a bound, not an estimate: far beyond
+/// any engine the crate was run against (a few times off), close enough to keep a
+/// misreported timing from making a worker look idle or dead.
 const RATIO_LIMIT: f64 = 64.0;
 
 /// The configured ratios: the step model's terms as configured, no attention term.
@@ -85,9 +100,11 @@ fn limit(i: usize, ratio: f64) -> f64 {
     };
     ratio.clamp(low, RATIO_LIMIT)
 }
-/// Weight of a new timing in the reported measured-over-predicted ratio.
+/// Weight of a new timing in the reported measured-over-predicted ratio: about the last ten
+/// weigh, as in admission's observed factors (`observed/worker.rs`).
 const REPORT_RATE: f64 = 0.1;
-/// Timings a worker's reported ratio needs before it is shown.
+/// Timings a worker's reported ratio needs before it is shown: below five, one timing
+/// weighs a fifth or more of it.
 const MIN_REPORTED: u64 = 5;
 
 /// Recursive least squares over the ratios.

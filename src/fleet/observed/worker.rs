@@ -27,6 +27,9 @@ use std::sync::{Mutex, PoisonError};
 use super::super::learned::timing::Timing;
 
 /// How much of the decayed sums each new observation keeps: about the last ten weigh.
+/// Where from: a judgement: ten first tokens are a second or two of a busy worker, short
+/// enough to follow a slow spell as it starts and ends, long enough that one request stuck
+/// behind a burst does not swing a factor.
 const KEEP: f64 = 0.9;
 
 /// The time constant of the prefill admitted to a worker, seconds: its decayed sum over
@@ -119,6 +122,9 @@ impl Default for Observed {
 
 /// The shortest time the prefill admitted to a worker is read as spread over, seconds: the
 /// first admissions of a worker with no history are not read as a rate over an instant.
+/// Where from: read over the whole horizon, a cold burst was read at a third of its share
+/// and its admitted requests ran at twice the TPOT target; the floor itself is a
+/// judgement, most of [`PREFILL_HORIZON_S`].
 const MIN_WINDOW_S: f64 = 4.0;
 
 /// The prefill admitted to a worker, decayed over [`PREFILL_HORIZON_S`]: over the time it
@@ -347,7 +353,8 @@ pub(crate) fn stretched(decode_s: f64, share: f64) -> f64 {
 }
 
 /// The largest prefill share a step sample is stretched by: the decay of what was
-/// admitted is a rate's estimate, not its measure.
+/// admitted is a rate's estimate, not its measure. Where from: a bound: at 0.9 a sample is
+/// stretched tenfold at most, past which the estimate, not the worker, decides the factor.
 const MAX_SHARE: f64 = 0.9;
 
 /// `sum` decayed over `elapsed_ns` at the time constant [`PREFILL_HORIZON_S`].
