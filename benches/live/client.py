@@ -83,12 +83,14 @@ def trace_slice(path: Path, start: int, count: int, max_output: int | None) -> l
     return rows
 
 
-def trace_sessions(path: Path, count: int, max_output: int | None, seed: int = 0) -> list[dict]:
+def trace_sessions(path: Path, count: int, max_output: int | None, seed: int = 0,
+                   max_blocks: int | None = None) -> list[dict]:
     """About `count` requests of a Mooncake trace sampled by whole sessions (requests sharing
     their first two blocks: a conversation, or a synthetic prefix tree), over the whole
     trace, so that the sample reuses prefixes about as the whole trace does (a slice of
     consecutive requests reuses almost nothing: its prefixes' first uses are earlier).
-    Timestamps are compressed by the sampling rate, so requests arrive at the trace's rate."""
+    Timestamps are compressed by the sampling rate, so requests arrive at the trace's rate.
+    With `max_blocks`, prompts keep their first blocks only (prefixes stay shared)."""
     rows = [json.loads(line) for line in open(path)]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -101,6 +103,9 @@ def trace_sessions(path: Path, count: int, max_output: int | None, seed: int = 0
     out = []
     for r in picked:
         r = dict(r, timestamp=int(round((r["timestamp"] - t0) * p)))
+        if max_blocks and len(r["hash_ids"]) > max_blocks:
+            r["hash_ids"] = r["hash_ids"][:max_blocks]
+            r["input_length"] = min(r["input_length"], max_blocks * BLOCK)
         if max_output:
             r["output_length"] = min(r["output_length"], max_output)
         r["output_length"] = max(1, r["output_length"])
