@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The live fleet bench (benches/live.md): installs what it needs, builds the gateways, runs.
 #
-#   bash benches/live/run.sh            # every router, every workload (~25 min on 2 cores)
-#   bash benches/live/run.sh --quick    # CI smoke: 4 engines, ~100 requests, the Rust
-#                                       # gateway (KV events) and Dynamo's KV router
-#   bash benches/live/run.sh --routers "gateway balanced,dynamo kv" --requests 80 ...
+#   bash benches/live/run.sh            # every router, every workload (21 min on 2 cores)
+#   bash benches/live/run.sh --quick    # CI smoke: 4 engines, 95 requests, the Rust gateway
+#                                       # (KV events) and Dynamo's KV router, checked (80 s)
+#   bash benches/live/run.sh --routers "gateway balanced,dynamo kv" --workloads synthetic:3
 #
 # Installed at run time, never committed:
 #   - ai-dynamo 1.6.1 (--no-deps: its aisimulate requirement is a stub that downloads from
