@@ -418,9 +418,9 @@ def workloads(a, words) -> list[dict]:
         spec = cl.AgentSpec(sessions=8, turns=5, system_blocks=2, first_tokens=512)
     else:
         trace("conversation", "mooncake_conversation_trace.jsonl", a.requests, [a.load_low],
-              a.max_output)
+              a.max_output, a.max_blocks)
         trace("synthetic", "mooncake_synthetic_trace.jsonl", a.requests,
-              [a.load_low, a.load_high], a.max_output)
+              [a.load_low, a.load_high], a.max_output, a.max_blocks)
         spec = cl.AgentSpec()
     out.append({"kind": "agent", "name": "agents", "spec": spec, "load": 1.0,
                 "desc": f"{spec.sessions} sessions x {spec.turns} turns, "
@@ -440,6 +440,7 @@ def main():
     p.add_argument("--min-speedup", type=float, default=1.0)
     p.add_argument("--requests", type=int, default=120, help="trace requests per slice")
     p.add_argument("--max-output", type=int, default=256)
+    p.add_argument("--max-blocks", type=int, help="cut prompts to their first N trace blocks")
     p.add_argument("--load-low", type=float, default=1.0)
     p.add_argument("--load-high", type=float, default=3.0)
     p.add_argument("--port-base", type=int, default=27000)
