@@ -66,6 +66,14 @@ impl<'a> RouteRequest<'a> {
     /// [`EngineLoad::measured_at`](crate::EngineLoad::measured_at) reports use): engine reports older than
     /// [`LoadConfig::max_report_age`](crate::LoadConfig::max_report_age) against it are stale. Without it, the newest report's
     /// time is the router's clock.
+    ///
+    /// The router's clock never goes back, and moves by more than a minute at once only
+    /// when a second time confirms the first: pass one clock (a monotonic one) for every
+    /// request, report and frame. Admission's decode bound reads the prefill admitted to a
+    /// worker as a rate over this clock: a router never told a time (no request time, no
+    /// timed report, no replica frame) counts no such rate, and its observed gates read the
+    /// factors alone, with no wait for a first token as evidence. Routing and the model's
+    /// check are the same with or without a time.
     #[must_use]
     pub fn with_time(self, at: std::time::Duration) -> Self {
         Self {

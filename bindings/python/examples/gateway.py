@@ -113,18 +113,22 @@ def error(status: int, message: str) -> JSONResponse:
 
 
 def shed_response(shed: pr.Shed) -> JSONResponse:
-    """429 with the limit that refused it and, when waiting can help, Retry-After (whole s)."""
+    """429 with the limit and the gate that refused it (body and ``x-shed-gate``, as the Rust
+    gateway answers) and, when waiting can help, Retry-After (whole s)."""
     body = {"error": {"message": str(shed), "type": "overloaded", "code": f"shed_{shed.limit}",
-                      "param": None}}
-    after = shed.retry_after
-    headers = {} if after is None else {"Retry-After": str(max(1, math.ceil(after)))}
+                      "param": None, "gate": shed.gate, "measured_s": shed.measured_s,
+                      "threshold_s": shed.threshold_s}}
+    after = shed.retry_after_s
+    headers = {"x-shed-gate": shed.gate}
+    if after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(after)))
     return JSONResponse(body, status_code=429, headers=headers)
 
 
 def admission(headers) -> dict:
     """The admission headers as route() takes them."""
     targets = {}
-    for name, key in (("x-ttft-target-ms", "ttft_target"), ("x-tpot-target-ms", "tpot_target")):
+    for name, key in (("x-ttft-target-ms", "ttft_target_s"), ("x-tpot-target-ms", "tpot_target_s")):
         if (value := headers.get(name)) is not None:
             if not value.strip().isdigit() or int(value) == 0:
                 raise Invalid(f"{name}: {value!r} is not a number of milliseconds above 0")

@@ -95,9 +95,9 @@ class Shed(PrefixRouterError):
     ``limit`` names what bound the best worker's prediction (``queue``, ``kv``, ``decode``,
     ``prompt`` or ``stale``); ``gate`` the check that refused it (``model``, ``prompt``,
     ``prefill_window`` or ``decode_bound``), with the value it measured and its threshold
-    (``measured_s``, ``threshold_s``); ``retry_after`` is the seconds until that worker is
+    (``measured_s``, ``threshold_s``); ``retry_after_s`` is the seconds until that worker is
     predicted to meet the target if nothing more arrives, or ``None`` where waiting cannot
-    help.
+    help (``retry_after``: the same, under its former name).
     """
 
     priority: str
@@ -110,6 +110,7 @@ class Shed(PrefixRouterError):
     gate: str
     measured_s: float
     threshold_s: float
+    retry_after_s: float | None
     retry_after: float | None
 
 

@@ -56,20 +56,27 @@ class StepModel:
 
 @final
 class AdmissionConfig:
-    def __new__(cls, *, sheddable_share: float = 0.5, oversized_wait_share: float = 0.1) -> Self: ...
+    def __new__(
+        cls,
+        *,
+        sheddable_share: float = ...,
+        oversized_wait_share: float = ...,
+        initial_decode_window: int = ...,
+    ) -> Self: ...
     sheddable_share: float
     oversized_wait_share: float
+    initial_decode_window: int
 
 @final
 class LoadConfig:
     def __new__(
         cls,
         *,
-        prefill_tokens_per_s: float = 33_000.0,
-        default_output_tokens: int = 256,
-        learning_rate: float = 0.1,
-        max_report_age_s: float = 5.0,
-        replicas: int = 1,
+        prefill_tokens_per_s: float = ...,
+        default_output_tokens: int = ...,
+        learning_rate: float = ...,
+        max_report_age_s: float = ...,
+        replicas: int = ...,
         step: StepModel | None = None,
         admission: AdmissionConfig | None = None,
         busy_horizon_s: float = ...,
@@ -89,7 +96,7 @@ class BalancedConfig:
     def __new__(
         cls,
         *,
-        alpha: float = 0.5,
+        alpha: float = ...,
         scoring: Literal["predicted_ttft", "weighted"] = "predicted_ttft",
         miss_weight: float | None = None,
         miss_weight_max: float = ...,
@@ -256,9 +263,10 @@ class Router:
         load: LoadConfig | None = None,
         worker_capacity_blocks: int | None = None,
         max_blocks: int | None = None,
-        ttl: int | None = None,
+        ttl_routes: int | None = None,
         host_chunk_blocks: int = 1,
         full_reports: bool = False,
+        ttl: int | None = None,
     ) -> Self: ...
     def target(self, endpoint: int, rank: int = 0) -> int:
         """The routing target (``worker`` everywhere else) of an endpoint's rank."""
@@ -276,15 +284,27 @@ class Router:
         lora: str | None = None,
         cache_salt: str | None = None,
         session: str | None = None,
-        ttft_target: float | None = None,
-        tpot_target: float | None = None,
+        ttft_target_s: float | None = None,
+        tpot_target_s: float | None = None,
         priority: _PriorityName | None = None,
         expected_output: int | None = None,
+        now_s: float | None = None,
+        ttft_target: float | None = None,
+        tpot_target: float | None = None,
         now: float | None = None,
         explain: bool = False,
     ) -> Decision: ...
-    def first_token(self, decision: Decision, elapsed: float | None = None) -> None: ...
-    def tokens_after(self, decision: Decision, tokens: int, elapsed: float) -> None: ...
+    def first_token(
+        self, decision: Decision, elapsed_s: float | None = None, *, elapsed: float | None = None
+    ) -> None: ...
+    def tokens_after(
+        self,
+        decision: Decision,
+        tokens: int,
+        elapsed_s: float | None = None,
+        *,
+        elapsed: float | None = None,
+    ) -> None: ...
     def complete(self, decision: Decision) -> None: ...
     def report_load(self, worker: int, load: EngineLoad) -> None: ...
     def add_worker(self, worker: int) -> None: ...
@@ -363,15 +383,27 @@ class PairRouter:
         lora: str | None = None,
         cache_salt: str | None = None,
         session: str | None = None,
-        ttft_target: float | None = None,
-        tpot_target: float | None = None,
+        ttft_target_s: float | None = None,
+        tpot_target_s: float | None = None,
         priority: _PriorityName | None = None,
         expected_output: int | None = None,
+        now_s: float | None = None,
+        ttft_target: float | None = None,
+        tpot_target: float | None = None,
         now: float | None = None,
     ) -> PairDecision: ...
     def prefill_done(self, pair: PairDecision) -> None: ...
-    def first_token(self, pair: PairDecision, elapsed: float | None = None) -> None: ...
-    def tokens_after(self, pair: PairDecision, tokens: int, elapsed: float) -> None: ...
+    def first_token(
+        self, pair: PairDecision, elapsed_s: float | None = None, *, elapsed: float | None = None
+    ) -> None: ...
+    def tokens_after(
+        self,
+        pair: PairDecision,
+        tokens: int,
+        elapsed_s: float | None = None,
+        *,
+        elapsed: float | None = None,
+    ) -> None: ...
     def complete(self, pair: PairDecision) -> None: ...
     def role(self, worker: int) -> _RoleName: ...
     def fleet_signals(self) -> FleetSignals: ...

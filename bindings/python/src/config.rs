@@ -73,11 +73,21 @@ pub(crate) struct AdmissionConfig(pub(crate) core::AdmissionConfig);
 #[pymethods]
 impl AdmissionConfig {
     #[new]
-    #[pyo3(signature = (*, sheddable_share=0.5, oversized_wait_share=0.1))]
-    fn new(sheddable_share: f64, oversized_wait_share: f64) -> PyResult<Self> {
+    #[pyo3(signature = (
+        *,
+        sheddable_share = core::AdmissionConfig::default().sheddable_share,
+        oversized_wait_share = core::AdmissionConfig::default().oversized_wait_share,
+        initial_decode_window = core::AdmissionConfig::default().initial_decode_window,
+    ))]
+    fn new(
+        sheddable_share: f64,
+        oversized_wait_share: f64,
+        initial_decode_window: u32,
+    ) -> PyResult<Self> {
         let c = core::AdmissionConfig::default()
             .with_sheddable_share(sheddable_share)
-            .with_oversized_wait_share(oversized_wait_share);
+            .with_oversized_wait_share(oversized_wait_share)
+            .with_initial_decode_window(initial_decode_window);
         c.validate().or_raise()?;
         Ok(Self(c))
     }
@@ -88,6 +98,10 @@ impl AdmissionConfig {
     #[getter]
     fn oversized_wait_share(&self) -> f64 {
         self.0.oversized_wait_share
+    }
+    #[getter]
+    fn initial_decode_window(&self) -> u32 {
+        self.0.initial_decode_window
     }
     fn __repr__(&self) -> String {
         format!("{:?}", self.0)
@@ -104,11 +118,11 @@ impl LoadConfig {
     #[new]
     #[pyo3(signature = (
         *,
-        prefill_tokens_per_s = 33_000.0,
-        default_output_tokens = 256,
-        learning_rate = 0.1,
-        max_report_age_s = 5.0,
-        replicas = 1,
+        prefill_tokens_per_s = core::LoadConfig::default().prefill_tokens_per_s,
+        default_output_tokens = core::LoadConfig::default().default_output_tokens,
+        learning_rate = core::LoadConfig::default().learning_rate,
+        max_report_age_s = core::LoadConfig::default().max_report_age.as_secs_f64(),
+        replicas = core::LoadConfig::default().replicas,
         step = None,
         admission = None,
         busy_horizon_s = core::LoadConfig::default().busy_horizon.as_secs_f64(),
@@ -201,7 +215,7 @@ impl BalancedConfig {
     #[new]
     #[pyo3(signature = (
         *,
-        alpha = 0.5,
+        alpha = core::BalancedConfig::default().alpha,
         scoring = "predicted_ttft",
         miss_weight = None,
         miss_weight_max = default_miss_weight_max(),
@@ -328,4 +342,25 @@ pub(crate) fn invalid(field: &'static str, value: &str, allowed: &'static str) -
 /// Seconds as a [`Duration`], or `InvalidConfig` naming `field`.
 pub(crate) fn seconds(field: &'static str, s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| invalid(field, &s.to_string(), "seconds, 0 or more"))
+}
+
+/// A keyword argument renamed to say its unit: the value under the new name, or under the
+/// old one with a `DeprecationWarning`. Both given is an `InvalidConfig` error.
+pub(crate) fn renamed<T>(
+    py: Python<'_>,
+    (name, value): (&'static str, Option<T>),
+    (old_name, old): (&'static str, Option<T>),
+) -> PyResult<Option<T>> {
+    match (value, old) {
+        (Some(_), Some(_)) => Err(invalid(name, old_name, "one name, not both")),
+        (None, Some(old)) => {
+            let message =
+                std::ffi::CString::new(format!("{old_name}= is deprecated: use {name}= (seconds)"))
+                    .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+            let category = py.get_type::<pyo3::exceptions::PyDeprecationWarning>();
+            PyErr::warn(py, &category, &message, 1)?;
+            Ok(Some(old))
+        }
+        (value, None) => Ok(value),
+    }
 }

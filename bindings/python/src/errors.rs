@@ -164,6 +164,13 @@ fn shed_attrs<'py>(py: Python<'py>, shed: &Shed) -> PyResult<Vec<Attr<'py>>> {
             shed.threshold.as_secs_f64().into_bound_py_any(py)?,
         ),
         (
+            "retry_after_s",
+            shed.retry_after
+                .map(|t| t.as_secs_f64())
+                .into_bound_py_any(py)?,
+        ),
+        // The name before `retry_after_s`, kept for hosts that read it.
+        (
             "retry_after",
             shed.retry_after
                 .map(|t| t.as_secs_f64())

@@ -9,7 +9,7 @@ use prefix_router::{
 use pyo3::prelude::*;
 
 use crate::ask::{Ask, AskArgs};
-use crate::config::{BalancedConfig, invalid};
+use crate::config::{BalancedConfig, invalid, renamed};
 use crate::errors::OrRaise;
 use crate::events::Seqs;
 use crate::router::worker_id;
@@ -201,7 +201,7 @@ impl PairRouter {
     }
 
     /// Routes a request to a decode worker, prefilled there or on a prefill worker.
-    #[pyo3(signature = (tokens, *, salt=None, lora=None, cache_salt=None, session=None, ttft_target=None, tpot_target=None, priority=None, expected_output=None, now=None))]
+    #[pyo3(signature = (tokens, *, salt=None, lora=None, cache_salt=None, session=None, ttft_target_s=None, tpot_target_s=None, priority=None, expected_output=None, now_s=None, ttft_target=None, tpot_target=None, now=None))]
     #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
@@ -211,10 +211,13 @@ impl PairRouter {
         lora: Option<&str>,
         cache_salt: Option<&str>,
         session: Option<String>,
-        ttft_target: Option<f64>,
-        tpot_target: Option<f64>,
+        ttft_target_s: Option<f64>,
+        tpot_target_s: Option<f64>,
         priority: Option<&str>,
         expected_output: Option<u32>,
+        now_s: Option<f64>,
+        ttft_target: Option<f64>,
+        tpot_target: Option<f64>,
         now: Option<f64>,
     ) -> PyResult<PairDecision> {
         let ask = Ask::new(
@@ -224,11 +227,19 @@ impl PairRouter {
                 lora,
                 cache_salt,
                 session,
-                ttft_target,
-                tpot_target,
+                ttft_target: renamed(
+                    py,
+                    ("ttft_target_s", ttft_target_s),
+                    ("ttft_target", ttft_target),
+                )?,
+                tpot_target: renamed(
+                    py,
+                    ("tpot_target_s", tpot_target_s),
+                    ("tpot_target", tpot_target),
+                )?,
                 priority,
                 expected_output,
-                now,
+                now: renamed(py, ("now_s", now_s), ("now", now))?,
             },
         )?;
         let pairs = &self.pairs;
@@ -245,21 +256,33 @@ impl PairRouter {
         Ok(())
     }
 
-    /// The first token arrived, `elapsed` seconds after the request was forwarded.
-    #[pyo3(signature = (pair, elapsed=None))]
-    fn first_token(&self, pair: &Bound<'_, PairDecision>, elapsed: Option<f64>) -> PyResult<()> {
+    /// The first token arrived, `elapsed_s` seconds after the request was forwarded.
+    #[pyo3(signature = (pair, elapsed_s=None, *, elapsed=None))]
+    fn first_token(
+        &self,
+        py: Python<'_>,
+        pair: &Bound<'_, PairDecision>,
+        elapsed_s: Option<f64>,
+        elapsed: Option<f64>,
+    ) -> PyResult<()> {
+        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?;
         let after = elapsed.map(crate::signals::elapsed).transpose()?;
         self.pairs.first_token(pair.get().of(&self.pairs)?, after);
         Ok(())
     }
 
-    /// `tokens` output tokens came `elapsed` seconds after the first.
+    /// `tokens` output tokens came `elapsed_s` seconds after the first.
+    #[pyo3(signature = (pair, tokens, elapsed_s=None, *, elapsed=None))]
     fn tokens_after(
         &self,
+        py: Python<'_>,
         pair: &Bound<'_, PairDecision>,
         tokens: u32,
-        elapsed: f64,
+        elapsed_s: Option<f64>,
+        elapsed: Option<f64>,
     ) -> PyResult<()> {
+        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?
+            .ok_or_else(|| invalid("elapsed_s", "missing", "seconds since the first token"))?;
         let t = crate::signals::elapsed(elapsed)?;
         self.pairs
             .tokens_after(pair.get().of(&self.pairs)?, tokens, t);

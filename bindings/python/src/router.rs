@@ -11,7 +11,7 @@ use prefix_router::{
 use pyo3::prelude::*;
 
 use crate::ask::{Ask, AskArgs, salt};
-use crate::config::{BalancedConfig, CacheAwareConfig, invalid};
+use crate::config::{BalancedConfig, CacheAwareConfig, invalid, renamed};
 use crate::decision::{Decision, Explanation};
 use crate::errors::OrRaise;
 use crate::events::Seqs;
@@ -79,9 +79,10 @@ impl IndexArgs<'_> {
 #[pymethods]
 impl Router {
     #[new]
-    #[pyo3(signature = (workers, policy="balanced", *, block_size=16, hash="xxh3", seed=None, ranks=1, balanced=None, cache_aware=None, load=None, worker_capacity_blocks=None, max_blocks=None, ttl=None, host_chunk_blocks=1, full_reports=false))]
+    #[pyo3(signature = (workers, policy="balanced", *, block_size=16, hash="xxh3", seed=None, ranks=1, balanced=None, cache_aware=None, load=None, worker_capacity_blocks=None, max_blocks=None, ttl_routes=None, host_chunk_blocks=1, full_reports=false, ttl=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         workers: u32,
         policy: &str,
         block_size: usize,
@@ -93,10 +94,13 @@ impl Router {
         load: Option<crate::config::LoadConfig>,
         worker_capacity_blocks: Option<usize>,
         max_blocks: Option<usize>,
-        ttl: Option<u64>,
+        ttl_routes: Option<u64>,
         host_chunk_blocks: usize,
         full_reports: bool,
+        ttl: Option<u64>,
     ) -> PyResult<Self> {
+        // What the expiry counts is routes, not seconds: the name says so.
+        let ttl = renamed(py, ("ttl_routes", ttl_routes), ("ttl", ttl))?;
         let index = IndexArgs {
             block_size,
             hash,
@@ -157,7 +161,7 @@ impl Router {
     }
 
     /// Chooses a worker for the request and charges it with the request's load.
-    #[pyo3(signature = (tokens, *, salt=None, lora=None, cache_salt=None, session=None, ttft_target=None, tpot_target=None, priority=None, expected_output=None, now=None, explain=false))]
+    #[pyo3(signature = (tokens, *, salt=None, lora=None, cache_salt=None, session=None, ttft_target_s=None, tpot_target_s=None, priority=None, expected_output=None, now_s=None, ttft_target=None, tpot_target=None, now=None, explain=false))]
     #[allow(clippy::too_many_arguments)]
     fn route(
         &self,
@@ -167,10 +171,13 @@ impl Router {
         lora: Option<&str>,
         cache_salt: Option<&str>,
         session: Option<String>,
-        ttft_target: Option<f64>,
-        tpot_target: Option<f64>,
+        ttft_target_s: Option<f64>,
+        tpot_target_s: Option<f64>,
         priority: Option<&str>,
         expected_output: Option<u32>,
+        now_s: Option<f64>,
+        ttft_target: Option<f64>,
+        tpot_target: Option<f64>,
         now: Option<f64>,
         explain: bool,
     ) -> PyResult<Decision> {
@@ -181,11 +188,19 @@ impl Router {
                 lora,
                 cache_salt,
                 session,
-                ttft_target,
-                tpot_target,
+                ttft_target: renamed(
+                    py,
+                    ("ttft_target_s", ttft_target_s),
+                    ("ttft_target", ttft_target),
+                )?,
+                tpot_target: renamed(
+                    py,
+                    ("tpot_target_s", tpot_target_s),
+                    ("tpot_target", tpot_target),
+                )?,
                 priority,
                 expected_output,
-                now,
+                now: renamed(py, ("now_s", now_s), ("now", now))?,
             },
         )?;
         let router = self.shared.routers.router();
@@ -211,10 +226,17 @@ impl Router {
         })
     }
 
-    /// The request's first token arrived, `elapsed` seconds after it was forwarded (the
+    /// The request's first token arrived, `elapsed_s` seconds after it was forwarded (the
     /// router learns the worker's prefill terms from it).
-    #[pyo3(signature = (decision, elapsed=None))]
-    fn first_token(&self, decision: &Bound<'_, Decision>, elapsed: Option<f64>) -> PyResult<()> {
+    #[pyo3(signature = (decision, elapsed_s=None, *, elapsed=None))]
+    fn first_token(
+        &self,
+        py: Python<'_>,
+        decision: &Bound<'_, Decision>,
+        elapsed_s: Option<f64>,
+        elapsed: Option<f64>,
+    ) -> PyResult<()> {
+        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?;
         let d = decision.get().of(&self.shared)?;
         let router = self.shared.routers.router();
         match elapsed {
@@ -224,16 +246,21 @@ impl Router {
         Ok(())
     }
 
-    /// The request has generated `tokens` output tokens `elapsed` seconds after its first,
+    /// The request has generated `tokens` output tokens `elapsed_s` seconds after its first,
     /// both cumulative: report as the stream goes (every 16 tokens, say) and at its end. The
     /// router learns the worker's decode terms and admission's observed step from it;
     /// repeated, reordered or late reports change nothing.
+    #[pyo3(signature = (decision, tokens, elapsed_s=None, *, elapsed=None))]
     fn tokens_after(
         &self,
+        py: Python<'_>,
         decision: &Bound<'_, Decision>,
         tokens: u32,
-        elapsed: f64,
+        elapsed_s: Option<f64>,
+        elapsed: Option<f64>,
     ) -> PyResult<()> {
+        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?
+            .ok_or_else(|| invalid("elapsed_s", "missing", "seconds since the first token"))?;
         let d = decision.get().of(&self.shared)?;
         self.shared
             .routers

@@ -1,7 +1,7 @@
 """Admission after a slow spell, driven as a gateway drives the router: first tokens take
 3 s against a 2 s target for 4 s, then every request in flight completes and first tokens
 come after 0.05 s. The router admits again within the target's span, and soon at the full
-rate. The host's clock is virtual here (``now=``), so the run takes no wall time."""
+rate. The host's clock is virtual here (``now_s=``), so the run takes no wall time."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def run(router: pr.Router, seconds: float, slow_until: float, clock_given: bool)
                 continue
             d, ttft = flight[i]
             if step == 0:
-                router.first_token(d, elapsed=ttft)
+                router.first_token(d, elapsed_s=ttft)
             else:
                 router.tokens_after(d, OUTPUT_TOKENS - 1, 0.01 * (OUTPUT_TOKENS - 1))
                 router.complete(d)
@@ -48,12 +48,12 @@ def run(router: pr.Router, seconds: float, slow_until: float, clock_given: bool)
             for d, _ in flight.values():
                 router.complete(d)
             flight.clear()
-        kwargs = {"now": t} if clock_given else {}
+        kwargs = {"now_s": t} if clock_given else {}
         try:
             d = router.route(
                 prompt(k),
-                ttft_target=TTFT_TARGET_S,
-                tpot_target=TPOT_TARGET_S,
+                ttft_target_s=TTFT_TARGET_S,
+                tpot_target_s=TPOT_TARGET_S,
                 expected_output=OUTPUT_TOKENS,
                 **kwargs,
             )
@@ -77,7 +77,7 @@ def test_admission_reopens_after_a_slow_spell() -> None:
     for second in range(9, 14):
         assert refused[second] == 0, (second, admitted, refused, sheds[-1:])
     for t, shed in sheds:
-        retry = shed.retry_after
+        retry = shed.retry_after_s
         assert retry is None or retry <= 3.0 + TTFT_TARGET_S, (t, shed)
 
 
@@ -88,7 +88,7 @@ def test_a_fleet_that_keeps_up_is_refused_nothing() -> None:
 
 
 def test_without_a_time_the_router_reads_the_monotonic_clock() -> None:
-    """A host that gives no ``now`` is timed by ``time.monotonic()``: the router's clock
+    """A host that gives no ``now_s`` is timed by ``time.monotonic()``: the router's clock
     moves, and a fleet that keeps up is refused nothing."""
     router = pr.Router(4)
     _, refused, sheds = run(router, 4.0, 0.0, clock_given=False)

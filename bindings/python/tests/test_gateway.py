@@ -268,3 +268,50 @@ def test_a_client_leaving_mid_stream_completes_its_request(gateway):
     stream.close()  # long before the mock's stream would end
     seen = gateway.wait_in_flight(lambda s: not any(s), within=3.0)
     assert not any(seen), f"still in flight 3 s after the client left: {seen}"
+
+
+SERVED_S, SLOW_S, CLIENTS = 40.0, 20.0, 4
+
+
+def test_admission_sees_time_pass_serving_then_refusing(mocks, tokenizer_dir, tmp_path):
+    """A minute of streamed requests with both targets through the gateway, which passes its
+    router no clock (the package reads time.monotonic()): first at a load the mocks serve
+    at once, where nothing is refused; then with every answer's decode held a second (a time
+    per output token ten times the target), where the decode bound refuses."""
+    gw = Gateway(mocks, tokenizer_dir, tmp_path / "gateway.log")
+    headers = {"x-ttft-target-ms": "2000", "x-tpot-target-ms": "100"}
+
+    def drive(until: float, pause_ms: int) -> tuple[int, int, set]:
+        client = gw.client()
+        served = refused = 0
+        gates = set()
+        while time.monotonic() < until:
+            body = {"mock_pause_ms": pause_ms} if pause_ms else {}
+            try:
+                stream = client.completions.create(
+                    model="m", prompt=f"{PROMPT} {uuid.uuid4().hex[:6]}", max_tokens=2,
+                    stream=True, extra_headers=headers, extra_body=body)
+                for _ in stream:
+                    pass
+                served += 1
+            except openai.RateLimitError as e:
+                refused += 1
+                gates.add(e.response.headers.get("x-shed-gate"))
+                time.sleep(0.05)
+        return served, refused, gates
+
+    try:
+        def phase(seconds: float, pause_ms: int):
+            until = time.monotonic() + seconds
+            with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+                runs = [f.result() for f in [pool.submit(drive, until, pause_ms) for _ in range(CLIENTS)]]
+            return (sum(r[0] for r in runs), sum(r[1] for r in runs), set().union(*(r[2] for r in runs)))
+
+        served, refused, gates = phase(SERVED_S, 0)
+        assert served > 100 and refused == 0, (served, refused, gates)
+        served, refused, gates = phase(SLOW_S, 1_000)
+        assert refused > 0, (served, refused)
+        assert "decode_bound" in gates, gates
+        assert gw.wait_in_flight(lambda s: not any(s), within=10.0) == [0, 0]
+    finally:
+        gw.stop()

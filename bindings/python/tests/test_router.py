@@ -140,19 +140,19 @@ def test_first_tokens_teach_the_router_a_slower_worker() -> None:
     before = None
     for i in range(40):
         tokens = list(range(i * 10_000, i * 10_000 + 1_024))
-        d = router.route(tokens, now=float(i))
+        d = router.route(tokens, now_s=float(i))
         if d.worker == 0:
             before = before or d.predicted_ttft_s
-            router.first_token(d, elapsed=5 * d.predicted_ttft_s)
+            router.first_token(d, elapsed_s=5 * d.predicted_ttft_s)
             router.tokens_after(d, 100, 100 * 5 * d.predicted_tpot_s)
         else:
-            router.first_token(d, elapsed=d.predicted_ttft_s)
+            router.first_token(d, elapsed_s=d.predicted_ttft_s)
             router.tokens_after(d, 100, 100 * d.predicted_tpot_s)
         router.complete(d)
     assert before is not None
     # A fresh prompt of the same length, on worker 0 alone, is now predicted slower.
     router.drain(1)
-    with router.route(list(range(900_000, 901_024)), now=50.0) as d:
+    with router.route(list(range(900_000, 901_024)), now_s=50.0) as d:
         assert d.worker == 0
         assert d.predicted_ttft_s > 2 * before, (d.predicted_ttft_s, before)
 
@@ -161,7 +161,7 @@ def test_reported_load_steers_new_work_away() -> None:
     router = pr.Router(2)
     router.report_load(0, pr.EngineLoad(waiting=50, running=200, measured_at_s=1.0, kv_usage=0.95))
     router.report_load(1, pr.EngineLoad(waiting=0, running=0, measured_at_s=1.0, kv_usage=0.0))
-    with router.route(list(range(512)), now=1.5) as d:
+    with router.route(list(range(512)), now_s=1.5) as d:
         assert d.worker == 1
 
 
@@ -169,19 +169,19 @@ def test_admission_sheds_with_its_figures_and_retry_after() -> None:
     router = pr.Router(1, load=pr.LoadConfig(prefill_tokens_per_s=4_000.0))
     held = [router.route(list(range(i * 5_000, i * 5_000 + 4_000))) for i in range(3)]
     with pytest.raises(pr.Shed) as refused:
-        router.route(list(range(90_000, 94_000)), ttft_target=2.0)
+        router.route(list(range(90_000, 94_000)), ttft_target_s=2.0)
     shed = refused.value
     assert isinstance(shed, pr.PrefixRouterError)
     assert shed.priority == "standard" and shed.limit == "queue"
     assert shed.target_s == pytest.approx(2.0)
     assert shed.best_ttft_s > 2.0 and shed.best_worker == 0
-    assert shed.retry_after is not None and shed.retry_after > 0
+    assert shed.retry_after_s is not None and shed.retry_after_s > 0
     assert shed.gate == "model" and shed.threshold_s == 2.0 and shed.measured_s > 2.0
     with pytest.raises(pr.Shed) as oversized:
-        router.route(list(range(200_000, 210_000)), ttft_target=1.0)
-    assert oversized.value.limit == "prompt" and oversized.value.retry_after is None
+        router.route(list(range(200_000, 210_000)), ttft_target_s=1.0)
+    assert oversized.value.limit == "prompt" and oversized.value.retry_after_s is None
     # Critical requests are never refused.
-    router.complete(router.route(list(range(95_000, 99_000)), ttft_target=2.0, priority="critical"))
+    router.complete(router.route(list(range(95_000, 99_000)), ttft_target_s=2.0, priority="critical"))
     assert router.fleet_signals().shed_by_limit["queue"] == 1
     assert router.fleet_signals().shed_by_gate == {
         "model": 1, "prompt": 1, "prefill_window": 0, "decode_bound": 0
@@ -278,10 +278,10 @@ def test_events_need_a_mirror_and_bad_payloads_are_errors() -> None:
         (lambda: pr.Router(2).route(np.zeros((2, 2), dtype=np.uint32)), pr.InvalidTokens, ValueError),
         (lambda: pr.Router(2).route(np.array([1, 1 << 40], dtype=np.int64)), pr.InvalidTokens, ValueError),
         (lambda: pr.Router(2).route([1], priority="urgent"), pr.InvalidConfig, ValueError),
-        (lambda: pr.Router(2).route([1], ttft_target=0.0), pr.InvalidConfig, ValueError),
+        (lambda: pr.Router(2).route([1], ttft_target_s=0.0), pr.InvalidConfig, ValueError),
         (lambda: pr.Router(2).route([1], salt=b"x", lora="a"), pr.InvalidConfig, ValueError),
         (lambda: pr.Router(2).route(SYSTEM, explain=True).cached_tokens_at("gpu"), pr.InvalidConfig, ValueError),
-        (lambda: pr.Router(2).first_token(pr.Router(2).route([1]), elapsed=-1.0), pr.InvalidConfig, ValueError),
+        (lambda: pr.Router(2).first_token(pr.Router(2).route([1]), elapsed_s=-1.0), pr.InvalidConfig, ValueError),
         (lambda: pr.Router(2).complete(pr.Router(2).route([1])), pr.InvalidConfig, ValueError),
         (lambda: pr.Router(1, ranks=2).target(0, 2), pr.InvalidRank, ValueError),
         (lambda: pr.PairRouter(["prefill", "sideways"]), pr.InvalidConfig, ValueError),
@@ -395,7 +395,7 @@ def test_the_pair_router_splits_long_prompts_and_completes_both_sides() -> None:
         if pair.is_split:
             assert pair.prefill is not None and pair.prefill.worker in (0, 2)
             pairs.prefill_done(pair)
-        pairs.first_token(pair, elapsed=0.5)
+        pairs.first_token(pair, elapsed_s=0.5)
         pairs.tokens_after(pair, 128, 1.0)
     assert all(w.requests == 0 for w in pairs.fleet_signals().workers)
     never = pr.PairRouter(["both", "both"], decider="never")
@@ -422,3 +422,38 @@ def test_the_package_readme_examples_run() -> None:
     assert blocks
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_the_former_names_still_work_with_a_deprecation_warning() -> None:
+    router = pr.Router(2)
+    with pytest.warns(DeprecationWarning, match="ttft_target_s"):
+        d = router.route(prompt(0), ttft_target=2.0, now_s=1.0)
+    router.complete(d)
+    with pytest.warns(DeprecationWarning, match="now_s"):
+        d = router.route(prompt(0), now=2.0)
+    with pytest.warns(DeprecationWarning, match="elapsed_s"):
+        router.first_token(d, elapsed=0.05)
+    with pytest.warns(DeprecationWarning, match="elapsed_s"):
+        router.tokens_after(d, 16, elapsed=0.16)
+    router.complete(d)
+    with pytest.raises(pr.InvalidConfig):
+        router.route(prompt(1), ttft_target=2.0, ttft_target_s=2.0)
+    with pytest.raises(pr.InvalidConfig):
+        router.tokens_after(d, 16)
+    with pytest.warns(DeprecationWarning, match="ttl_routes"):
+        pr.Router(2, ttl=1_000)
+
+
+def test_every_admission_setting_is_reachable_with_the_crates_defaults() -> None:
+    default = pr.AdmissionConfig()
+    assert default.initial_decode_window == 4
+    config = pr.AdmissionConfig(initial_decode_window=1)
+    assert config.initial_decode_window == 1
+    router = pr.Router(1, load=pr.LoadConfig(admission=config))
+    first = router.route(prompt(0), tpot_target_s=0.1, now_s=0.0)
+    router.first_token(first, elapsed_s=0.01)
+    # With a window of one, a second request before any progress report is refused.
+    with pytest.raises(pr.Shed) as refused:
+        router.route(prompt(1), tpot_target_s=0.1, now_s=0.1)
+    assert refused.value.gate == "decode_bound"
+    assert refused.value.retry_after_s == refused.value.retry_after
