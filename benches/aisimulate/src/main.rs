@@ -128,6 +128,10 @@ struct Args {
     /// the simulator's `--miss-weight`.
     #[arg(long)]
     miss_weight: Option<f64>,
+    /// Sets the balanced policies' learning rate from the host's timings
+    /// (`LoadConfig::learning_rate`; 0: they do not learn).
+    #[arg(long)]
+    learning_rate: Option<f64>,
 
     /// Routers, comma-separated, or `all`: the crate's policies by the simulator's names
     /// (`balanced`, `balanced_weighted`, `cache_aware`, `least_loaded`, `power_of_two`,
@@ -280,7 +284,7 @@ fn row(name: &str, outcome: &Outcome) -> Result<Value> {
         bail!("the replay's summary is not an object");
     };
     map.extend(summary);
-    if let Some(sync) = outcome.sync {
+    if let Some(sync) = &outcome.sync {
         map.insert(
             "mirror".into(),
             serde_json::json!({
@@ -289,6 +293,8 @@ fn row(name: &str, outcome: &Outcome) -> Result<Value> {
                 "removed_blocks": sync.removed_blocks,
                 "unknown_parent_blocks": sync.unknown_parent_blocks,
                 "refused_events": sync.refused,
+                "routed_per_worker": sync.workers.iter().map(|w| w.0).collect::<Vec<_>>(),
+                "learned_speed_per_worker": sync.workers.iter().map(|w| w.1).collect::<Vec<_>>(),
             }),
         );
     }
@@ -354,6 +360,7 @@ fn main() -> Result<()> {
         max_num_seqs: args.max_num_seqs,
         max_num_batched_tokens: args.max_num_batched_tokens,
         miss_weight: args.miss_weight,
+        learning_rate: args.learning_rate,
     };
     let arrivals = Arrivals {
         path: &path,
@@ -446,6 +453,9 @@ fn main() -> Result<()> {
             );
             if let Some(w) = args.miss_weight {
                 println!("balanced policies' miss weight fixed at {w}");
+            }
+            if let Some(rate) = args.learning_rate {
+                println!("balanced policies' learning rate {rate}");
             }
             println!();
             print!("{}", table(&report_rows));

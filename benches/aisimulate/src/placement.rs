@@ -64,9 +64,13 @@ impl ReplayEngineObservation for GatewayObservation {
     }
 }
 
-/// Counts of what the mirror did with the engines' events, for the report's footnotes.
-#[derive(Clone, Copy, Debug, Default)]
+/// Counts of what the mirror did with the engines' events, and what the router ended the
+/// replay believing of each worker, for the report's footnotes.
+#[derive(Clone, Debug, Default)]
 pub struct SyncCounts {
+    /// Per router worker at the end: requests routed there, and the speed the router learned
+    /// for it from the timings (1: the configured speed).
+    pub workers: Vec<(u64, f64)>,
     /// Events applied.
     pub events: u64,
     /// Blocks stored in the mirror.
@@ -234,8 +238,18 @@ impl CratePlacement {
 
 impl Drop for CratePlacement {
     fn drop(&mut self) {
+        let mut counts = std::mem::take(&mut self.counts);
+        counts.workers = self
+            .workers
+            .values()
+            .map(|&(id, _)| {
+                self.router
+                    .load(id)
+                    .map_or((0, f64::NAN), |load| (load.routed, load.speed))
+            })
+            .collect();
         if let Ok(mut sink) = self.sink.lock() {
-            *sink = self.counts;
+            *sink = counts;
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct Engines {
     pub max_num_batched_tokens: usize,
     /// The balanced policies' miss weight, fixed (`None`: the crate's default).
     pub miss_weight: Option<f64>,
+    /// The balanced policies' learning rate from timings (`None`: the crate's default).
+    pub learning_rate: Option<f64>,
 }
 
 impl Engines {
@@ -132,8 +134,13 @@ fn run_crate(
     per_request: bool,
 ) -> Result<Outcome> {
     let workers = u32::try_from(engines.workers)?;
-    let Some(router) = routers::build(name, workers, engines.block_size, engines.miss_weight)
-    else {
+    let Some(router) = routers::build(
+        name,
+        workers,
+        engines.block_size,
+        engines.miss_weight,
+        engines.learning_rate,
+    ) else {
         bail!("unknown router {name:?}");
     };
     let router = router?;
@@ -200,7 +207,7 @@ fn run_crate(
         .with_capture_options(capture)
         .with_runtime_input(input)
         .run()?;
-    let sync = reads_cache.then(|| *counts.lock().unwrap_or_else(|e| e.into_inner()));
+    let sync = reads_cache.then(|| counts.lock().unwrap_or_else(|e| e.into_inner()).clone());
     Ok(Outcome { report, sync })
 }
 

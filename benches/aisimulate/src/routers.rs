@@ -55,13 +55,15 @@ fn boxed<P: Policy + 'static>(r: Result<PolicyRouter<P>, Error>) -> Result<Arc<d
 
 /// The crate's router called `name` over `workers` workers hashing blocks of `block_size`
 /// tokens (the engines'), every other setting its default but the balanced policies' miss
-/// weight when `miss_weight` fixes it (the simulator's `--miss-weight`); `None` for a name
-/// that is not one of [`CRATE_POLICIES`].
+/// weight when `miss_weight` fixes it (the simulator's `--miss-weight`) and their learning
+/// rate from timings when `learning_rate` sets it; `None` for a name that is not one of
+/// [`CRATE_POLICIES`].
 pub fn build(
     name: &str,
     workers: u32,
     block_size: usize,
     miss_weight: Option<f64>,
+    learning_rate: Option<f64>,
 ) -> Option<Result<Arc<dyn Router>, Error>> {
     let mut index = IndexConfig::default();
     index.block_size = block_size;
@@ -69,6 +71,9 @@ pub fn build(
     balanced.index = index;
     if let Some(w) = miss_weight {
         balanced.miss_weight = MissWeight::Fixed(w);
+    }
+    if let Some(rate) = learning_rate {
+        balanced.load.learning_rate = rate;
     }
     let mut cache_aware = CacheAwareConfig::default();
     cache_aware.index = index;
