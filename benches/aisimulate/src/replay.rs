@@ -1,8 +1,8 @@
 //! One replay: the engines, the arrivals and the router of one cell, and the report.
 //!
-//! Dynamo's router and the replay's round robin run through `dynamo-mocker`'s own trace
-//! entry point (`simulate_trace_file_with_router_mode_and_format`, the function Dynamo's
-//! Python `run_mocker_trace_replay` calls). The crate's routers run through the same
+//! Dynamo's router and the replay's round robin run through `dynamo-mocker`'s own entry
+//! point for trace files (`simulate_trace_file_with_router_mode_and_format`, Dynamo's
+//! `KvRouterConfig` defaults). The crate's routers run through the same
 //! `Replayer` with the same engine arguments, the same trace loading, speed-up and
 //! lowering: `run_crate` repeats the steps of that entry point (Mooncake loading, session
 //! normalisation, speed-up, single-turn requests or the workload driver) with the crate's
