@@ -16,6 +16,7 @@ use super::learned::timing::{TERMS, TermCounts};
 use super::prediction::estimate::{Estimate, Forecast};
 use super::registry::least::{Tie, Widened};
 use super::registry::slots::{Registered, Registry, check_id};
+use super::registry::state::ReportContext;
 use super::replicas::peers::{Limits, PeerTable};
 use super::report::{EngineLoad, Staleness};
 use super::signals::{FleetSignals, ShedCounts, WorkerLoad, WorkerSignals};
@@ -187,8 +188,11 @@ impl Fleet {
             let mean_prefill = r.key.assigned_prefill.load(Relaxed) / routed;
             // Replicas not heard through sync are guessed from `replicas` (see `booking.rs`).
             let heard = self.heard.load(Relaxed) + 1;
-            let scale = (u64::from(self.config.replicas).max(heard), heard);
-            ((mean_prefill, self.block_size), scale)
+            ReportContext {
+                mean_prefill,
+                block_size: self.block_size,
+                replicas_over_heard: (u64::from(self.config.replicas).max(heard), heard),
+            }
         };
         let now_ns = self.clock.now_ns();
         let mut e = r.slot.load.estimate(&self.config, now_ns, context);

@@ -113,6 +113,30 @@ impl Default for LoadState {
     }
 }
 
+/// What reading a worker's report needs beyond the report: the fleet's figures at the
+/// moment (see [`LoadState::estimate`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReportContext {
+    /// The uncached tokens of an average request routed to the worker: what a reported
+    /// waiting request without its tokens counts as.
+    pub(crate) mean_prefill: u64,
+    /// Tokens per block, to turn reported KV blocks into tokens.
+    pub(crate) block_size: u64,
+    /// The replicas routing for the fleet over those heard (numerator, denominator): what
+    /// multiplies the counts since the report.
+    pub(crate) replicas_over_heard: (u64, u64),
+}
+
+/// The counts since a report that reconciling adds to it: the router's own scaled by
+/// [`ReportContext::replicas_over_heard`], its peers' as their frames said, and whether a
+/// fresh report's pending prefill replaces the router's count.
+#[derive(Clone, Copy, Debug)]
+struct Reconciled {
+    replicas_over_heard: (u64, u64),
+    peers: [u64; 5],
+    report_prefill: bool,
+}
+
 impl LoadState {
     /// A request of `prompt` tokens, `prefill` of them uncached, expected to generate
     /// `output`, was routed here; whether no other awaited its first token.
@@ -309,7 +333,7 @@ impl LoadState {
         &self,
         config: &LoadConfig,
         now_ns: u64,
-        context: impl FnOnce() -> ((u64, u64), (u64, u64)),
+        context: impl FnOnce() -> ReportContext,
     ) -> Estimate {
         let in_flight = self.in_flight.load(Relaxed);
         let awaiting = self.awaiting_first.load(Relaxed);
@@ -347,12 +371,13 @@ impl LoadState {
             }
         }
         let report_prefill = config.prefill_from_report && age <= nanos(config.max_report_age);
-        let ((mean_prefill, block_size), scale) = context();
-        self.reconcile(
-            &mut e,
-            (mean_prefill, block_size),
-            (scale, since, report_prefill),
-        );
+        let context = context();
+        let counts = Reconciled {
+            replicas_over_heard: context.replicas_over_heard,
+            peers: since,
+            report_prefill,
+        };
+        self.reconcile(&mut e, &context, counts);
         e
     }
 
@@ -361,12 +386,17 @@ impl LoadState {
     /// (the router's and its peers' own counts); with `report_prefill` (a fresh report,
     /// read as [`LoadConfig::prefill_from_report`] asks), its pending prefill replaces the
     /// router's.
-    fn reconcile(
-        &self,
-        e: &mut Estimate,
-        (mean_prefill, block_size): (u64, u64),
-        ((times, over), peers, report_prefill): ((u64, u64), [u64; 5], bool),
-    ) {
+    fn reconcile(&self, e: &mut Estimate, context: &ReportContext, since: Reconciled) {
+        let ReportContext {
+            mean_prefill,
+            block_size,
+            ..
+        } = *context;
+        let Reconciled {
+            replicas_over_heard: (times, over),
+            peers,
+            report_prefill,
+        } = since;
         let (r, s) = (&self.report, &self.since);
         let scaled = |c: &AtomicU64, peer: u64| {
             let all = c.load(Relaxed).saturating_add(peer);
@@ -426,8 +456,12 @@ mod tests {
     use super::*;
 
     /// A context of 1,000 uncached tokens an average request, blocks of 16, one replica.
-    fn context() -> ((u64, u64), (u64, u64)) {
-        ((1_000, 16), (1, 1))
+    fn context() -> ReportContext {
+        ReportContext {
+            mean_prefill: 1_000,
+            block_size: 16,
+            replicas_over_heard: (1, 1),
+        }
     }
 
     /// A report's counts with this router's routes, first tokens and completions since:
