@@ -505,9 +505,9 @@ def main():
                     and w["load"] == min(a.load_low, a.load_high) and not a.quick):
                 # The gateway's own overhead: the same requests, each sent straight to the
                 # engine (its adapter) the gateway chose, on a fresh fleet.
-                chosen = cells[-1]
-                index = {wid: i for i, wid in enumerate(chosen["workers"])}
-                pin = [index.get(r["worker"], 0) for r in chosen["records"]]
+                routed = cells[-1]
+                index = {wid: i for i, wid in enumerate(routed["workers"])}
+                pin = [index.get(r["worker"], 0) for r in routed["records"]]
                 direct = run_cell(a, "direct to the gateway's choices", specs[n],
                                   dict(w, pin=pin), speedup, words)
                 cells.append(direct)
