@@ -43,9 +43,9 @@ impl EngineEventBatch for GatewayEvents {
     }
 }
 
-/// Asks the engines for their KV events (device tier, with token IDs: see [`build_engine`]).
-///
-/// [`build_engine`]: crate::engine
+/// Asks the engines for their KV events, each with the logical worker that published it
+/// (the replay turns the engines' event publishing on for it; `replay::run_crate` has them
+/// put the blocks' token IDs in the events).
 #[derive(Debug, Default)]
 pub struct GatewayObservation;
 
