@@ -6,7 +6,7 @@ use std::time::Duration;
 use prefix_router::{Priority, RouteRequest, TokenId, namespace_salt};
 use pyo3::prelude::*;
 
-use crate::config::{invalid, seconds};
+use crate::config::{invalid, renamed, seconds};
 use crate::errors::OrRaise;
 
 /// Everything `route()` was asked, owned.
@@ -27,36 +27,42 @@ pub(crate) struct AskArgs<'a> {
     pub(crate) lora: Option<&'a str>,
     pub(crate) cache_salt: Option<&'a str>,
     pub(crate) session: Option<String>,
-    pub(crate) ttft_target: Option<f64>,
-    pub(crate) tpot_target: Option<f64>,
+    /// Under its name in seconds, and under the former name.
+    pub(crate) ttft_target: (Option<f64>, Option<f64>),
+    /// Under its name in seconds, and under the former name.
+    pub(crate) tpot_target: (Option<f64>, Option<f64>),
     pub(crate) priority: Option<&'a str>,
     pub(crate) expected_output: Option<u32>,
-    pub(crate) now: Option<f64>,
+    /// Under its name in seconds, and under the former name.
+    pub(crate) now: (Option<f64>, Option<f64>),
 }
 
 impl Ask {
     /// Checks and owns a request's arguments.
     pub(crate) fn new(tokens: &Bound<'_, PyAny>, args: AskArgs<'_>) -> PyResult<Self> {
+        let py = tokens.py();
+        let (ttft, tpot, now) = (args.ttft_target, args.tpot_target, args.now);
+        let ttft_target = renamed(py, ("ttft_target_s", ttft.0), ("ttft_target", ttft.1))?;
+        let tpot_target = renamed(py, ("tpot_target_s", tpot.0), ("tpot_target", tpot.1))?;
+        let now = renamed(py, ("now_s", now.0), ("now", now.1))?;
         Ok(Self {
             tokens: crate::tokens::extract(tokens)?,
             salt: salt(args.salt, args.lora, args.cache_salt)?,
             session: args.session,
-            ttft_target: args
-                .ttft_target
-                .map(|t| target("ttft_target", t))
+            ttft_target: ttft_target
+                .map(|t| target("ttft_target_s", t))
                 .transpose()?,
-            tpot_target: args
-                .tpot_target
-                .map(|t| target("tpot_target", t))
+            tpot_target: tpot_target
+                .map(|t| target("tpot_target_s", t))
                 .transpose()?,
             priority: args
                 .priority
                 .map(|p| Priority::parse(p).or_raise())
                 .transpose()?,
             expected_output: args.expected_output,
-            now: Some(match args.now {
-                Some(t) => seconds("now", t)?,
-                None => monotonic(tokens.py())?,
+            now: Some(match now {
+                Some(t) => seconds("now_s", t)?,
+                None => monotonic(py)?,
             }),
         })
     }

@@ -227,19 +227,11 @@ impl PairRouter {
                 lora,
                 cache_salt,
                 session,
-                ttft_target: renamed(
-                    py,
-                    ("ttft_target_s", ttft_target_s),
-                    ("ttft_target", ttft_target),
-                )?,
-                tpot_target: renamed(
-                    py,
-                    ("tpot_target_s", tpot_target_s),
-                    ("tpot_target", tpot_target),
-                )?,
+                ttft_target: (ttft_target_s, ttft_target),
+                tpot_target: (tpot_target_s, tpot_target),
                 priority,
                 expected_output,
-                now: renamed(py, ("now_s", now_s), ("now", now))?,
+                now: (now_s, now),
             },
         )?;
         let pairs = &self.pairs;
