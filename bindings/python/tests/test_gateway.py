@@ -270,14 +270,16 @@ def test_a_client_leaving_mid_stream_completes_its_request(gateway):
     assert not any(seen), f"still in flight 3 s after the client left: {seen}"
 
 
-SERVED_S, SLOW_S, CLIENTS = 40.0, 20.0, 4
+SERVED_S, SLOW_S, CLIENTS, GAP_S = 40.0, 20.0, 4, 0.2
 
 
 def test_admission_sees_time_pass_serving_then_refusing(mocks, tokenizer_dir, tmp_path):
     """A minute of streamed requests with both targets through the gateway, which passes its
-    router no clock (the package reads time.monotonic()): first at a load the mocks serve
-    at once, where nothing is refused; then with every answer's decode held a second (a time
-    per output token ten times the target), where the decode bound refuses."""
+    router no clock (the package reads time.monotonic()): first at a load the mocks and the
+    gateway serve at once (four clients, each waiting 0.2 s between requests: about 20 a
+    second, where the gateway alone serves over 100), where nothing is refused; then with
+    every answer's decode held a second (a time per output token ten times the target), where
+    the decode bound refuses."""
     gw = Gateway(mocks, tokenizer_dir, tmp_path / "gateway.log")
     headers = {"x-ttft-target-ms": "2000", "x-tpot-target-ms": "100"}
 
@@ -294,6 +296,7 @@ def test_admission_sees_time_pass_serving_then_refusing(mocks, tokenizer_dir, tm
                 for _ in stream:
                     pass
                 served += 1
+                time.sleep(GAP_S)
             except openai.RateLimitError as e:
                 refused += 1
                 gates.add(e.response.headers.get("x-shed-gate"))
