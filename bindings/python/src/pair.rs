@@ -9,7 +9,7 @@ use prefix_router::{
 use pyo3::prelude::*;
 
 use crate::ask::{Ask, AskArgs};
-use crate::config::{BalancedConfig, invalid, renamed};
+use crate::config::{BalancedConfig, invalid};
 use crate::errors::OrRaise;
 use crate::events::Seqs;
 use crate::router::worker_id;
@@ -257,8 +257,7 @@ impl PairRouter {
         elapsed_s: Option<f64>,
         elapsed: Option<f64>,
     ) -> PyResult<()> {
-        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?;
-        let after = elapsed.map(crate::signals::elapsed).transpose()?;
+        let after = crate::signals::elapsed_arg(py, elapsed_s, elapsed)?;
         self.pairs.first_token(pair.get().of(&self.pairs)?, after);
         Ok(())
     }
@@ -273,9 +272,7 @@ impl PairRouter {
         elapsed_s: Option<f64>,
         elapsed: Option<f64>,
     ) -> PyResult<()> {
-        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?
-            .ok_or_else(|| invalid("elapsed_s", "missing", "seconds since the first token"))?;
-        let t = crate::signals::elapsed(elapsed)?;
+        let t = crate::signals::required_elapsed_arg(py, elapsed_s, elapsed)?;
         self.pairs
             .tokens_after(pair.get().of(&self.pairs)?, tokens, t);
         Ok(())

@@ -228,11 +228,11 @@ impl Router {
         elapsed_s: Option<f64>,
         elapsed: Option<f64>,
     ) -> PyResult<()> {
-        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?;
+        let elapsed = crate::signals::elapsed_arg(py, elapsed_s, elapsed)?;
         let d = decision.get().of(&self.shared)?;
         let router = self.shared.routers.router();
         match elapsed {
-            Some(s) => router.first_token_after(d, crate::signals::elapsed(s)?),
+            Some(t) => router.first_token_after(d, t),
             None => router.first_token(d),
         }
         Ok(())
@@ -251,13 +251,12 @@ impl Router {
         elapsed_s: Option<f64>,
         elapsed: Option<f64>,
     ) -> PyResult<()> {
-        let elapsed = renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?
-            .ok_or_else(|| invalid("elapsed_s", "missing", "seconds since the first token"))?;
+        let elapsed = crate::signals::required_elapsed_arg(py, elapsed_s, elapsed)?;
         let d = decision.get().of(&self.shared)?;
         self.shared
             .routers
             .router()
-            .tokens_after(d, tokens, crate::signals::elapsed(elapsed)?);
+            .tokens_after(d, tokens, elapsed);
         Ok(())
     }
 

@@ -238,8 +238,31 @@ impl SyncOutcome {
 /// A count of seconds from Python, checked.
 pub(crate) fn elapsed(s: f64) -> PyResult<std::time::Duration> {
     if s.is_finite() && s >= 0.0 {
-        seconds("elapsed", s)
+        seconds("elapsed_s", s)
     } else {
-        Err(invalid("elapsed", &s.to_string(), "seconds, 0 or more"))
+        Err(invalid("elapsed_s", &s.to_string(), "seconds, 0 or more"))
     }
+}
+
+/// A report's `elapsed_s` (or, with a `DeprecationWarning`, its former name `elapsed`) as a
+/// duration; `None` when neither is given.
+pub(crate) fn elapsed_arg(
+    py: Python<'_>,
+    elapsed_s: Option<f64>,
+    elapsed: Option<f64>,
+) -> PyResult<Option<std::time::Duration>> {
+    crate::config::renamed(py, ("elapsed_s", elapsed_s), ("elapsed", elapsed))?
+        .map(self::elapsed)
+        .transpose()
+}
+
+/// [`elapsed_arg`], which a progress report must give.
+pub(crate) fn required_elapsed_arg(
+    py: Python<'_>,
+    elapsed_s: Option<f64>,
+    elapsed: Option<f64>,
+) -> PyResult<std::time::Duration> {
+    elapsed_arg(py, elapsed_s, elapsed)?.ok_or_else(|| {
+        crate::config::invalid("elapsed_s", "missing", "seconds since the first token")
+    })
 }
