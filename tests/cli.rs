@@ -513,8 +513,9 @@ fn example(name: &str) -> PathBuf {
 }
 
 /// Builds `simulate`, `gateway` and (with the feature `vllm`) `vllm_events` with this test's
-/// profile and features, into this test's target directory (so that under `cargo test` they
-/// are already fresh), and returns their paths as cargo reports them.
+/// features and the profile `cargo test` builds examples with (`dev`, or `release` under
+/// `--release`), into this test's target directory, so that under `cargo test` they are
+/// already fresh, and returns their paths as cargo reports them.
 fn build_examples() -> HashMap<String, PathBuf> {
     let exe = std::env::current_exe().unwrap();
     // <target>/<profile>/deps/<this test>
@@ -533,7 +534,7 @@ fn build_examples() -> HashMap<String, PathBuf> {
         &["--no-default-features"]
     };
     let profile = if cfg!(debug_assertions) {
-        "test"
+        "dev"
     } else {
         "release"
     };

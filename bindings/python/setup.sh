@@ -4,8 +4,9 @@
 #     unchanged;
 #   - the wheel, built by `maturin build --release` into <target>/python/wheels (Cargo's
 #     build directory <target>/python/cargo is kept, so a second build only relinks);
-#   - a new environment <target>/python/venv (removed first) with the wheel and
-#     tests/requirements*.txt.
+#   - an environment <target>/python/venv with the wheel and tests/requirements*.txt, made
+#     anew (removed first) unless the one there holds the same wheel contents (its RECORD of
+#     file hashes) and the same requirements.
 # <target> is ${CARGO_TARGET_DIR:-<repo>/target}. Prints the environment's python.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -31,10 +32,22 @@ if [ -z "$wheel" ]; then
 fi
 
 venv="$target/venv"
-rm -rf "$venv"
-python3 -m venv "$venv" >&2
-"$venv/bin/python" -m pip install "${pip[@]}" "$wheel" >&2
-for r in "$here"/tests/requirements*.txt; do
-    "$venv/bin/python" -m pip install "${pip[@]}" -r "$r" >&2
-done
+# What the environment holds: the wheel's files by their hashes, and the requirements.
+stamp="$(
+    {
+        python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+sys.stdout.write(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode())' "$wheel"
+        cat "$here"/tests/requirements*.txt
+    } | sha256sum | cut -d' ' -f1
+)"
+if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install "${pip[@]}" "$wheel" >&2
+    for r in "$here"/tests/requirements*.txt; do
+        "$venv/bin/python" -m pip install "${pip[@]}" -r "$r" >&2
+    done
+    echo "$stamp" >"$venv/.installed"
+fi
 echo "$venv/bin/python"
