@@ -25,7 +25,7 @@
 //! them. A refusal names the gate of the best worker (nearest to passing), the value it
 //! measured and the threshold; `retry_after` is the observed excess: the time the prefill
 //! ahead takes to drain at the observed rate, or the time the admitted prefill takes to
-//! decay to what the target leaves it.
+//! decay to what the target leaves it (at most one [`PREFILL_HORIZON_S`]).
 
 use super::admission::Admission;
 use crate::error::Error;
@@ -192,9 +192,11 @@ impl Admission {
         // once its share has decayed to what the target leaves the prefill. Where the
         // steps miss the target without any prefill (or the initial window holds), what
         // helps is the running requests finishing, which no figure here times: one horizon.
+        // Never more than one: by then the share is read from what was admitted since, and
+        // the factors from the first tokens since.
         let room = 1.0 - o.unshared_s / self.tpot_target_s;
         let wait = if room > 0.0 && o.prefill_share > room && o.step_s > o.unshared_s {
-            PREFILL_HORIZON_S * (o.prefill_share / room).ln()
+            (PREFILL_HORIZON_S * (o.prefill_share / room).ln()).min(PREFILL_HORIZON_S)
         } else {
             PREFILL_HORIZON_S
         };
