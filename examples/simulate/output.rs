@@ -26,12 +26,13 @@ fn print_csv(rows: &[(String, SimReport)]) {
     println!(
         "workload,policy,requests,prompt_tokens,prefill_tokens,hit_ratio,ideal_hit_ratio,\
          pooled_ideal_hit_ratio,imbalance,ttft_p50_s,ttft_p90_s,ttft_p99_s,tpot_p50_s,\
-         tpot_p99_s,e2e_p99_s,goodput,goodput_rps,shed,preemptions,makespan_s,decision_ns,\
-         ttft_error_p50,ttft_error_p90,sessions,session_p50_s,session_p99_s"
+         tpot_p99_s,e2e_p99_s,short_tpot_p99_s,short_e2e_p99_s,critical_requests,\
+         critical_ttft_p99_s,critical_tpot_p99_s,goodput,goodput_rps,shed,preemptions,makespan_s,\
+         decision_ns,ttft_error_p50,ttft_error_p90,sessions,session_p50_s,session_p99_s"
     );
     for (w, r) in rows {
         println!(
-            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.1},{:.0},{:.4},{:.4},{},{:.4},{:.4}",
+            "{w},{},{},{},{},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.4},{:.4},{:.4},{:.4},{},{},{:.1},{:.0},{:.4},{:.4},{},{:.4},{:.4}",
             r.policy,
             r.requests,
             r.prompt_tokens,
@@ -46,6 +47,11 @@ fn print_csv(rows: &[(String, SimReport)]) {
             r.tpot_p50_s,
             r.tpot_p99_s,
             r.e2e_p99_s,
+            r.short_tpot_p99_s,
+            r.short_e2e_p99_s,
+            r.critical_requests,
+            r.critical_ttft_p99_s,
+            r.critical_tpot_p99_s,
             r.goodput,
             r.goodput_rps,
             r.shed,
@@ -71,7 +77,7 @@ fn print_table(rows: &[(String, SimReport)]) {
                 r.requests, r.prompt_tokens, r.ideal_hit_ratio, r.pooled_ideal_hit_ratio
             );
             println!(
-                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>11} {:>11}",
+                "{:<18} {:>14} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7} {:>8} {:>9} {:>11} {:>11}",
                 "policy",
                 "prefill tokens",
                 "hit",
@@ -80,6 +86,7 @@ fn print_table(rows: &[(String, SimReport)]) {
                 "ttft p50",
                 "ttft p99",
                 "tpot p99",
+                "short tpot",
                 "goodput",
                 "shed",
                 "preempt",
@@ -91,7 +98,7 @@ fn print_table(rows: &[(String, SimReport)]) {
         }
         let pooled = r.ratio_to_pooled();
         println!(
-            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3} {:>7} {:>8} {:>9.2} {:>4.0}%/{:>4.0}% {:>10.1}s",
+            "{:<18} {:>14} {:>7.3} {:>8.1}% {:>9.3} {:>8.3}s {:>8.3}s {:>8.3}s {:>9.3}s {:>8.3} {:>7} {:>8} {:>9.2} {:>4.0}%/{:>4.0}% {:>10.1}s",
             r.policy,
             r.prefill_tokens,
             r.hit_ratio,
@@ -100,6 +107,7 @@ fn print_table(rows: &[(String, SimReport)]) {
             r.ttft_p50_s,
             r.ttft_p99_s,
             r.tpot_p99_s,
+            r.short_tpot_p99_s,
             r.goodput,
             r.shed,
             r.preemptions,
@@ -107,6 +115,29 @@ fn print_table(rows: &[(String, SimReport)]) {
             r.ttft_error_p50 * 100.0,
             r.ttft_error_p90 * 100.0,
             r.session_p99_s
+        );
+    }
+    print_notes(rows);
+}
+
+/// Under the tables, what their latency columns leave out: the critical requests, where
+/// any were served.
+fn print_notes(rows: &[(String, SimReport)]) {
+    let critical: Vec<_> = rows
+        .iter()
+        .filter(|(_, r)| r.critical_requests > 0)
+        .collect();
+    if critical.is_empty() {
+        return;
+    }
+    println!(
+        "\nLatency columns count standard and sheddable requests, TPOT answers of {} tokens or more (`short tpot`: the shorter ones' p99). Critical requests apart:",
+        prefix_router::sim::LONG_ANSWER_TOKENS
+    );
+    for (w, r) in critical {
+        println!(
+            "  {w} {}: {} critical, ttft p99 {:.3}s, tpot p99 {:.3}s",
+            r.policy, r.critical_requests, r.critical_ttft_p99_s, r.critical_tpot_p99_s
         );
     }
 }

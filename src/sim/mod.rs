@@ -86,6 +86,6 @@ pub use self::profile::{ENGINE_PROFILES, EngineProfile, StepProfile};
 pub use self::report::{RequestRecord, SimReport};
 pub use self::request::{Follows, Prompt, Request};
 pub use self::simulation::Simulation;
-pub use self::tally::PREDICTION_WARMUP;
+pub use self::tally::{LONG_ANSWER_TOKENS, PREDICTION_WARMUP};
 pub use self::trace::{MOONCAKE_BLOCK_TOKENS, load_mooncake, parse_mooncake};
 pub use self::workload::Workload;

@@ -31,14 +31,19 @@ pub struct SimReport {
     pub worker_prefill_tokens: Vec<u64>,
     /// Max over mean of `worker_prefill_tokens` (1.0 is perfect balance).
     pub imbalance: f64,
-    /// Time to first token, median, seconds (queueing plus prefill).
+    /// Time to first token, median, seconds (queueing plus prefill), of the standard and
+    /// sheddable requests (critical ones: [`critical_ttft_p99_s`](Self::critical_ttft_p99_s)).
     pub ttft_p50_s: f64,
     /// Time to first token, 90th percentile.
     pub ttft_p90_s: f64,
     /// Time to first token, 99th percentile.
     pub ttft_p99_s: f64,
-    /// Time per output token after the first (`(end to end − TTFT) / (output − 1)`, over
-    /// requests of more than one output token), median, seconds.
+    /// Time per output token after the first (`(end to end − TTFT) / (output − 1)`), median,
+    /// seconds, over the answers of at least
+    /// [`LONG_ANSWER_TOKENS`](super::LONG_ANSWER_TOKENS) tokens (shorter ones:
+    /// [`short_tpot_p99_s`](Self::short_tpot_p99_s)). Like every latency percentile here but
+    /// the `critical_` ones, it counts standard and sheddable requests: critical ones, which
+    /// admission never sheds, are reported apart.
     pub tpot_p50_s: f64,
     /// Time per output token, 90th percentile.
     pub tpot_p90_s: f64,
@@ -50,6 +55,19 @@ pub struct SimReport {
     pub e2e_p90_s: f64,
     /// End-to-end latency, 99th percentile.
     pub e2e_p99_s: f64,
+    /// Time per output token, 99th percentile, of the answers of two to
+    /// [`LONG_ANSWER_TOKENS`](super::LONG_ANSWER_TOKENS)` − 1` tokens (0 when none): a
+    /// gap or two between tokens, which may each hold a long prompt's prefill chunk.
+    pub short_tpot_p99_s: f64,
+    /// End-to-end latency, 99th percentile, of those answers and the one-token ones.
+    pub short_e2e_p99_s: f64,
+    /// Critical requests served (finished; [`Priority::Critical`](crate::Priority)).
+    pub critical_requests: usize,
+    /// Their time to first token, 99th percentile (0 when none).
+    pub critical_ttft_p99_s: f64,
+    /// Their time per output token, 99th percentile, over answers of at least
+    /// [`LONG_ANSWER_TOKENS`](super::LONG_ANSWER_TOKENS) tokens (0 when none).
+    pub critical_tpot_p99_s: f64,
     /// The fraction of requests that finished meeting both the TTFT and the TPOT target
     /// ([`ClusterConfig::ttft_target_s`](super::ClusterConfig::ttft_target_s),
     /// [`tpot_target_s`](super::ClusterConfig::tpot_target_s)).
@@ -164,6 +182,8 @@ impl SimReport {
                 "\"ttft_p50_s\":{:.6},\"ttft_p90_s\":{:.6},\"ttft_p99_s\":{:.6},",
                 "\"tpot_p50_s\":{:.6},\"tpot_p90_s\":{:.6},\"tpot_p99_s\":{:.6},",
                 "\"e2e_p50_s\":{:.6},\"e2e_p90_s\":{:.6},\"e2e_p99_s\":{:.6},",
+                "\"short_tpot_p99_s\":{:.6},\"short_e2e_p99_s\":{:.6},",
+                "\"critical_requests\":{},\"critical_ttft_p99_s\":{:.6},\"critical_tpot_p99_s\":{:.6},",
                 "\"goodput\":{:.6},\"goodput_rps\":{:.6},{},",
                 "\"preemptions\":{},\"rejected\":{},\"retried\":{},",
                 "\"lost_event_batches\":{},",
@@ -195,6 +215,11 @@ impl SimReport {
             self.e2e_p50_s,
             self.e2e_p90_s,
             self.e2e_p99_s,
+            self.short_tpot_p99_s,
+            self.short_e2e_p99_s,
+            self.critical_requests,
+            self.critical_ttft_p99_s,
+            self.critical_tpot_p99_s,
             self.goodput,
             self.goodput_rps,
             self.sheds_json(),
@@ -257,6 +282,8 @@ pub struct RequestRecord {
     pub ttft_s: Option<f64>,
     /// Time per output token after the first, for more than one output token.
     pub tpot_s: Option<f64>,
+    /// Output tokens it generated (0 until it finished).
+    pub output_tokens: u32,
     /// Arrival to last token.
     pub e2e_s: Option<f64>,
     /// Times preempted.
@@ -294,7 +321,7 @@ impl RequestRecord {
                 "{{\"index\":{},\"prompt_tokens\":{},\"worker\":{},\"replica\":{},",
                 "\"arrival_s\":{:.6},\"admitted_s\":{},\"cached_tokens\":{},\"host_cached_tokens\":{},",
                 "\"ttft_s\":{},",
-                "\"tpot_s\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{},",
+                "\"tpot_s\":{},\"output_tokens\":{},\"e2e_s\":{},\"preemptions\":{},\"retries\":{},\"rejected\":{},",
                 "\"priority\":\"{}\",\"shed\":{},\"shed_gate\":{},\"prefill_worker\":{},\"transfer_bytes\":{},",
                 "\"predicted_ttft_s\":{},\"predicted_tpot_s\":{}}}"
             ),
@@ -308,6 +335,7 @@ impl RequestRecord {
             self.host_cached_tokens,
             opt(self.ttft_s),
             opt(self.tpot_s),
+            self.output_tokens,
             opt(self.e2e_s),
             self.preemptions,
             self.retries,

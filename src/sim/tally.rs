@@ -52,6 +52,57 @@ fn percentiles(mut values: Vec<f64>) -> [f64; 3] {
     [0.50, 0.90, 0.99].map(|p| quantile(&values, p))
 }
 
+/// The fewest output tokens of an answer whose time per output token the TPOT percentiles
+/// count. A shorter answer has a few gaps between tokens, one or two engine steps, one of
+/// which may carry a long prompt's prefill chunk routed after it: no policy foresees it, so
+/// its TPOT measures the engine's chunking rather than the routing. Short answers' TPOT and
+/// end-to-end p99 are reported beside ([`SimReport::short_tpot_p99_s`]).
+pub const LONG_ANSWER_TOKENS: u32 = 16;
+
+/// A run's latency percentiles, by which requests each counts.
+struct Tails {
+    /// TTFT p50, p90, p99 of the standard and sheddable requests.
+    ttft: [f64; 3],
+    /// TPOT p50, p90, p99 of their answers of [`LONG_ANSWER_TOKENS`] or more.
+    tpot: [f64; 3],
+    /// End-to-end p50, p90, p99 of the standard and sheddable requests.
+    e2e: [f64; 3],
+    /// TPOT p99 and end-to-end p99 of their shorter answers (of two tokens or more).
+    short: (f64, f64),
+    /// The critical requests served, their TTFT p99 and TPOT p99 (answers of
+    /// [`LONG_ANSWER_TOKENS`] or more).
+    critical: (usize, f64, f64),
+}
+
+impl Tails {
+    fn of(records: &[RequestRecord]) -> Self {
+        let critical = |r: &&RequestRecord| r.priority == crate::request::Priority::Critical;
+        let long = |r: &&RequestRecord| r.output_tokens >= LONG_ANSWER_TOKENS;
+        let (apart, bars): (Vec<&RequestRecord>, Vec<&RequestRecord>) =
+            records.iter().partition(critical);
+        let p = |rs: &[&RequestRecord], f: fn(&RequestRecord) -> Option<f64>| {
+            percentiles(rs.iter().filter_map(|r| f(r)).collect())
+        };
+        let long_bars: Vec<&RequestRecord> = bars.iter().copied().filter(long).collect();
+        let short_bars: Vec<&RequestRecord> = bars.iter().copied().filter(|r| !long(r)).collect();
+        let long_apart: Vec<&RequestRecord> = apart.iter().copied().filter(long).collect();
+        Tails {
+            ttft: p(&bars, |r| r.ttft_s),
+            tpot: p(&long_bars, |r| r.tpot_s),
+            e2e: p(&bars, |r| r.e2e_s),
+            short: (
+                p(&short_bars, |r| r.tpot_s)[2],
+                p(&short_bars, |r| r.e2e_s)[2],
+            ),
+            critical: (
+                apart.iter().filter(|r| r.e2e_s.is_some()).count(),
+                p(&apart, |r| r.ttft_s)[2],
+                p(&long_apart, |r| r.tpot_s)[2],
+            ),
+        }
+    }
+}
+
 /// Requests a run's prediction errors leave out, from its first arrival: the router learns
 /// the fleet from the timings of the first ones.
 pub const PREDICTION_WARMUP: usize = 200;
@@ -194,6 +245,7 @@ impl Tally {
         r.e2e_s = Some(e2e);
         let ttft = *r.ttft_s.get_or_insert(e2e);
         r.tpot_s = (output > 1).then(|| (e2e - ttft) / f64::from(output - 1));
+        r.output_tokens = output;
         if i >= self.measured_from {
             self.last_completion = self.last_completion.max(at);
         }
@@ -290,11 +342,9 @@ impl Tally {
         let prompt_tokens: u64 = served().map(|r| r.prompt_tokens as u64).sum();
         let cached_tokens: u64 = served().map(|r| r.cached_tokens as u64).sum();
         let host_tokens: u64 = served().map(|r| r.host_cached_tokens as u64).sum();
-        let ttft = percentiles(self.records.iter().filter_map(|r| r.ttft_s).collect());
+        let tails = Tails::of(&self.records);
         let errors = prediction_errors(&self.records);
         let (sessions, session) = session_times(&self.records, &self.groups);
-        let tpot = percentiles(self.records.iter().filter_map(|r| r.tpot_s).collect());
-        let e2e = percentiles(self.records.iter().filter_map(|r| r.e2e_s).collect());
         let good = self.records.iter().filter(|r| self.good(r)).count();
         let computed: u64 = workers.prefill_tokens.iter().sum();
         let mean = computed as f64 / workers.prefill_tokens.len().max(1) as f64;
@@ -313,15 +363,20 @@ impl Tally {
             ratio_to_ideal: ratio(hit_ratio, references.ideal),
             imbalance: if mean > 0.0 { max / mean } else { 1.0 },
             worker_prefill_tokens: workers.prefill_tokens,
-            ttft_p50_s: ttft[0],
-            ttft_p90_s: ttft[1],
-            ttft_p99_s: ttft[2],
-            tpot_p50_s: tpot[0],
-            tpot_p90_s: tpot[1],
-            tpot_p99_s: tpot[2],
-            e2e_p50_s: e2e[0],
-            e2e_p90_s: e2e[1],
-            e2e_p99_s: e2e[2],
+            ttft_p50_s: tails.ttft[0],
+            ttft_p90_s: tails.ttft[1],
+            ttft_p99_s: tails.ttft[2],
+            tpot_p50_s: tails.tpot[0],
+            tpot_p90_s: tails.tpot[1],
+            tpot_p99_s: tails.tpot[2],
+            e2e_p50_s: tails.e2e[0],
+            e2e_p90_s: tails.e2e[1],
+            e2e_p99_s: tails.e2e[2],
+            short_tpot_p99_s: tails.short.0,
+            short_e2e_p99_s: tails.short.1,
+            critical_requests: tails.critical.0,
+            critical_ttft_p99_s: tails.critical.1,
+            critical_tpot_p99_s: tails.critical.2,
             goodput: ratio(good as f64, requests as f64),
             goodput_rps: ratio(good as f64, makespan),
             shed,
@@ -353,5 +408,47 @@ impl Tally {
             goodput_min_10s_ratio: floor,
             request_records: self.records,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Priority;
+
+    fn record(
+        priority: Priority,
+        output_tokens: u32,
+        (ttft, tpot, e2e): (f64, f64, f64),
+    ) -> RequestRecord {
+        RequestRecord {
+            priority,
+            output_tokens,
+            ttft_s: Some(ttft),
+            tpot_s: (output_tokens > 1).then_some(tpot),
+            e2e_s: Some(e2e),
+            ..RequestRecord::default()
+        }
+    }
+
+    #[test]
+    fn short_answers_and_critical_requests_are_reported_apart() {
+        // A hundred standard answers of 32 tokens, TPOT 1 ms to 100 ms.
+        let mut records: Vec<RequestRecord> = (1..=100)
+            .map(|i| record(Priority::Standard, 32, (0.1, f64::from(i) * 1e-3, 1.0)))
+            .collect();
+        // A short answer whose one gap held a prefill chunk, and a one-token one.
+        records.push(record(Priority::Sheddable, 4, (0.1, 1.0, 5.0)));
+        records.push(record(Priority::Standard, 1, (0.1, 0.0, 0.2)));
+        // A critical request, slow at both.
+        records.push(record(Priority::Critical, 32, (9.0, 0.5, 30.0)));
+        let t = Tails::of(&records);
+        assert_eq!(t.tpot, [0.050, 0.090, 0.099]);
+        assert_eq!(t.ttft[2], 0.1, "the critical request's 9 s is not in it");
+        assert_eq!(t.short, (1.0, 5.0));
+        assert_eq!(t.critical, (1, 9.0, 0.5));
+        // Counted with the rest, the short answer and the critical request would be the tail.
+        let all = percentiles(records.iter().filter_map(|r| r.tpot_s).collect());
+        assert_eq!(all[2], 0.5);
     }
 }
