@@ -7,10 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use super::candidate::Candidate;
 use super::clock::nanos;
 use super::learned::timing::{TermCounts, attended};
-use super::prediction::estimate::RequestShape;
+use super::prediction::estimate::{Estimate, RequestShape};
 use super::prediction::predict::Prediction;
 use super::registry::slots::Registered;
-use super::report::SATURATED_PENALTY_S;
 use super::tracker::Fleet;
 use crate::request::{RouteDecision, RouteRequest};
 
@@ -27,9 +26,6 @@ impl Fleet {
         request: &RouteRequest<'_>,
         (available_blocks, checked): (u32, Option<&Prediction>),
     ) -> Option<RouteDecision> {
-        let (matched_blocks, cached_tokens) =
-            (candidate.matched_blocks(), candidate.cached_tokens());
-        let by_tier = candidate.cached_by_tier;
         let slots = self.registry.read();
         let r = slots.get(candidate.worker.index())?;
         let Registered { slot, key } = r;
@@ -37,7 +33,7 @@ impl Fleet {
             return None;
         }
         let prompt_tokens = request.tokens().len();
-        let cached_tokens = cached_tokens.min(prompt_tokens);
+        let cached_tokens = candidate.cached_tokens().min(prompt_tokens);
         let prefill = (prompt_tokens - cached_tokens) as u64;
         let output = request
             .expected_output()
@@ -51,15 +47,7 @@ impl Fleet {
         let forecast_counts = e.forecast_counts(&self.config, shape, ttft_counts);
         let predicted = match checked {
             Some(p) => (p.ttft.total_s(), p.tpot_s),
-            None => {
-                let saturated = if e.saturated {
-                    SATURATED_PENALTY_S
-                } else {
-                    0.0
-                };
-                let ttft_s = e.forecast_timing().of(&forecast_counts) + saturated;
-                (ttft_s, e.predicted_tpot_s(shape))
-            }
+            None => e.recorded_prediction(shape, &forecast_counts),
         };
         let now_ns = self.clock.now_ns();
         if slot.load.routed(prompt_tokens as u64, prefill, output) {
@@ -78,22 +66,26 @@ impl Fleet {
         slot.captured.fetch_add(cached_tokens as u64, Relaxed);
         key.routed.fetch_add(1, Relaxed);
         key.assigned_prefill.fetch_add(prefill, Relaxed);
-        // The candidate's snapshot with this request added, as a refresh would read it.
-        let mut after = candidate.estimate;
-        after.requests += 1;
-        after.prefill_tokens += prefill;
-        after.prefill_pairs += attended(prompt_tokens as u64, prefill);
-        after.context_tokens += prompt_tokens as u64 + u64::from(output);
-        after.kv_tokens += prefill + u64::from(output);
+        // The candidate's load with this request added, as a refresh would count it (the
+        // load key reads no forecast).
+        let after = Estimate {
+            requests: e.requests + 1,
+            prefill_tokens: e.prefill_tokens + prefill,
+            prefill_pairs: e.prefill_pairs + attended(prompt_tokens as u64, prefill),
+            context_tokens: e.context_tokens + prompt_tokens as u64 + u64::from(output),
+            kv_tokens: e.kv_tokens + prefill + u64::from(output),
+            forecast: None,
+            ..*e
+        };
         self.set_load(r, &after);
         Some(
             RouteDecision::new(
                 candidate.worker,
                 candidate.epoch,
                 prompt_tokens,
-                matched_blocks,
+                candidate.matched_blocks(),
                 cached_tokens,
-                by_tier,
+                candidate.cached_by_tier,
             )
             .with_prediction(predicted, (ttft_counts.0, tpot_counts.0), output)
             .with_forecast_counts(forecast_counts.0)

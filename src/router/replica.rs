@@ -28,8 +28,8 @@ impl<P: Policy> PolicyRouter<P> {
         &self,
         outbox: &Outbox,
         blocks: &Blocks,
-        mut decision: RouteDecision,
-    ) -> RouteDecision {
+        decision: &mut RouteDecision,
+    ) {
         let w = decision.worker();
         let target = (self.layout.endpoint(w), self.layout.rank(w));
         let figures = (
@@ -38,7 +38,6 @@ impl<P: Policy> PolicyRouter<P> {
             decision.output_tokens(),
         );
         decision.set_sync(outbox.routed(target, figures, blocks));
-        decision
     }
 
     /// Records `decision`'s first token (`completed`: its completion) for the peers.

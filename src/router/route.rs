@@ -253,17 +253,18 @@ impl<P: Policy> PolicyRouter<P> {
         for _ in 0..4 {
             let (chosen, deepest) =
                 self.choose(request, &blocks, candidates, admission.as_ref())?;
+            let candidate = &candidates[chosen];
             // The decision records the prediction admission checked of its worker.
             let checked = admission
                 .as_ref()
-                .map(|a| a.prediction(self.fleet.config(), &candidates[chosen]));
+                .map(|a| a.prediction(self.fleet.config(), candidate));
             let charge = (deepest, checked.as_ref());
-            if let Some(decision) = self.fleet.commit(&candidates[chosen], request, charge) {
-                let decision = decision.with_rank(self.layout.rank(candidates[chosen].worker));
-                return Ok(match &self.replica {
-                    None => decision,
-                    Some(outbox) => self.record_route(outbox, &blocks, decision),
-                });
+            if let Some(decision) = self.fleet.commit(candidate, request, charge) {
+                let mut decision = decision.with_rank(self.layout.rank(candidate.worker));
+                if let Some(outbox) = &self.replica {
+                    self.record_route(outbox, &blocks, &mut decision);
+                }
+                return Ok(decision);
             }
         }
         Err(Error::NoWorkers)

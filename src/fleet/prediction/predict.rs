@@ -120,11 +120,24 @@ impl Estimate {
         }
     }
 
-    /// The time per output token a decision records when admission checked nothing: the
+    /// The times a decision records when admission checked nothing, at the forecast terms:
+    /// the time to first token `forecast_counts` count (the request's
+    /// [`forecast_counts`](Self::forecast_counts)), with a saturated worker's hour, and the
     /// decode step of [`prediction`](Self::prediction), without its other parts.
     #[inline]
-    pub(crate) fn predicted_tpot_s(&self, shape: RequestShape) -> f64 {
-        self.decode_step_at(&self.forecast_timing(), shape)
+    pub(crate) fn recorded_prediction(
+        &self,
+        shape: RequestShape,
+        forecast_counts: &TermCounts,
+    ) -> (f64, f64) {
+        let forecast = self.forecast_timing();
+        let saturated = if self.saturated {
+            SATURATED_PENALTY_S
+        } else {
+            0.0
+        };
+        let ttft_s = forecast.of(forecast_counts) + saturated;
+        (ttft_s, self.decode_step_at(&forecast, shape))
     }
 
     /// The decode step of the requests running on this worker (at least one): what a
