@@ -368,7 +368,8 @@ fn the_model_error_needs_five_timings() {
 /// runs `running` decodes of 2,100 tokens each (its KV 1M tokens); the other worker is idle
 /// and empty. A request extending the prompt by 100 tokens, expecting 200 output tokens,
 /// goes to the idle worker exactly when its predicted time (to first token, plus decode)
-/// is lower, by the step model's figures, with a miss weighing a fixed 10.
+/// is lower, by the step model's figures, with a miss weighing a fixed 10 (and nothing for
+/// the decodes it holds up: the stall weight at 0).
 #[test]
 fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_time() {
     let step = StepModel::default();
@@ -392,7 +393,9 @@ fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_t
     let mut chose = Vec::new();
     for running in [0u64, 50, 150, 255, 256, 300, 400, 470] {
         // A fixed weight: what is checked is the load model's cost.
-        let fixed = BalancedConfig::default().with_miss_weight(10.0);
+        let fixed = BalancedConfig::default()
+            .with_miss_weight(10.0)
+            .with_stall_weight(0.0);
         let r = BalancedRouter::with_config(2, fixed).unwrap();
         let profile = WorkerProfile::default().with_kv_capacity_tokens(1_000_000);
         for w in [0, 1] {
@@ -436,6 +439,55 @@ fn an_idle_worker_beats_a_holder_full_of_decodes_exactly_when_it_predicts_less_t
     // Both answers occur: the holder while its batch is light, the idle worker past it.
     assert_eq!(chose.first(), Some(&false));
     assert_eq!(chose.last(), Some(&true));
+}
+
+/// A token a worker must compute holds up every answer it is decoding: with a stall weight
+/// of 0.2, each token a worker decoding 50 answers computes weighs 0.2 × 50 more than on
+/// an idle one, and the receipt's time-to-first-token term says so; an idle worker's is
+/// unchanged.
+#[test]
+fn a_recomputation_weighs_the_decodes_it_holds_up() {
+    let prompt: Vec<u32> = (0..2_000).collect();
+    // The time-to-first-token terms of the holder of the first 1,024 tokens (64 blocks;
+    // decoding 50 answers) and of the idle worker.
+    let ttft_terms = |stall: f64| {
+        let config = BalancedConfig::default()
+            .with_miss_weight(1.0)
+            .with_stall_weight(stall);
+        let r = BalancedRouter::with_config(2, config).unwrap();
+        let first = r.route(&RouteRequest::new(&prompt[..1_024])).unwrap();
+        r.complete(&first);
+        let (holder, idle) = (first.worker(), WorkerId::new(1 - first.worker().get()));
+        r.report_load(holder, EngineLoad::new(0, 50, s(1.0)))
+            .unwrap();
+        r.report_load(idle, EngineLoad::new(0, 0, s(1.0))).unwrap();
+        let request = RouteRequest::new(&prompt)
+            .with_expected_output(16)
+            .with_time(s(1.0));
+        let (_, receipt) = r.route_with_receipt(&request).unwrap();
+        [holder, idle].map(|w| {
+            let line = receipt.candidates.iter().find(|l| l.worker == w);
+            let cost = line.and_then(|l| l.cost.as_ref());
+            cost.unwrap_or_else(|| panic!("{w:?} not scored: {receipt}"))
+                .terms[0]
+                .value
+        })
+    };
+    let (without, with) = (ttft_terms(0.0), ttft_terms(0.2));
+    let rate = LoadConfig::default().prefill_tokens_per_s;
+    let held_up = 0.2 * 50.0 * 976.0 / rate;
+    assert!(
+        (with[0] - without[0] - held_up).abs() < 1e-9,
+        "{with:?} against {without:?}"
+    );
+    assert_eq!(with[1], without[1], "an idle worker holds up nothing");
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let config = BalancedConfig::default().with_stall_weight(bad);
+        assert!(
+            matches!(config.validate(), Err(Error::InvalidConfig { .. })),
+            "{bad}"
+        );
+    }
 }
 
 /// A request's streamed time per output token teaches the worker's forecast terms net of

@@ -64,6 +64,8 @@ pub(crate) struct PolicyOptions {
     pub(crate) replicas: u32,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
+    /// What a second of delay to each decode on the worker weighs (`None`: the default).
+    pub(crate) stall_weight: Option<f64>,
     /// Blocks per chunk of the workers' host tier (vLLM's CPU offloading).
     pub(crate) host_chunk_blocks: usize,
     /// Whether the workers' requests report their prefix hit again
@@ -83,6 +85,7 @@ impl Default for PolicyOptions {
             replicas: 1,
             alpha: None,
             miss_weight: None,
+            stall_weight: None,
             host_chunk_blocks: 1,
             full_reports: false,
             replica: None,
@@ -129,6 +132,9 @@ pub(crate) fn balanced_config(o: &PolicyOptions) -> BalancedConfig {
     }
     if let Some(w) = o.miss_weight {
         balanced.miss_weight = MissWeight::Fixed(w);
+    }
+    if let Some(w) = o.stall_weight {
+        balanced.stall_weight = w;
     }
     balanced
 }

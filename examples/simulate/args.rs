@@ -28,6 +28,7 @@ pub(crate) struct Args {
     pub(crate) pd_decode_step_limit: Option<f64>,
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
+    pub(crate) stall_weight: Option<f64>,
     pub(crate) seed: u64,
     pub(crate) format: String,
     pub(crate) plot: Option<String>,
@@ -124,6 +125,10 @@ struct RunFlags {
     /// The weight of a cache miss in the balanced policies' cost.
     #[arg(long, value_name = "X")]
     miss_weight: Option<f64>,
+    /// What a second of delay a request's prefill adds to each decode on its worker weighs
+    /// in the balanced policy's cost (`BalancedConfig::stall_weight`; default 0.2).
+    #[arg(long, value_name = "X")]
+    stall_weight: Option<f64>,
     /// Seed of the built-in workloads (default 42) and of the simulator's randomness
     /// (default 0).
     #[arg(long, value_name = "N")]
@@ -490,6 +495,7 @@ impl From<Cli> for Args {
             pd_decode_step_limit: run.pd_decode_step_limit,
             alpha: run.alpha,
             miss_weight: run.miss_weight,
+            stall_weight: run.stall_weight,
             seed: run.seed.unwrap_or(42),
             format: format.to_owned(),
             plot: o.plot,

@@ -91,6 +91,7 @@ fn options(args: &Args, k: u32) -> PolicyOptions {
         replicas: args.replicas,
         alpha: args.alpha,
         miss_weight: args.miss_weight,
+        stall_weight: args.stall_weight,
         host_chunk_blocks: c.batch.host_chunk_blocks,
         replica: c
             .replica_sync

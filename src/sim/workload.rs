@@ -236,6 +236,7 @@ impl Workload {
                     rate_per_s: 1.0,
                 },
             ),
+            ("agentic_long", Self::agents_answering_at_length()),
             (
                 "long_context",
                 Workload::LongContext {
@@ -267,6 +268,24 @@ impl Workload {
             fan_out_every: 5,
             subagents: 2,
             subagent_steps: 3,
+        }
+    }
+
+    /// The built-in `agentic_long` workload: open-loop agent sessions whose every step
+    /// generates 2,000 tokens (a plan, a patch, a report), so that decoding fills the
+    /// batches while prefill queues stay short: 120 sessions of 8 steps over 4 agents'
+    /// 4,000-token prompts, tool results of 600 tokens, a step every 30 s on average.
+    fn agents_answering_at_length() -> Workload {
+        Workload::Agentic {
+            sessions: 120,
+            steps: 8,
+            agents: 4,
+            system_tokens: 4_000,
+            task_tokens: 300,
+            tool_tokens: 600,
+            action_tokens: 2_000,
+            step_time_s: 30.0,
+            rate_per_s: 0.25,
         }
     }
 
