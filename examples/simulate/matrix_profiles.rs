@@ -18,7 +18,9 @@
 
 use super::Failure;
 use super::args::{self, Args};
-use super::matrix::{self, ADMISSION_POLICIES, ADMISSION_PRIORITIES, Bar, Cell, RECOMMENDED};
+use super::matrix::{
+    self, ADMISSION_POLICIES, ADMISSION_PRIORITIES, Bar, Cell, RECOMMENDED, bar_header, closed_loop,
+};
 use prefix_router::sim::{Arrivals, ENGINE_PROFILES, EngineProfile, Request, SimReport, SyncMode};
 
 /// The axis' workloads, by their names in the matrix.
@@ -237,12 +239,18 @@ impl Axis<'_> {
             "Engine profiles: the engines' step times by each built-in profile, which the routers are not told (they learn the timings online); engine events; the conversation trace's arrivals {arrivals}; TTFT error: |predicted − measured| / measured of the recommended policy's time to first token\n"
         );
         println!(
-            "| profile | workload | cell | hit / pooled (≥ 95 %) | TTFT p99 / best (≤ 1.10) | TPOT p99 / round robin (≤ 1.10) | goodput / best (≥ 0.95) | session p99 / best (≤ 1.10) | TTFT error p50 (≤ 20 %) | TTFT error p90 (≤ 50 %) |"
+            "{} TTFT error p50 (≤ 20 %) | TTFT error p90 (≤ 50 %) |",
+            bar_header("| profile | workload | cell ")
         );
         println!("|---|---|---|---|---|---|---|---|---|---|");
         for (_, cell, _, reports) in self.each().filter(|e| e.2.kind == Kind::Plain) {
+            let (workload, profile) = self.names(cell);
+            let targets = (
+                cell.args.cluster.ttft_target_s,
+                cell.args.cluster.tpot_target_s,
+            );
             let (Some(bar), Some(rec)) = (
-                Bar::of(reports),
+                Bar::of(reports, targets, closed_loop(workload)),
                 reports.iter().find(|r| r.policy == RECOMMENDED),
             ) else {
                 continue;
@@ -253,7 +261,6 @@ impl Axis<'_> {
                 let mark = bar.mark(errors[k] <= ERROR_BARS[k]);
                 format!("{:.1} % {mark}", errors[k] * 100.0)
             });
-            let (workload, profile) = self.names(cell);
             println!(
                 "| {profile} | {workload} | {} | {p} | {t} | {d} | {g} | {} | {e50} | {e90} |",
                 cell.label,
