@@ -857,6 +857,24 @@ fn print_admission(
     }
 }
 
+/// The critical requests of `r`'s run per second of its arrivals' span (0 when the span is
+/// empty).
+fn critical_rate(r: &SimReport) -> f64 {
+    let arrivals = r.request_records.iter().map(|q| q.arrival_s);
+    let span =
+        arrivals.clone().fold(f64::NEG_INFINITY, f64::max) - arrivals.fold(f64::INFINITY, f64::min);
+    let critical = r
+        .request_records
+        .iter()
+        .filter(|q| q.priority == prefix_router::Priority::Critical)
+        .count();
+    if span > 0.0 {
+        critical as f64 / span
+    } else {
+        0.0
+    }
+}
+
 /// What the admission tables' needless sheds are.
 pub(super) const NEEDLESS_SHED_NOTE: &str = "needless shed: the requests shed, of all requests, that the same run without admission served within the targets they were held to (time to first token and per output token)";
 
@@ -906,9 +924,7 @@ pub(super) fn admission_row(
     let share = r.shed as f64 / r.requests.max(1) as f64;
     // Admission never sheds a critical request: where they alone arrive faster than the
     // fleet's peak goodput, no admission can hold the others' bars.
-    let critical_rate =
-        (r.critical_requests + r.shed_by_priority[2]) as f64 / r.makespan_s.max(1e-9);
-    let past = critical_rate > peak;
+    let past = critical_rate(r) > peak;
     let warm_8 = at_8 && cell.args.cluster.warmup_s > 0.0;
     let ttft_bar = LATENCY_SLACK * cell.args.cluster.ttft_target_s;
     let tpot_bar = LATENCY_SLACK * cell.args.cluster.tpot_target_s;
