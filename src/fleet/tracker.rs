@@ -11,8 +11,8 @@ use super::candidate::{Candidate, Candidates};
 use super::clock::{Clock, nanos};
 use super::config::{LoadConfig, WorkerProfile};
 use super::learned::floor::Floor;
-use super::learned::learn::{CONFIGURED, fleet_ratios};
-use super::learned::timing::{TERMS, TermCounts};
+use super::learned::learn::FleetLearned;
+use super::learned::timing::TermCounts;
 use super::prediction::estimate::{Estimate, Forecast};
 use super::registry::least::{Tie, Widened};
 use super::registry::slots::{Registered, Registry, check_id};
@@ -34,10 +34,10 @@ pub(crate) struct Fleet {
     pub(super) clock: Clock,
     /// Timings learned from, fleet-wide.
     timings: AtomicU64,
-    /// The fleet's ratios (see `learn.rs`) the workers' timings were last updated with.
-    published: Mutex<[f64; TERMS]>,
-    /// The fleet's forecast ratios (`forecast.rs`), published with `published`.
-    forecast_published: Mutex<[f64; TERMS]>,
+    /// What the fleet learned (see `learn.rs`) the workers' timings were last updated with.
+    published: Mutex<FleetLearned>,
+    /// What the fleet's forecast terms learned (`forecast.rs`), published with `published`.
+    forecast_published: Mutex<FleetLearned>,
     /// Requests refused by admission.
     shed: ShedCounts,
     /// The least step terms and greatest speed of any worker.
@@ -68,8 +68,8 @@ impl Fleet {
             block_size: block_size as u64,
             clock: Clock::default(),
             timings: AtomicU64::new(0),
-            published: Mutex::new(CONFIGURED),
-            forecast_published: Mutex::new(CONFIGURED),
+            published: Mutex::new(FleetLearned::configured()),
+            forecast_published: Mutex::new(FleetLearned::configured()),
             shed: ShedCounts::default(),
             floor: Floor::default(),
             peers: Mutex::new(PeerTable::new(Limits::of(
@@ -88,9 +88,9 @@ impl Fleet {
 
     pub(crate) fn add(&self, worker: WorkerId) -> Result<(), Error> {
         self.registry.add(worker)?;
-        let ratios = *lock(&self.published);
+        let fleet = *lock(&self.published);
         self.registry.with_slot(worker, |r| {
-            self.retime(r, ratios);
+            self.retime(r, &fleet);
         })
     }
 
@@ -173,10 +173,10 @@ impl Fleet {
         profile: WorkerProfile,
     ) -> Result<(), Error> {
         profile.validate()?;
-        let ratios = *lock(&self.published);
+        let fleet = *lock(&self.published);
         self.registry.with_slot(worker, |r| {
             r.slot.load.set_profile(&profile);
-            self.retime(r, ratios);
+            self.retime(r, &fleet);
         })
     }
 
@@ -373,7 +373,7 @@ impl Fleet {
         if self.timings.fetch_add(1, Relaxed) % PUBLISH_EVERY == 0 {
             self.publish();
         } else {
-            self.retime(r, fleet);
+            self.retime(r, &fleet);
         }
     }
 
@@ -390,24 +390,24 @@ impl Fleet {
         let configured = r.slot.load.configured(&self.config);
         let forecast = &r.slot.load.forecast;
         forecast.learn((&configured, &fleet), (terms, measured), first_token);
-        forecast.update(&configured, fleet);
+        forecast.update(&configured, &fleet);
     }
 
-    /// Takes the fleet's ratios afresh from every worker's and updates every worker's
-    /// timing with them.
+    /// Takes what the fleet learned afresh from every worker and updates every worker's
+    /// timing with it.
     #[cold]
     fn publish(&self) {
         let slots = self.registry.read();
         let learned: Vec<_> = slots.iter().map(|(_, r)| r.slot.load.learned()).collect();
-        let ratios = fleet_ratios(learned.into_iter());
-        *lock(&self.published) = ratios;
+        let fleet = FleetLearned::of(&learned);
+        *lock(&self.published) = fleet;
         let forecast: Vec<_> = slots
             .iter()
             .map(|(_, r)| r.slot.load.forecast.learned())
             .collect();
-        *lock(&self.forecast_published) = fleet_ratios(forecast.into_iter());
+        *lock(&self.forecast_published) = FleetLearned::of(&forecast);
         for (_, r) in slots.iter() {
-            self.retime(r, ratios);
+            self.retime(r, &fleet);
         }
         let terms = slots
             .iter()
@@ -415,13 +415,13 @@ impl Fleet {
         self.floor.reset(terms);
     }
 
-    /// Updates worker `r`'s timing with the fleet's `ratios`, the fleet's floor under it and
-    /// its load key.
-    fn retime(&self, r: Registered<'_>, ratios: [f64; TERMS]) {
-        r.slot.load.update_timing(&self.config, ratios);
+    /// Updates worker `r`'s timing with what the `fleet` learned, the fleet's floor under it
+    /// and its load key.
+    fn retime(&self, r: Registered<'_>, fleet: &FleetLearned) {
+        r.slot.load.update_timing(&self.config, fleet);
         let forecast = *lock(&self.forecast_published);
         let configured = r.slot.load.configured(&self.config);
-        r.slot.load.forecast.update(&configured, forecast);
+        r.slot.load.forecast.update(&configured, &forecast);
         self.floor.lower(&r.slot.load.timing(), r.slot.load.speed());
         self.refresh(r);
     }

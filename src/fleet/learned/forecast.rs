@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::learn::WorkerLearner;
+use super::learn::{FleetLearned, Learned, WorkerLearner};
 use super::timing::{TERMS, TermCounts, Timing};
 
 /// One worker's forecast terms and what they were learned from.
@@ -58,10 +58,10 @@ impl ForecastTiming {
         )
     }
 
-    /// Sets the terms from the worker's `configured` ones, the fleet's forecast `ratios`
-    /// and what the worker's timings taught.
-    pub(crate) fn update(&self, configured: &Timing, ratios: [f64; TERMS]) {
-        let timing = self.learner().timing(configured, ratios);
+    /// Sets the terms from the worker's `configured` ones, what the fleet's forecast terms
+    /// learned (`fleet`) and what the worker's timings taught.
+    pub(crate) fn update(&self, configured: &Timing, fleet: &FleetLearned) {
+        let timing = self.learner().timing(configured, fleet);
         for (bits, t) in self.bits.iter().zip(timing.to_array()) {
             bits.store(t.to_bits(), Relaxed);
         }
@@ -72,7 +72,7 @@ impl ForecastTiming {
     /// it; the caller updates the terms.
     pub(crate) fn learn(
         &self,
-        (configured, fleet): (&Timing, &[f64; TERMS]),
+        (configured, fleet): (&Timing, &FleetLearned),
         (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
@@ -80,8 +80,8 @@ impl ForecastTiming {
             .learn(fleet, configured, (terms, measured), first_token);
     }
 
-    /// The worker's own ratios and the timings they were learned from.
-    pub(crate) fn learned(&self) -> ([f64; TERMS], u64) {
+    /// What the worker learned, for the fleet's.
+    pub(crate) fn learned(&self) -> Learned {
         self.learner().learned()
     }
 }
@@ -90,7 +90,6 @@ impl ForecastTiming {
 mod tests {
     use super::*;
     use crate::fleet::config::LoadConfig;
-    use crate::fleet::learned::learn::CONFIGURED;
 
     /// The forecast terms start as configured, learn that a worker is slower at prefill from
     /// its times to first token (twice as slow), and publish them only on `update`.
@@ -98,7 +97,7 @@ mod tests {
     fn the_forecast_learns_what_the_engine_did() {
         let configured = Timing::configured(&LoadConfig::default(), 1.0);
         let forecast = ForecastTiming::default();
-        forecast.update(&configured, CONFIGURED);
+        forecast.update(&configured, &FleetLearned::configured());
         assert_eq!(forecast.timing(), configured);
         let slow = Timing {
             prefill_s_per_token: 2.0 * configured.prefill_s_per_token,
@@ -108,15 +107,15 @@ mod tests {
             let tokens = f64::from(1_000 + 97 * (n % 40));
             let counts = TermCounts::new((tokens, 0.0), 1.0, 0.0, 0.0);
             forecast.learn(
-                (&configured, &CONFIGURED),
+                (&configured, &FleetLearned::configured()),
                 (&counts, slow.of(&counts)),
                 true,
             );
         }
         assert_eq!(forecast.timing(), configured, "published only on update");
-        let (_, timings) = forecast.learned();
+        let timings = forecast.learned().timings;
         assert_eq!(timings, 200);
-        forecast.update(&configured, CONFIGURED);
+        forecast.update(&configured, &FleetLearned::configured());
         let counts = TermCounts::new((4_096.0, 0.0), 1.0, 0.0, 0.0);
         // Alone against a fleet held at the configured ratios, its own factor counts beyond
         // the dead zone (`learn.rs`): slower than configured, short of the truth.
@@ -137,9 +136,13 @@ mod tests {
         let forecast = ForecastTiming::default();
         let counts = TermCounts::new((1_000.0, 0.0), 1.0, 0.0, 0.0);
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            forecast.learn((&configured, &CONFIGURED), (&counts, bad), true);
+            forecast.learn(
+                (&configured, &FleetLearned::configured()),
+                (&counts, bad),
+                true,
+            );
         }
-        forecast.update(&configured, CONFIGURED);
+        forecast.update(&configured, &FleetLearned::configured());
         assert_eq!(forecast.timing(), configured);
     }
 }

@@ -26,6 +26,7 @@
 //! looked faster would draw the cold prompts that make it slower. Deterministic: the same
 //! timings in the same order give the same terms.
 
+use super::residuals::{FleetBias, Kind, Residuals};
 use super::timing::{TERMS, TermCounts, Timing};
 
 /// A worker's ratios' prior variance: a fleet may run several times slower or faster than
@@ -163,13 +164,12 @@ impl Rls {
 /// from at least [`MIN_FLEET`] timings, once they are most of the fleet (as configured
 /// before): what most workers share, so that one slow worker, or the only one that has
 /// served so far, does not make the others look slow.
-pub(crate) fn fleet_ratios(
-    workers: impl ExactSizeIterator<Item = ([f64; TERMS], u64)>,
-) -> [f64; TERMS] {
+fn fleet_ratios(workers: &[Learned]) -> [f64; TERMS] {
     let fleet = workers.len();
     let learned: Vec<[f64; TERMS]> = workers
-        .filter(|(_, timings)| *timings >= MIN_FLEET)
-        .map(|(ratios, _)| ratios)
+        .iter()
+        .filter(|w| w.timings >= MIN_FLEET)
+        .map(|w| w.ratios)
         .collect();
     if learned.len() * 2 <= fleet {
         return CONFIGURED;
@@ -186,18 +186,59 @@ pub(crate) fn fleet_ratios(
     })
 }
 
-/// What one worker's timings taught: its ratios, and how its times to first token compared
-/// with the predictions.
+/// What one worker's learning gives the fleet's: its ratios, the timings they were learned
+/// from, and its residuals by shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Learned {
+    pub(crate) ratios: [f64; TERMS],
+    pub(crate) timings: u64,
+    residuals: Residuals,
+}
+
+/// What the fleet learned, which every worker predicts with: the ratios (see
+/// [`fleet_ratios`]) and the median residual at each shape (`residuals.rs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct FleetLearned {
+    pub(crate) ratios: [f64; TERMS],
+    bias: FleetBias,
+}
+
+impl FleetLearned {
+    /// A fleet that has learned nothing: the configured ratios.
+    pub(crate) fn configured() -> FleetLearned {
+        FleetLearned::with_ratios(CONFIGURED)
+    }
+
+    /// A fleet with the `ratios` and no residuals.
+    pub(crate) fn with_ratios(ratios: [f64; TERMS]) -> FleetLearned {
+        FleetLearned {
+            ratios,
+            bias: FleetBias::default(),
+        }
+    }
+
+    /// The fleet's, from what each of its `workers` learned.
+    pub(crate) fn of(workers: &[Learned]) -> FleetLearned {
+        FleetLearned {
+            ratios: fleet_ratios(workers),
+            bias: FleetBias::of(workers.iter().map(|w| &w.residuals)),
+        }
+    }
+}
+
+/// What one worker's timings taught: its ratios, its residuals by shape, and how its times to
+/// first token compared with the predictions.
 #[derive(Clone, Debug)]
 pub(crate) struct WorkerLearner {
     rls: Rls,
+    residuals: Residuals,
     /// Decayed sums of measured and predicted times to first token.
     observed: f64,
     predicted: f64,
     /// Timings learned from.
     timings: u64,
-    /// The typical terms of its times to first token and of its other timings, which its
-    /// two factors over the fleet's ratios are taken at.
+    /// The typical terms of its times to first token and of its other timings, which the
+    /// fleet's ratios are read at where no other worker has timed a shape.
     typical: Typical,
 }
 
@@ -235,13 +276,13 @@ impl MeanTerms {
         }
     }
 
-    /// The log of the time `own` ratios predict over the time `fleet` ratios predict at
-    /// these terms; 0 before any timing.
-    fn log_factor(&self, own: &[f64; TERMS], fleet: &[f64; TERMS]) -> f64 {
+    /// The log of the time ratios `a` predict over the time ratios `b` predict at these
+    /// terms; 0 before any timing.
+    fn log_factor(&self, a: &[f64; TERMS], b: &[f64; TERMS]) -> f64 {
         let dot = |r: &[f64; TERMS]| (0..TERMS).map(|i| r[i] * self.shares[i]).sum::<f64>();
-        let (own, fleet) = (dot(own), dot(fleet));
-        if self.timings > 0 && own > 0.0 && fleet > 0.0 {
-            (own / fleet).ln()
+        let (a, b) = (dot(a), dot(b));
+        if self.timings > 0 && a > 0.0 && b > 0.0 {
+            (a / b).ln()
         } else {
             0.0
         }
@@ -275,6 +316,7 @@ impl Default for WorkerLearner {
     fn default() -> Self {
         WorkerLearner {
             rls: Rls::new(CONFIGURED, PRIOR_VARIANCE),
+            residuals: Residuals::default(),
             observed: 0.0,
             predicted: 0.0,
             timings: 0,
@@ -285,27 +327,34 @@ impl Default for WorkerLearner {
 
 impl WorkerLearner {
     /// The worker's ratios: the fleet's, times the worker's own factors (one on the prefill
-    /// terms, one on the step terms) beyond the dead zone (see [`DEAD_ZONE`]; 1 before
-    /// [`MIN_FLEET`] timings), kept within limits.
-    fn ratios(&self, fleet: &[f64; TERMS]) -> [f64; TERMS] {
-        let fleet: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet[i]));
+    /// terms, from its times to first token; one on the step terms, from its other timings)
+    /// beyond the dead zone (see [`DEAD_ZONE`]; 1 before [`MIN_FLEET`] timings), kept within
+    /// limits. A factor is how many times longer the worker's timings took than the fleet's
+    /// at the same shapes (`residuals.rs`); at a shape no other worker has timed, than the
+    /// fleet's ratios predict at the worker's typical terms.
+    fn ratios(&self, fleet: &FleetLearned) -> [f64; TERMS] {
+        let ratios: [f64; TERMS] = core::array::from_fn(|i| limit(i, fleet.ratios[i]));
         let factors = if self.timings >= MIN_FLEET {
-            let own = &self.rls.ratios;
+            let of = |kind: Kind, typical: &MeanTerms| {
+                let fallback = typical.log_factor(&ratios, &CONFIGURED);
+                self.residuals.log_factor(kind, &fleet.bias, fallback)
+            };
             OwnFactors {
-                prefill: self.typical.prefill.log_factor(own, &fleet),
-                step: self.typical.step.log_factor(own, &fleet),
+                prefill: of(Kind::FirstToken, &self.typical.prefill),
+                step: of(Kind::Step, &self.typical.step),
             }
         } else {
             OwnFactors::default()
         };
+        let fleet = ratios;
         core::array::from_fn(|i| limit(i, fleet[i] * factors.of(i)))
     }
 
     /// The worker's timing: its reference terms (the configured ones at the speed the host
     /// told) scaled by its ratios (see [`Self::ratios`]).
-    pub(crate) fn timing(&self, configured: &Timing, fleet: [f64; TERMS]) -> Timing {
+    pub(crate) fn timing(&self, configured: &Timing, fleet: &FleetLearned) -> Timing {
         let reference = reference(configured);
-        let ratios = self.ratios(&fleet);
+        let ratios = self.ratios(fleet);
         Timing::from_array(core::array::from_fn(|i| reference[i] * ratios[i]))
     }
 
@@ -314,9 +363,13 @@ impl WorkerLearner {
         self.timings
     }
 
-    /// The worker's own ratios and the timings they were learned from, for the fleet's.
-    pub(crate) fn learned(&self) -> ([f64; TERMS], u64) {
-        (self.rls.ratios, self.timings)
+    /// What the worker learned, for the fleet's.
+    pub(crate) fn learned(&self) -> Learned {
+        Learned {
+            ratios: self.rls.ratios,
+            timings: self.timings,
+            residuals: self.residuals,
+        }
     }
 
     /// Measured over predicted time to first token, weighted towards the recent timings,
@@ -333,7 +386,7 @@ impl WorkerLearner {
     /// time that is not positive and finite.
     pub(crate) fn learn(
         &mut self,
-        fleet: &[f64; TERMS],
+        fleet: &FleetLearned,
         configured: &Timing,
         (terms, measured): (&TermCounts, f64),
         first_token: bool,
@@ -352,11 +405,14 @@ impl WorkerLearner {
         };
         self.rls.observe(z, measured, NOISE_SHARE * own, bound);
         self.timings += 1;
-        if first_token {
-            self.typical.prefill.add(&z);
+        let (kind, typical) = if first_token {
+            (Kind::FirstToken, &mut self.typical.prefill)
         } else {
-            self.typical.step.add(&z);
-        }
+            (Kind::Step, &mut self.typical.step)
+        };
+        typical.add(&z);
+        self.residuals
+            .add(kind, terms, (measured / dot(&CONFIGURED)).ln());
         if first_token && predicted > 0.0 {
             let decay = 1.0 - REPORT_RATE;
             self.observed = self.observed * decay + REPORT_RATE * measured;
@@ -369,6 +425,11 @@ impl WorkerLearner {
 mod tests {
     use super::*;
     use crate::fleet::config::LoadConfig;
+
+    fn fleet_of(workers: &[WorkerLearner]) -> FleetLearned {
+        let learned: Vec<Learned> = workers.iter().map(WorkerLearner::learned).collect();
+        FleetLearned::of(&learned)
+    }
 
     /// Timings of a mix of requests: times to first token (prefill and steps) and times per
     /// output token (decode steps), the `n`-th's terms.
@@ -403,16 +464,16 @@ mod tests {
         // And attention as Vidur measured it for Llama-3-8B on an A100, per pair.
         truth.prefill_s_per_attended = 3e-9;
         let mut workers = vec![WorkerLearner::default(); 4];
-        let mut fleet = CONFIGURED;
+        let mut fleet = FleetLearned::configured();
         for n in 0..800u32 {
             let (terms, first) = terms(n);
             // Each worker times first tokens and output tokens alike.
             let w = (n / 2 % 4) as usize;
             workers[w].learn(&fleet, &configured, (&terms, truth.of(&terms)), first);
-            fleet = fleet_ratios(workers.iter().map(WorkerLearner::learned));
+            fleet = fleet_of(&workers);
         }
         for w in &workers {
-            let learned = w.timing(&configured, fleet);
+            let learned = w.timing(&configured, &fleet);
             for n in 1_000..1_100 {
                 let (terms, _) = terms(n);
                 let (l, t) = (learned.of(&terms), truth.of(&terms));
@@ -420,9 +481,55 @@ mod tests {
             }
         }
         // A new worker, which has learned nothing, predicts with the fleet's ratios.
-        let new = WorkerLearner::default().timing(&configured, fleet);
+        let new = WorkerLearner::default().timing(&configured, &fleet);
         let (terms, _) = terms(1_001);
         assert!((new.of(&terms) / truth.of(&terms) - 1.0).abs() < 0.25);
+    }
+
+    /// Four identical workers whose engine spends a fixed time on each prefill pass beside
+    /// the step's (as NVIDIA's replay engine does; the terms do not count it), two of them
+    /// sent short prompts only and two long ones: every worker predicts a prompt alike.
+    /// Read against its own mix instead of at like shapes, a worker sent short prompts
+    /// predicts a long one some 1.26 times slower here, and would draw none of the long
+    /// prompts that could teach it otherwise.
+    #[test]
+    fn identical_workers_serving_different_mixes_learn_alike() {
+        let configured = Timing::configured(&LoadConfig::default(), 1.0);
+        let truth = |terms: &TermCounts, first: bool| {
+            let passes = (f64::from(terms.0[0]) / 8_192.0).ceil();
+            let pass_s = if first { 0.0165 * passes } else { 0.0 };
+            configured.of(terms) + pass_s
+        };
+        let mut workers = vec![WorkerLearner::default(); 4];
+        let mut fleet = FleetLearned::configured();
+        for n in 0..2_400u32 {
+            let w = (n % 4) as usize;
+            let (mut terms, first) = terms(n / 4 * 2 + (n / 8) % 2);
+            if first {
+                // Workers 0 and 1 get prompts of 20 to 520 tokens, 2 and 3 of 2k to 40k,
+                // a few of each kind on the others (sessions that moved).
+                let long = (w >= 2) != (n % 40 == 0);
+                let prefill = if long {
+                    2_000.0 + f64::from((n * 7_919) % 38_000)
+                } else {
+                    20.0 + f64::from((n * 7_919) % 500)
+                };
+                terms = TermCounts::new((prefill, 0.0), (prefill / 8_192.0).ceil(), 8.0, 8_000.0);
+            }
+            workers[w].learn(&fleet, &configured, (&terms, truth(&terms, first)), first);
+            fleet = fleet_of(&workers);
+        }
+        for prefill in [100.0, 4_000.0, 30_000.0] {
+            let terms = TermCounts::new((prefill, 0.0), (prefill / 8_192.0).ceil(), 8.0, 8_000.0);
+            let predicted: Vec<f64> = workers
+                .iter()
+                .map(|w| w.timing(&configured, &fleet).of(&terms))
+                .collect();
+            let (least, most) = predicted
+                .iter()
+                .fold((f64::MAX, 0.0_f64), |(l, m), &p| (l.min(p), m.max(p)));
+            assert!(most / least < 1.05, "{prefill} tokens: {predicted:?}");
+        }
     }
 
     /// One worker of four twice as slow as configured, one 10 % slower: the first is learned
@@ -435,16 +542,16 @@ mod tests {
         let truth = |slowdown: f64| Timing::from_array(configured.to_array().map(|t| slowdown * t));
         let slowdowns = [2.0, 1.1, 1.0, 1.0];
         let mut workers = vec![WorkerLearner::default(); 4];
-        let mut fleet = CONFIGURED;
+        let mut fleet = FleetLearned::configured();
         for n in 0..1_600u32 {
             let (terms, first) = terms(n);
             let w = (n / 2 % 4) as usize;
             let measured = truth(slowdowns[w]).of(&terms);
             workers[w].learn(&fleet, &configured, (&terms, measured), first);
-            fleet = fleet_ratios(workers.iter().map(WorkerLearner::learned));
+            fleet = fleet_of(&workers);
         }
         let (terms, _) = terms(1_000);
-        let predicted = |w: usize| workers[w].timing(&configured, fleet).of(&terms);
+        let predicted = |w: usize| workers[w].timing(&configured, &fleet).of(&terms);
         // The fleet's ratios are the median of the workers' (here between 1 and 1.1); the
         // slow worker's factor is its slowdown over the fleet's, beyond the dead zone.
         let fleet_slowdown = predicted(3) / configured.of(&terms);
@@ -469,7 +576,7 @@ mod tests {
         slow_decode.step_s_per_decode *= 2.0;
         slow_decode.step_s_per_context_token *= 2.0;
         let mut workers = vec![WorkerLearner::default(); 4];
-        let mut fleet = CONFIGURED;
+        let mut fleet = FleetLearned::configured();
         for n in 0..1_600u32 {
             let (mut terms, first) = terms(n);
             if !first {
@@ -479,11 +586,11 @@ mod tests {
             let w = (n / 2 % 4) as usize;
             let truth = if w == 0 { slow_decode } else { configured };
             workers[w].learn(&fleet, &configured, (&terms, truth.of(&terms)), first);
-            fleet = fleet_ratios(workers.iter().map(WorkerLearner::learned));
+            fleet = fleet_of(&workers);
         }
         let (mut decode, _) = terms(1_001);
         decode.0[0] = 0.0;
-        let predicted = |w: usize| workers[w].timing(&configured, fleet).of(&decode);
+        let predicted = |w: usize| workers[w].timing(&configured, &fleet).of(&decode);
         let factor = predicted(0) / predicted(1);
         let truth = slow_decode.of(&decode) / configured.of(&decode);
         assert!(factor > 1.02 && factor < truth, "{factor} against {truth}");
@@ -501,10 +608,15 @@ mod tests {
         let mut worker = WorkerLearner::default();
         for n in 0..400u32 {
             let (terms, first) = terms(n);
-            worker.learn(&CONFIGURED, &configured, (&terms, truth.of(&terms)), first);
+            worker.learn(
+                &FleetLearned::configured(),
+                &configured,
+                (&terms, truth.of(&terms)),
+                first,
+            );
         }
-        let check = |fleet: [f64; TERMS]| {
-            let learned = worker.timing(&configured, fleet);
+        let check = |fleet: FleetLearned| {
+            let learned = worker.timing(&configured, &fleet);
             for n in 1_000..1_100 {
                 let (terms, _) = terms(n);
                 let (l, t) = (learned.of(&terms), truth.of(&terms));
@@ -512,8 +624,8 @@ mod tests {
             }
         };
         // Alone, against the configured fleet, and once the fleet has learned what it did.
-        check(CONFIGURED);
-        check(worker.learned().0);
+        check(FleetLearned::configured());
+        check(FleetLearned::of(&[worker.learned()]));
     }
 
     /// The same timings in the same order teach the same terms, to the bit, on every
@@ -527,18 +639,18 @@ mod tests {
             for n in 0..50u32 {
                 let terms = TermCounts::new((f64::from(n * 100), 0.0), 1.0, 4.0, 8_000.0);
                 w.learn(
-                    &CONFIGURED,
+                    &FleetLearned::configured(),
                     &configured,
                     (&terms, 0.01 * f64::from(n + 1)),
                     true,
                 );
             }
-            w.timing(&configured, CONFIGURED)
+            w.timing(&configured, &FleetLearned::configured())
         };
         let learned = run();
         assert_ne!(learned, configured, "the run taught nothing");
         let pinned: [u64; TERMS] = [
-            4_545_277_240_074_586_957,
+            4_545_388_721_093_975_848,
             4_575_765_307_799_480_828,
             4_542_503_522_391_573_293,
             4_483_831_584_523_960_799,

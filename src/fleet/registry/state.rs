@@ -20,7 +20,7 @@ use std::time::Duration;
 use super::super::clock::nanos;
 use super::super::config::{LoadConfig, WorkerProfile};
 use super::super::learned::forecast::ForecastTiming;
-use super::super::learned::learn::WorkerLearner;
+use super::super::learned::learn::{FleetLearned, Learned, WorkerLearner};
 use super::super::learned::timing::{TERMS, TermCounts, Timing, attended};
 use super::super::prediction::estimate::Estimate;
 use super::super::replicas::peers::PeerCounts;
@@ -281,10 +281,10 @@ impl LoadState {
         self.learner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sets the terms estimates use from the configured ones, the fleet's `ratios` and what
-    /// the worker's timings taught.
-    pub(crate) fn update_timing(&self, config: &LoadConfig, ratios: [f64; TERMS]) {
-        let timing = self.learner().timing(&self.configured(config), ratios);
+    /// Sets the terms estimates use from the configured ones, what the `fleet` learned and
+    /// what the worker's timings taught.
+    pub(crate) fn update_timing(&self, config: &LoadConfig, fleet: &FleetLearned) {
+        let timing = self.learner().timing(&self.configured(config), fleet);
         for (bits, t) in self.timing_bits.iter().zip(timing.to_array()) {
             bits.store(t.to_bits(), Relaxed);
         }
@@ -298,7 +298,7 @@ impl LoadState {
     pub(crate) fn learn(
         &self,
         config: &LoadConfig,
-        fleet: &[f64; TERMS],
+        fleet: &FleetLearned,
         (terms, measured): (&TermCounts, f64),
         first_token: bool,
     ) {
@@ -307,8 +307,8 @@ impl LoadState {
             .learn(fleet, &configured, (terms, measured), first_token);
     }
 
-    /// The worker's own ratios and the timings they were learned from.
-    pub(crate) fn learned(&self) -> ([f64; TERMS], u64) {
+    /// What the worker learned, for the fleet's.
+    pub(crate) fn learned(&self) -> Learned {
         self.learner().learned()
     }
 
