@@ -60,6 +60,8 @@ pub(crate) struct Events {
     content_events: u32,
     /// The usage event's cached prompt tokens.
     cached_tokens: Option<u64>,
+    /// The usage event's prompt tokens.
+    prompt_tokens: Option<u64>,
 }
 
 impl Events {
@@ -84,6 +86,11 @@ impl Events {
         self.cached_tokens
     }
 
+    /// The prompt tokens the usage event reported, if it came.
+    pub(crate) fn prompt_tokens(&self) -> Option<u64> {
+        self.prompt_tokens
+    }
+
     fn line(&mut self, line: &[u8]) {
         let Ok(line) = std::str::from_utf8(line) else {
             return;
@@ -98,11 +105,10 @@ impl Events {
             self.content = true;
             self.content_events = self.content_events.saturating_add(1);
         }
-        if let Some(cached) = event
-            .pointer("/usage/prompt_tokens_details/cached_tokens")
-            .and_then(Value::as_u64)
-        {
+        let count = |path: &str| event.pointer(path).and_then(Value::as_u64);
+        if let Some(cached) = count("/usage/prompt_tokens_details/cached_tokens") {
             self.cached_tokens = Some(cached);
+            self.prompt_tokens = count("/usage/prompt_tokens");
         }
     }
 }
@@ -181,8 +187,9 @@ impl Drop for Watch {
             self.progress(after);
         }
         if let Some(cached) = self.events.cached_tokens() {
+            let usage = (cached, self.events.prompt_tokens());
             self.gw
-                .reported(&self.decision, &self.tokens, &self.salt, cached);
+                .reported(&self.decision, &self.tokens, &self.salt, usage);
         }
         self.gw.router().complete(&self.decision);
         let outcome = Outcome::of_stream(self.answered && !self.broken, self.ended);
