@@ -560,15 +560,29 @@ async fn chat(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -
 }
 
 /// Routes a request and answers it from the chosen upstream, trying one other worker when
-/// the first cannot be reached.
+/// the first cannot be reached. The request is parsed and tokenized on the runtime's
+/// blocking pool: a long prompt's tokenization holds no worker thread that relays the
+/// streams in flight.
 async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
-    let incoming = match Incoming::parse(&gw, endpoint, &headers, body) {
-        Ok(i) => i,
-        Err(message) => {
+    let reader = Arc::clone(&gw);
+    let parsed =
+        tokio::task::spawn_blocking(move || Incoming::parse(&reader, endpoint, &headers, body))
+            .await;
+    let incoming = match parsed {
+        Ok(Ok(incoming)) => incoming,
+        Ok(Err(message)) => {
             gw.telemetry
                 .finished(None, Outcome::Invalid, started.elapsed());
             return error(StatusCode::BAD_REQUEST, message);
+        }
+        Err(e) => {
+            gw.telemetry
+                .finished(None, Outcome::Error, started.elapsed());
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the request failed: {e}"),
+            );
         }
     };
     let request = incoming.route_request().with_time(gw.clock());
