@@ -86,6 +86,9 @@ pub(crate) struct Gateway {
     client: reqwest::Client,
     started: Instant,
     prompts: Option<Arc<Prompts>>,
+    /// Whether the router's policy reads the prompt; when it does not (it routes on load
+    /// alone), text and chat prompts are not tokenized unless admission needs their length.
+    reads_prompt: bool,
     request_timeout: Duration,
     loras: Vec<String>,
     /// Set when the gateway stops taking requests: it is no longer ready.
@@ -97,6 +100,9 @@ pub(crate) struct Gateway {
     /// Replica sync's counters (`replica.rs`), when it runs.
     sync: Arc<super::replica::SyncStatus>,
 }
+
+/// The policies that route on load alone: they read neither the prompt nor the cache.
+const LOAD_ONLY_POLICIES: [&str; 3] = ["round_robin", "least_loaded", "power_of_two"];
 
 /// How a gateway handles requests, beside its router and upstreams.
 pub(crate) struct Options {
@@ -154,6 +160,7 @@ impl Gateway {
         let targets = layout.targets(upstreams.len() as u32) as usize;
         Arc::new(Self {
             stats: (0..targets).map(|_| UpstreamStats::default()).collect(),
+            reads_prompt: !LOAD_ONLY_POLICIES.contains(&router.name()),
             router,
             upstreams,
             layout,
@@ -275,23 +282,29 @@ impl Gateway {
         self.telemetry.first_token(decision.worker(), elapsed);
     }
 
-    /// The upstream reported `cached` of the request's `tokens` (salted with `salt`) cached:
-    /// counted, and fed back to the router's mirror.
+    /// The upstream reported `cached` of the request's `tokens` (salted with `salt`) cached,
+    /// of a prompt of `prompt_tokens` by its count: counted, and fed back to the router's
+    /// mirror. The prompt's length is `tokens`' unless the gateway did not tokenize it
+    /// (`tokens` is empty), then the upstream's count.
     pub(crate) fn reported(
         &self,
         decision: &RouteDecision,
         tokens: &[TokenId],
         salt: &[u8],
-        cached: u64,
+        (cached, prompt_tokens): (u64, Option<u64>),
     ) {
         let w = decision.worker();
         let stats = &self.stats[w.index()];
-        let (predicted, prompt) = (decision.cached_tokens() as u64, tokens.len() as u64);
+        let prompt = match tokens.len() {
+            0 => prompt_tokens.unwrap_or(0),
+            n => n as u64,
+        };
+        let predicted = decision.cached_tokens() as u64;
         stats.reported_cached_tokens.fetch_add(cached, Relaxed);
         stats.predicted_cached_tokens.fetch_add(predicted, Relaxed);
         stats.prompt_tokens.fetch_add(prompt, Relaxed);
         self.telemetry.cached(w, predicted, cached, prompt);
-        if let Some(sync) = self.router.cache_sync() {
+        if let Some(sync) = self.router.cache_sync().filter(|_| !tokens.is_empty()) {
             let _ = sync.report_cached_salted(w, salt, tokens, cached as usize);
         }
     }
@@ -362,13 +375,19 @@ pub(crate) struct Incoming {
 }
 
 impl Incoming {
+    /// Reads a request as `gw` routes it: its text or chat prompt is tokenized only when
+    /// the policy reads the prompt or the request asks for admission (which weighs the
+    /// prompt's length); otherwise `tokens` is empty, or the token IDs the client sent.
     fn parse(
         gw: &Gateway,
         endpoint: Endpoint,
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Self, String> {
-        Self::read(gw.prompts.as_deref(), &gw.loras, endpoint, headers, body)
+        let tokenize =
+            |targets: &Targets| gw.reads_prompt || targets.ttft.is_some() || targets.tpot.is_some();
+        let prompts = gw.prompts.as_deref();
+        Self::read_if(prompts, &gw.loras, endpoint, headers, body, tokenize)
     }
 
     /// Reads a request to `endpoint`: its prompt with `prompts`, in the namespace of its
@@ -380,12 +399,30 @@ impl Incoming {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Self, String> {
+        Self::read_if(prompts, loras, endpoint, headers, body, |_| true)
+    }
+
+    /// [`read`](Self::read), tokenizing a text or chat prompt only when `tokenize` says so
+    /// of the request's admission headers (the prompt is checked all the same).
+    fn read_if(
+        prompts: Option<&Prompts>,
+        loras: &[String],
+        endpoint: Endpoint,
+        headers: &HeaderMap,
+        body: Bytes,
+        tokenize: impl FnOnce(&Targets) -> bool,
+    ) -> Result<Self, String> {
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| format!("the body is not valid JSON: {e}"))?;
         let Some(object) = value.as_object() else {
             return Err("the body must be a JSON object".into());
         };
-        let tokens = prompt::request_tokens(prompts, endpoint, object)?;
+        let targets = admission_headers(headers)?;
+        let tokens = if tokenize(&targets) {
+            prompt::request_tokens(prompts, endpoint, object)?
+        } else {
+            prompt::untokenized_request(prompts, endpoint, object)?
+        };
         let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_owned);
         let session = headers
             .get("x-session-id")
@@ -399,7 +436,7 @@ impl Incoming {
             ttft: ttft_target,
             tpot: tpot_target,
             priority,
-        } = admission_headers(headers)?;
+        } = targets;
         Ok(Self {
             endpoint,
             tokens,
@@ -523,15 +560,29 @@ async fn chat(State(gw): State<Arc<Gateway>>, headers: HeaderMap, body: Bytes) -
 }
 
 /// Routes a request and answers it from the chosen upstream, trying one other worker when
-/// the first cannot be reached.
+/// the first cannot be reached. The request is parsed and tokenized on the runtime's
+/// blocking pool: a long prompt's tokenization holds no worker thread that relays the
+/// streams in flight.
 async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
     let started = Instant::now();
-    let incoming = match Incoming::parse(&gw, endpoint, &headers, body) {
-        Ok(i) => i,
-        Err(message) => {
+    let reader = Arc::clone(&gw);
+    let parsed =
+        tokio::task::spawn_blocking(move || Incoming::parse(&reader, endpoint, &headers, body))
+            .await;
+    let incoming = match parsed {
+        Ok(Ok(incoming)) => incoming,
+        Ok(Err(message)) => {
             gw.telemetry
                 .finished(None, Outcome::Invalid, started.elapsed());
             return error(StatusCode::BAD_REQUEST, message);
+        }
+        Err(e) => {
+            gw.telemetry
+                .finished(None, Outcome::Error, started.elapsed());
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the request failed: {e}"),
+            );
         }
     };
     let request = incoming.route_request().with_time(gw.clock());
@@ -701,12 +752,11 @@ fn respond(
     status: StatusCode,
     body: Bytes,
 ) -> Response {
-    let reported = serde_json::from_slice::<Value>(&body).ok().and_then(|v| {
-        v.pointer("/usage/prompt_tokens_details/cached_tokens")
-            .and_then(Value::as_u64)
-    });
-    if let Some(cached) = reported {
-        gw.reported(decision, tokens, salt, cached);
+    let usage = serde_json::from_slice::<Value>(&body).ok();
+    let usage = usage.as_ref().and_then(|v| v.get("usage"));
+    let count = |path: &str| usage.and_then(|u| u.pointer(path)).and_then(Value::as_u64);
+    if let Some(cached) = count("/prompt_tokens_details/cached_tokens") {
+        gw.reported(decision, tokens, salt, (cached, count("/prompt_tokens")));
     }
     (status, body).into_response()
 }

@@ -45,9 +45,13 @@
 //!
 //! Text prompts and `POST /v1/chat/completions` need the model's tokenizer: `--tokenizer
 //! tokenizer.json` (and `--tokenizer-config tokenizer_config.json` for the chat template,
-//! by default the one beside the tokenizer). The gateway tokenizes as vLLM does and keeps
-//! the token IDs of recurring prompt segments (system prompts, earlier turns) in a cache of
-//! `--tokenize-cache-mb` (default 64) of text; the body goes upstream unchanged.
+//! by default the one beside the tokenizer). The gateway tokenizes as vLLM does, off the
+//! runtime's worker threads, and keeps the token IDs of recurring prompt segments (system
+//! prompts, earlier turns; with a byte-level tokenizer, also 2-KB pieces of long texts, so
+//! that a repeated prefix is not tokenized again) in a cache of `--tokenize-cache-mb`
+//! (default 64) of text; the body goes upstream unchanged. Policies that route on load
+//! alone (`round_robin`, `least_loaded`, `power_of_two`) tokenize only requests that ask
+//! for admission.
 //!
 //! ```sh
 //! cargo run --release --example gateway -- --listen 127.0.0.1:8000 \

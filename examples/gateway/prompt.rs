@@ -115,6 +115,37 @@ pub(crate) fn request_tokens(
     Ok(tokens)
 }
 
+/// The prompt of `request`, sent to `endpoint`, checked as [`request_tokens`] checks it
+/// but not tokenized: for a router that routes on load alone. Its token IDs when the client
+/// sent them; none for text and chats.
+///
+/// # Errors
+/// As [`request_tokens`]'s.
+pub(crate) fn untokenized_request(
+    prompts: Option<&Prompts>,
+    endpoint: Endpoint,
+    request: &Map<String, Value>,
+) -> Result<Vec<TokenId>, String> {
+    // An empty text (whose tokens may be the tokenizer's special tokens alone) is
+    // tokenized: that costs nothing and checks it as `request_tokens` does.
+    let nonempty = match (endpoint, request.get("prompt")) {
+        (Endpoint::Chat, _) => {
+            let prompts = needed(prompts, "chat messages")?;
+            !prompts.render_chat(request)?.is_empty()
+        }
+        (Endpoint::Completions, Some(Value::String(text))) => {
+            needed(prompts, "a text prompt")?;
+            !text.is_empty()
+        }
+        _ => false,
+    };
+    if nonempty {
+        Ok(Vec::new())
+    } else {
+        request_tokens(prompts, endpoint, request)
+    }
+}
+
 fn needed<'p>(prompts: Option<&'p Prompts>, what: &str) -> Result<&'p Prompts, String> {
     prompts.ok_or_else(|| {
         format!(

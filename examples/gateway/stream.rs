@@ -1,10 +1,11 @@
 //! Streamed completions: the upstream's server-sent events pass through to the client as
 //! they arrive, and the gateway watches them go by.
 //!
-//! Glossary: an **event** is one `data: ...` line of the stream; a **content event** carries
-//! generated text (`choices[0].text`, or `choices[0].delta.content` for chat); the **usage
-//! event** carries `usage`, which vLLM sends last when the request asks for it
-//! (`stream_options.include_usage`, which the gateway adds).
+//! Glossary: an **event** is one `data: ...` line of the stream; a **content event** is one
+//! output token's event: its first choice has a `text` (or, for chat, a `delta.content`
+//! that is not the role-only first delta's), even empty, since a token may decode to no
+//! text; the **usage event** carries `usage`, which vLLM sends last when the request asks
+//! for it (`stream_options.include_usage`, which the gateway adds).
 //!
 //! The router hears `first_token` at the first content event, the stream's progress every
 //! [`PROGRESS_EVERY`] content events after it and at its end (`tokens_after`, cumulative:
@@ -59,6 +60,8 @@ pub(crate) struct Events {
     content_events: u32,
     /// The usage event's cached prompt tokens.
     cached_tokens: Option<u64>,
+    /// The usage event's prompt tokens.
+    prompt_tokens: Option<u64>,
 }
 
 impl Events {
@@ -83,6 +86,11 @@ impl Events {
         self.cached_tokens
     }
 
+    /// The prompt tokens the usage event reported, if it came.
+    pub(crate) fn prompt_tokens(&self) -> Option<u64> {
+        self.prompt_tokens
+    }
+
     fn line(&mut self, line: &[u8]) {
         let Ok(line) = std::str::from_utf8(line) else {
             return;
@@ -93,22 +101,33 @@ impl Events {
         let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
             return; // `[DONE]` or a malformed event: nothing to learn
         };
-        let choice = event.pointer("/choices/0");
-        let text = choice.and_then(|c| {
-            c.get("text")
-                .or_else(|| c.pointer("/delta/content"))
-                .and_then(Value::as_str)
-        });
-        if text.is_some_and(|t| !t.is_empty()) {
+        if event.pointer("/choices/0").is_some_and(is_token_event) {
             self.content = true;
             self.content_events = self.content_events.saturating_add(1);
         }
-        if let Some(cached) = event
-            .pointer("/usage/prompt_tokens_details/cached_tokens")
-            .and_then(Value::as_u64)
-        {
+        let count = |path: &str| event.pointer(path).and_then(Value::as_u64);
+        if let Some(cached) = count("/usage/prompt_tokens_details/cached_tokens") {
             self.cached_tokens = Some(cached);
+            self.prompt_tokens = count("/usage/prompt_tokens");
         }
+    }
+}
+
+/// Whether a stream's first `choice` is one output token's event: a completion's choice
+/// with a `text`, or a chat choice whose `delta` has a `content`, even empty (vLLM sends one
+/// event per token, and a token that ends inside a UTF-8 character or is a skipped special
+/// token has no text). A chat's role-only first delta (`role` with an empty or no
+/// `content`) is not a token.
+fn is_token_event(choice: &Value) -> bool {
+    if choice.get("text").is_some_and(Value::is_string) {
+        return true;
+    }
+    let Some(delta) = choice.get("delta") else {
+        return false;
+    };
+    match delta.get("content").and_then(Value::as_str) {
+        Some(content) => !content.is_empty() || delta.get("role").is_none(),
+        None => false,
     }
 }
 
@@ -168,8 +187,9 @@ impl Drop for Watch {
             self.progress(after);
         }
         if let Some(cached) = self.events.cached_tokens() {
+            let usage = (cached, self.events.prompt_tokens());
             self.gw
-                .reported(&self.decision, &self.tokens, &self.salt, cached);
+                .reported(&self.decision, &self.tokens, &self.salt, usage);
         }
         self.gw.router().complete(&self.decision);
         let outcome = Outcome::of_stream(self.answered && !self.broken, self.ended);
@@ -225,26 +245,45 @@ pub(crate) fn pass_through(
 mod tests {
     use super::*;
 
+    /// An event whose text is empty is a token's all the same: the first content is the
+    /// first event, and both count.
     #[test]
-    fn events_split_across_chunks_are_read_whole() {
-        let stream = concat!(
-            "data: {\"choices\":[{\"text\":\"\"}]}\n\n",
+    fn events_split_across_chunks_are_read_whole_and_empty_text_is_a_token() {
+        let first = "data: {\"choices\":[{\"text\":\"\"}]}\n\n";
+        let stream = [
+            first,
             "data: {\"choices\":[{\"text\":\" hi\"}]}\n\n",
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\n",
-            "data: [DONE]\n\n"
-        );
+            "data: [DONE]\n\n",
+        ]
+        .concat();
         let mut events = Events::default();
         let firsts: Vec<bool> = stream
             .as_bytes()
             .chunks(7)
             .map(|c| events.feed(c))
             .collect();
+        let at: Vec<usize> = (0..firsts.len()).filter(|&i| firsts[i]).collect();
+        // The chunk holding the first event's newline.
         assert_eq!(
-            firsts.iter().filter(|&&f| f).count(),
-            1,
+            at,
+            [first.find('\n').unwrap_or_default() / 7],
             "one first content"
         );
+        assert_eq!(events.content_events(), 2);
         assert_eq!(events.cached_tokens(), Some(32));
+    }
+
+    #[test]
+    fn a_chats_role_only_first_delta_is_not_a_token_but_an_empty_content_is() {
+        let mut events = Events::default();
+        assert!(!events.feed(
+            b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n"
+        ));
+        assert!(!events.feed(b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n"));
+        assert!(events.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"\"}}]}\n"));
+        assert!(!events.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n"));
+        assert_eq!(events.content_events(), 2);
     }
 
     #[test]

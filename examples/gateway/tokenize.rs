@@ -6,13 +6,26 @@
 //!   it, matches inside words and is matched before normalization (`<|im_start|>`,
 //!   `<|im_end|>`, ...);
 //! - a **segment** is a piece of a text that starts at a boundary token (or at the text's
-//!   start) and runs to the next one.
+//!   start) and runs to the next one;
+//! - a **piece** is what the cache keeps: a segment, or for a tokenizer whose pieces may be
+//!   cut ([`cuts_safely`]), a part of a segment cut at a **safe cut**: just before a space
+//!   that follows a character other than whitespace and precedes a letter, the first such
+//!   space at least [`PIECE_BYTES`] after the piece's start.
 //!
 //! The tokenizer cuts its input at added tokens before it normalizes or pre-tokenizes it, so
 //! a text's token IDs are its segments' token IDs, concatenated (with the special tokens the
 //! post-processor adds, when asked, around them). Rendered chats cut into segments at every
 //! message, so the segments of a system prompt and of earlier turns recur from request to
 //! request: the [`SegmentCache`] keeps their token IDs, and only new text is tokenized.
+//!
+//! A text completion is one segment. The byte-level pre-tokenizer's regex (GPT-2's:
+//! `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) has no
+//! alternative that matches a character other than whitespace followed by a space, so the
+//! pre-token holding the character before a safe cut ends there, whole text or not; the next
+//! match starts at the space in both, and the regex looks neither behind nor (but for
+//! `(?!\S)`, which sees a space either way) past the cut. Byte-level BPE tokenizes each
+//! pre-token alone, so a segment's token IDs are its pieces', concatenated: a prompt that
+//! repeats an earlier one's text is tokenized from the piece where it departs from it.
 //! `tests/gateway/prompts.rs` checks the equality with whole-text tokenization on a
 //! byte-level and a metaspace tokenizer.
 
@@ -22,6 +35,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use prefix_router::TokenId;
 use tokenizers::Tokenizer;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 /// A model's tokenizer and its segment cache.
@@ -32,8 +46,13 @@ pub(crate) struct Tokens {
     /// special tokens; `None` when they could not be told apart (then such texts are
     /// tokenized whole).
     affixes: Option<(Vec<TokenId>, Vec<TokenId>)>,
+    /// Whether segments are cut into pieces at safe cuts ([`cuts_safely`]).
+    pieces: bool,
     cache: SegmentCache,
 }
+
+/// The bytes a piece holds at least before a safe cut ends it.
+pub(crate) const PIECE_BYTES: usize = 2_048;
 
 impl Tokens {
     /// Loads a `tokenizer.json`; the cache keeps segments of `cache_bytes` bytes of text at
@@ -47,6 +66,7 @@ impl Tokens {
         Ok(Self {
             boundaries: boundaries(&tokenizer),
             affixes: affixes(&tokenizer),
+            pieces: cuts_safely(&tokenizer),
             tokenizer,
             cache: SegmentCache::new(cache_bytes),
         })
@@ -96,19 +116,25 @@ impl Tokens {
         self.cache.size()
     }
 
-    /// `text` cut into segments.
+    /// `text` cut into segments, and those into pieces when the tokenizer allows.
     fn segments<'t>(&self, text: &'t str) -> Vec<&'t str> {
         let mut starts = self.segment_starts(text);
         starts.push(text.len());
         let mut from = 0;
-        starts
-            .into_iter()
-            .filter_map(|end| {
-                let segment = &text[from..end];
-                from = end;
-                (!segment.is_empty()).then_some(segment)
-            })
-            .collect()
+        let mut pieces = Vec::with_capacity(starts.len());
+        for end in starts {
+            let segment = &text[from..end];
+            from = end;
+            if segment.is_empty() {
+                continue;
+            }
+            if self.pieces {
+                pieces.extend(Pieces { rest: segment });
+            } else {
+                pieces.push(segment);
+            }
+        }
+        pieces
     }
 
     /// Where in `text` a boundary token begins, in order.
@@ -127,6 +153,60 @@ impl Tokens {
         }
         starts
     }
+}
+
+/// A segment's pieces, in order: each ends at the first safe cut at least [`PIECE_BYTES`]
+/// after its start, the last at the segment's end.
+struct Pieces<'t> {
+    rest: &'t str,
+}
+
+impl<'t> Iterator for Pieces<'t> {
+    type Item = &'t str;
+
+    fn next(&mut self) -> Option<&'t str> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let cut = safe_cut(self.rest, PIECE_BYTES).unwrap_or(self.rest.len());
+        let (piece, rest) = self.rest.split_at(cut);
+        self.rest = rest;
+        Some(piece)
+    }
+}
+
+/// The first safe cut in `text` at or after byte `from`: the index of a space that follows
+/// a character other than whitespace and precedes a letter.
+fn safe_cut(text: &str, from: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    // A space is one byte, never part of another character's encoding: any index of one is
+    // a character boundary.
+    (from.max(1)..bytes.len()).find(|&at| {
+        bytes[at] == b' '
+            && text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| !c.is_whitespace())
+            && text[at + 1..]
+                .chars()
+                .next()
+                .is_some_and(char::is_alphabetic)
+    })
+}
+
+/// Whether a segment's token IDs are its pieces', concatenated: the tokenizer has no
+/// normalizer; its pre-tokenizer is byte-level with GPT-2's regex and adds no prefix
+/// space; and no added token can match across a safe cut or reach past its own text
+/// (none holds whitespace or strips it, and none matches as a single word only).
+fn cuts_safely(tokenizer: &Tokenizer) -> bool {
+    let byte_level = matches!(
+        tokenizer.get_pre_tokenizer(),
+        Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex && !b.add_prefix_space
+    );
+    let added_stay = tokenizer.get_added_tokens_decoder().values().all(|t| {
+        !t.lstrip && !t.rstrip && !t.single_word && !t.content.chars().any(char::is_whitespace)
+    });
+    tokenizer.get_normalizer().is_none() && byte_level && added_stay
 }
 
 /// The boundary tokens, by their first byte, longest first.

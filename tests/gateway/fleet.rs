@@ -126,6 +126,12 @@ impl Upstream {
         })
     }
 
+    /// Serves `app`, a scripted upstream, on a loopback port, on a thread and runtime of
+    /// its own.
+    pub fn serving(app: axum::Router) -> Self {
+        Self::launch(move |_| async move { (app, Vec::new()) })
+    }
+
     /// Serves the app `make` builds (given its URL; with its KV-event sockets, if any) on
     /// a loopback port, on a thread and runtime of its own.
     fn launch<F, Fut>(make: F) -> Self

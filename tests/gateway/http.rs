@@ -510,3 +510,58 @@ async fn probes_take_dead_workers_out_and_ready_says_when_none_is_left() {
     }
     panic!("/ready never said 503");
 }
+
+/// A policy that routes on load alone reads no prompt: a `round_robin` gateway with a
+/// tokenizer forwards text and chat prompts without tokenizing them (its tokenize cache
+/// stays empty) and counts their prompt tokens as the workers report them; a request that
+/// asks for admission is tokenized, since admission weighs its prompt's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_routes_on_load_alone_tokenizes_no_prompt() {
+    let worker_prompts = test_prompts();
+    let ups: Vec<Upstream> = (0..2)
+        .map(|_| Upstream::with_prompts(4_096, &worker_prompts))
+        .collect();
+    let gateway_prompts = test_prompts();
+    let gw = gateway_reading("round_robin", &ups, &gateway_prompts).await;
+    let client = client();
+    let text = "The router sends each request to the worker that holds its prefix.";
+    let expected = gateway_prompts.tokens().encode(text, true).unwrap().len() as u64;
+    let body = json!({"model": "m", "prompt": text, "max_tokens": 2});
+    let (status, v, _) = post_to(&client, format!("{gw}/v1/completions"), &body).await;
+    assert_eq!(
+        (status, &v["usage"]["prompt_tokens"]),
+        (200, &json!(expected)),
+        "{v}"
+    );
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+    let (status, v, _) = post_to(&client, format!("{gw}/v1/chat/completions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    let chat_tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    let stats = wait_idle(&client, &gw).await;
+    assert_eq!(stats["tokenize_cache"]["segments"], 0, "{stats}");
+    let counted: u64 = stats["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, expected + chat_tokens, "{stats}");
+    let empty = json!({"model": "m", "prompt": "", "max_tokens": 2});
+    let (status, v, _) = post_to(&client, format!("{gw}/v1/completions"), &empty).await;
+    assert_eq!(status, 400, "{v}");
+
+    let resp = client
+        .post(format!("{gw}/v1/completions"))
+        .header("content-type", "application/json")
+        .header("x-ttft-target-ms", "60000")
+        .body(json!({"model": "m", "prompt": text, "max_tokens": 2}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let stats = get(&client, format!("{gw}/stats")).await;
+    assert!(
+        stats["tokenize_cache"]["segments"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+}

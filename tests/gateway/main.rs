@@ -22,4 +22,5 @@ mod prompts;
 mod python_package;
 #[cfg(feature = "zmq")]
 mod replicas;
+mod streams;
 mod telemetry;

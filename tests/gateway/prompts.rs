@@ -195,6 +195,89 @@ proptest! {
     }
 }
 
+/// What sits around the safe cuts of long texts: words, runs of spaces, newlines and tabs,
+/// punctuation, contractions, digits, non-ASCII letters and spaces, and the special tokens.
+fn long_text_word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => "[a-z]{1,8}",
+        10 => Just(" ".to_owned()),
+        2 => Just("  ".to_owned()),
+        2 => Just("\n".to_owned()),
+        1 => Just("\n\n ".to_owned()),
+        1 => Just(" \t".to_owned()),
+        2 => "[.,;:!?\"()-]{1,3}",
+        1 => Just("'s".to_owned()),
+        1 => Just("'ll".to_owned()),
+        1 => Just(" '".to_owned()),
+        1 => "[0-9]{1,4}",
+        1 => Just("é→日本".to_owned()),
+        1 => Just("\u{a0}".to_owned()),
+        1 => Just("\u{3000}".to_owned()),
+        1 => Just("<|im_start|>".to_owned()),
+        1 => Just("<|im_end|>".to_owned()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Long texts (2 to 8 KB), cut into pieces on the byte-level tokenizer, tokenize as the
+    /// whole text does, with and without special tokens, on both tokenizers; so does a
+    /// longer text that starts with one of them, partly from the cache.
+    #[test]
+    fn pieces_of_long_texts_tokenize_as_the_whole_text(
+        words in prop::collection::vec(long_text_word(), 700..2_800),
+        split in 0.0..1.0f64,
+        special in any::<bool>(),
+        small_cache in any::<bool>(),
+    ) {
+        let budget = if small_cache { 4_096 } else { 1 << 20 };
+        let shorter = words[..(words.len() as f64 * split) as usize].concat();
+        let text = words.concat();
+        for kind in ["bytelevel", "metaspace"] {
+            let p = prompts(kind, budget);
+            for t in [&shorter, &text] {
+                let whole = p.tokens().encode(t, special).unwrap();
+                prop_assert_eq!(&p.tokens().tokenize(t, special).unwrap(), &whole, "{}: {:?}", kind, t);
+            }
+        }
+    }
+}
+
+/// A text prompt that repeats an earlier one's first 10 KB adds only its own tail's text to
+/// the byte-level tokenizer's cache: the prefix's pieces come from the cache. The metaspace
+/// tokenizer keeps whole segments.
+#[test]
+fn a_prompt_repeating_an_earlier_ones_prefix_tokenizes_only_its_tail() {
+    // 1,280 distinct words of 8 bytes, a space, a letter and 6 digits: a safe cut every
+    // `PIECE_BYTES` (2,048) bytes, the last where the prefix ends and a tail begins.
+    assert_eq!(super::fleet::tokenize::PIECE_BYTES, 2_048);
+    let prefix: String = (0..1_280).map(|i| format!(" r{i:06}")).collect();
+    assert_eq!(prefix.len(), 10_240);
+    let first = format!("{prefix} and a first question about it");
+    let tail = " then another question entirely";
+    let second = format!("{prefix}{tail}");
+    let p = prompts("bytelevel", 1 << 20);
+    for text in [&first, &second] {
+        let ids = p.tokens().tokenize(text, true).unwrap();
+        assert_eq!(ids, p.tokens().encode(text, true).unwrap());
+    }
+    let p = prompts("bytelevel", 1 << 20);
+    p.tokens().tokenize(&first, true).unwrap();
+    assert_eq!(
+        p.tokens().cached(),
+        (6, first.len()),
+        "5 pieces and the tail"
+    );
+    p.tokens().tokenize(&second, true).unwrap();
+    assert_eq!(p.tokens().cached(), (7, first.len() + tail.len()));
+
+    let p = prompts("metaspace", 1 << 20);
+    p.tokens().tokenize(&first, false).unwrap();
+    p.tokens().tokenize(&second, false).unwrap();
+    assert_eq!(p.tokens().cached(), (2, first.len() + second.len()));
+}
+
 #[test]
 fn earlier_turns_come_from_the_cache() {
     let p = prompts("bytelevel", 1 << 20);

@@ -8,9 +8,13 @@ Each `POST /v1/completions` (text or token IDs) and `POST /v1/chat/completions` 
 rendered with the chat template of tokenizer_config.json) is tokenized, routed, and its body
 forwarded to the chosen upstream, whole or streamed. Headers read: `x-session-id` (else the
 body's `user`), `x-ttft-target-ms`/`x-tpot-target-ms` (admission targets), `x-priority`.
-Answers: the upstream's, with `x-routed-worker` and `x-predicted-cached-tokens`; 400 for a
-malformed request; 429 (with `Retry-After` when waiting helps) when admission refuses; 502,
-503 or 504 when upstreams fail. `GET /health` shows each worker's requests in flight.
+Prompts are tokenized on a worker thread, off the event loop. Answers: the upstream's, with
+`x-routed-worker` and `x-predicted-cached-tokens`; 400 for a malformed request; 429 (with
+`Retry-After` when waiting helps) when admission refuses; 502 when no upstream tried could be
+reached (refused, or not accepting within the 2-s connect timeout: the request is tried on one
+other worker first) or an answer broke; 503 when no worker is available; 504, naming the
+timeout, when an upstream did not answer in time. `GET /health` shows each worker's requests
+in flight.
 """
 
 from __future__ import annotations
@@ -73,7 +77,9 @@ class Prompts:
                 self.specials[k] = v.get("content", "") if isinstance(v, dict) else v or ""
 
     def tokens(self, chat: bool, body: dict) -> list[int]:
-        """The prompt's token IDs: special tokens added to text completions, not to chats."""
+        """The prompt's token IDs: special tokens added to text completions, not to chats.
+        Called off the event loop: `encode_batch` lets other threads run while it tokenizes
+        (`encode` holds the GIL throughout)."""
         add = body.get("add_special_tokens")
         add = add if isinstance(add, bool) else not chat
         if chat:
@@ -82,7 +88,7 @@ class Prompts:
             text = self.template.render(**self.chat_context(body))
         elif not isinstance(text := body.get("prompt"), str):
             return token_ids(body)
-        return self.tokenizer.encode(text, add_special_tokens=add).ids
+        return self.tokenizer.encode_batch([text], add_special_tokens=add)[0].ids
 
     def chat_context(self, body: dict) -> dict:
         messages = body.get("messages")
@@ -105,6 +111,21 @@ class Prompts:
         return {**(extra if isinstance(extra, dict) else {}), "messages": rendered,
                 "add_generation_prompt": body.get("add_generation_prompt", True),
                 "tools": body.get("tools"), **self.specials}
+
+
+def is_token(choice) -> bool:
+    """Whether a stream's first choice is one output token's event: a completion's choice
+    with a `text`, or a chat choice whose `delta` has a `content`, even empty (vLLM sends one
+    event per token, and a token that ends inside a UTF-8 character or is a skipped special
+    token has no text). A chat's role-only first delta is not a token."""
+    if not isinstance(choice, dict):
+        return False
+    if isinstance(choice.get("text"), str):
+        return True
+    delta = choice.get("delta")
+    if not isinstance(delta, dict) or not isinstance(delta.get("content"), str):
+        return False
+    return bool(delta["content"]) or "role" not in delta
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -172,9 +193,7 @@ class Relay(StreamingResponse):
             return  # [DONE]
         if not isinstance(event, dict):
             return
-        choice = (event.get("choices") or [{}])[0]
-        text = choice.get("text") or (choice.get("delta") or {}).get("content")
-        if text:
+        if is_token((event.get("choices") or [None])[0]):
             self.contents += 1
             self.last_at = time.monotonic()
             if self.first_at is None:
@@ -198,6 +217,9 @@ class Relay(StreamingResponse):
                 await self.upstream.aclose()
 
 
+CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 2, 120
+
+
 class Gateway:
     def __init__(self, args):
         self.upstreams = [u.rstrip("/") for u in args.upstream]
@@ -210,7 +232,10 @@ class Gateway:
         self.prompts = Prompts(args.tokenizer, config) if args.tokenizer else None
         self.timeout = args.request_timeout_s
         self.health_interval = args.health_interval_ms / 1000
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(120, connect=2))
+        # No cap on connections: requests in flight are bounded by the upstreams, not by
+        # the client's pool.
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+                                        limits=httpx.Limits(max_connections=None))
 
     def reported(self, decision, tokens, salt, cached):
         """The engine's cached tokens, fed back to the mirror (policies that keep one)."""
@@ -228,19 +253,29 @@ class Gateway:
                 self.router.set_available(w, up)
             await asyncio.sleep(self.health_interval)
 
+    async def read(self, request: Request, path: str) -> tuple[dict, list[int], dict]:
+        """The request's body, prompt token IDs and admission targets. Raises Invalid (or a
+        JSON or template error) for a 400. A text or chat prompt is tokenized on a worker
+        thread: a long prompt does not stall the event loop, and with it every other
+        request's relay and timers."""
+        body = json.loads(await request.body())
+        if not isinstance(body, dict):
+            raise Invalid("the body must be a JSON object")
+        chat = path == "/v1/chat/completions"
+        if self.prompts is None and chat:
+            raise Invalid("this gateway has no tokenizer for chat messages: start it with --tokenizer")
+        if self.prompts is None:
+            tokens = token_ids(body)
+        else:
+            tokens = await anyio.to_thread.run_sync(self.prompts.tokens, chat, body)
+        if not tokens:
+            raise Invalid("the prompt is empty: send at least one token")
+        return body, tokens, admission(request.headers)
+
     async def handle(self, request: Request, path: str) -> Response:
         started = time.monotonic()
         try:
-            body = json.loads(await request.body())
-            if not isinstance(body, dict):
-                raise Invalid("the body must be a JSON object")
-            chat = path == "/v1/chat/completions"
-            if self.prompts is None and chat:
-                raise Invalid("this gateway has no tokenizer for chat messages: start it with --tokenizer")
-            tokens = self.prompts.tokens(chat, body) if self.prompts else token_ids(body)
-            if not tokens:
-                raise Invalid("the prompt is empty: send at least one token")
-            targets = admission(request.headers)
+            body, tokens, targets = await self.read(request, path)
         except (Invalid, ValueError, TypeError, jinja2.TemplateError) as e:
             return error(400, str(e))
         user = body.get("user")
@@ -250,6 +285,7 @@ class Gateway:
         if streamed and isinstance(body.setdefault("stream_options", {}), dict):
             body["stream_options"].setdefault("include_usage", True)
         payload = json.dumps(body).encode() if streamed else await request.body()
+        unreachable = None  # why the last upstream tried could not be reached
         for _ in range(2):  # one other worker when the first cannot be reached
             try:
                 decision = self.router.route(tokens, session=session, cache_salt=salt, **targets)
@@ -259,37 +295,62 @@ class Gateway:
                 break
             headers = {"x-routed-worker": str(decision.worker),
                        "x-predicted-cached-tokens": str(decision.cached_tokens)}
-            late = error(504, f"the upstream did not answer within {self.timeout} s")
             try:
                 upstream = await asyncio.wait_for(self.client.send(self.client.build_request(
                     "POST", self.upstreams[decision.endpoint] + path, content=payload,
                     headers={"content-type": "application/json", "accept-encoding": "identity"}),
                     stream=True), self.timeout)
-            except (asyncio.TimeoutError, httpx.TimeoutException):
+            except httpx.ConnectTimeout as e:  # not accepted in time: unreachable, not slow
+                unreachable = self.unreachable(decision, e)
+                continue
+            except (asyncio.TimeoutError, httpx.TimeoutException) as e:
                 self.router.complete(decision)
-                return late
-            except httpx.TransportError:  # unreachable: out of routing until its probe answers
-                self.router.set_available(decision.worker, False)
-                self.router.complete(decision)
+                return error(504, self.timed_out(e))
+            except httpx.TransportError as e:
+                unreachable = self.unreachable(decision, e)
                 continue
             if streamed:
                 return Relay(self, decision, tokens, salt, started, upstream, headers)
-            with decision:  # completed on leaving, whatever happens
-                try:
-                    data = await asyncio.wait_for(upstream.aread(), self.timeout)
-                except (asyncio.TimeoutError, httpx.TimeoutException):
-                    return late
-                except httpx.TransportError as e:
-                    return error(502, f"the upstream's answer broke: {e}")
-                finally:
-                    await upstream.aclose()
-                self.router.first_token(decision)
-                with contextlib.suppress(ValueError, AttributeError, TypeError):
-                    cached = json.loads(data)["usage"]["prompt_tokens_details"]["cached_tokens"]
-                    if isinstance(cached, int):
-                        self.reported(decision, tokens, salt, cached)
-            return Response(data, upstream.status_code, headers, media_type="application/json")
+            return await self.whole(decision, tokens, salt, upstream, headers)
+        if unreachable is not None:
+            return error(502, f"no upstream could be reached: {unreachable}")
         return error(503, "no upstream worker is available: every worker is down")
+
+    def unreachable(self, decision, e: httpx.TransportError) -> str:
+        """The decision's worker could not be reached: out of routing until its probe
+        answers, the decision completed; returns why, for the client."""
+        self.router.set_available(decision.worker, False)
+        self.router.complete(decision)
+        if isinstance(e, httpx.ConnectTimeout):
+            return (f"worker {decision.worker} did not accept a connection within the connect "
+                    f"timeout ({CONNECT_TIMEOUT_S} s)")
+        return f"worker {decision.worker}: {type(e).__name__}: {e}"
+
+    def timed_out(self, e: Exception) -> str:
+        """The message of a 504, naming the timeout that fired."""
+        if isinstance(e, httpx.ReadTimeout):
+            return f"the upstream sent nothing within the read timeout ({READ_TIMEOUT_S} s)"
+        if isinstance(e, httpx.TimeoutException):  # writing the request, or waiting for the pool
+            return f"the upstream did not answer within the {type(e).__name__} ({READ_TIMEOUT_S} s)"
+        return f"the upstream did not answer within the gateway's request timeout ({self.timeout} s)"
+
+    async def whole(self, decision, tokens, salt, upstream, headers) -> Response:
+        """A whole answer read from `upstream`; the decision is completed on leaving."""
+        with decision:
+            try:
+                data = await asyncio.wait_for(upstream.aread(), self.timeout)
+            except (asyncio.TimeoutError, httpx.TimeoutException) as e:
+                return error(504, self.timed_out(e))
+            except httpx.TransportError as e:
+                return error(502, f"the upstream's answer broke: {e}")
+            finally:
+                await upstream.aclose()
+            self.router.first_token(decision)
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                cached = json.loads(data)["usage"]["prompt_tokens_details"]["cached_tokens"]
+                if isinstance(cached, int):
+                    self.reported(decision, tokens, salt, cached)
+        return Response(data, upstream.status_code, headers, media_type="application/json")
 
     async def health(self, _request: Request) -> JSONResponse:
         workers = self.router.fleet_signals().workers

@@ -13,11 +13,15 @@ mocks hold only from what it sent them.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import importlib.util
 import os
+import random
 import socket
 import subprocess
 import sys
 import time
+import types
 import uuid
 from pathlib import Path
 
@@ -68,7 +72,7 @@ def tokenizer_dir() -> Path:
 class Gateway:
     """examples/gateway.py in a subprocess, on a free loopback port."""
 
-    def __init__(self, upstreams: list[str], tokenizer_dir: Path, log: Path):
+    def __init__(self, upstreams: list[str], tokenizer_dir: Path, log: Path, *flags: str):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -79,6 +83,7 @@ class Gateway:
                 "--tokenizer-config", str(tokenizer_dir / "tokenizer_config.json")]
         for u in upstreams:
             args += ["--upstream", u]
+        args += flags
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -318,3 +323,102 @@ def test_admission_sees_time_pass_serving_then_refusing(mocks, tokenizer_dir, tm
         assert gw.wait_in_flight(lambda s: not any(s), within=10.0) == [0, 0]
     finally:
         gw.stop()
+
+
+def test_a_long_prompts_tokenization_holds_up_no_other_request(gateway):
+    """A long text prompt is tokenized off the gateway's event loop: short requests sent
+    while it is tokenized are answered meanwhile. The long request is refused (a bad
+    x-priority, read after its prompt is tokenized) so that no mock reads it; no short one
+    waits a quarter of the time it took (one that waited for the tokenization would wait
+    about all of it)."""
+    rng = random.Random(7)
+    words = ["routing", "cache", "prefix", "worker", "token", "request", "stream", "model",
+             "engine", "block", "policy", "gateway", "load", "queue", "time", "answer"]
+    long = "".join(f" {rng.choice(words)}" for _ in range(400_000))
+    short = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 1}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = time.monotonic()
+        refused = pool.submit(httpx.post, f"{gateway.url}/v1/completions", timeout=60,
+                              json={"model": "m", "prompt": long}, headers={"x-priority": "never"})
+        waits = []
+        while not refused.done():
+            began = time.monotonic()
+            assert httpx.post(f"{gateway.url}/v1/completions", json=short, timeout=60).status_code == 200
+            waits.append(time.monotonic() - began)
+            time.sleep(0.02)
+        answer = refused.result()
+        answering = time.monotonic() - sent
+    assert answer.status_code == 400 and "x-priority" in answer.text, answer.text
+    assert max(waits) < max(answering / 4, 0.1), (max(waits), answering, waits)
+    assert len(waits) >= 3, f"{len(waits)} short requests in {answering:.2f} s"
+
+
+@contextlib.contextmanager
+def accepting_no_connection():
+    """The URL of a loopback port that neither accepts nor refuses connections: it listens
+    but never accepts, and its backlog is full, so new connections' SYNs are dropped."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    fill = []
+    for _ in range(4):
+        client = socket.socket()
+        client.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            client.connect(server.getsockname())
+        fill.append(client)
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        for client in fill:
+            client.close()
+        server.close()
+
+
+def test_an_upstream_accepting_no_connection_is_unreachable_not_slow(mocks, tokenizer_dir, tmp_path):
+    """An upstream that does not accept the connection within the 2-s connect timeout is
+    unreachable, as one that refuses is: the request goes to the other worker (round robin
+    tries the silent one first); with no other worker, a 502 names the timeout. The
+    requests are sent as soon as the gateway answers, before its first health probe of the
+    silent upstream has timed out."""
+    with accepting_no_connection() as silent:
+        gw = Gateway([silent, mocks[0]], tokenizer_dir, tmp_path / "two.log", "--policy", "round_robin")
+        try:
+            answer = httpx.post(f"{gw.url}/v1/completions", timeout=20,
+                                json={"model": "m", "prompt": [1, 2, 3], "max_tokens": 1})
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-routed-worker"] == "1", answer.headers
+            health = httpx.get(f"{gw.url}/health", timeout=5).json()
+            assert [w["routed"] for w in health["workers"]] == [1, 1], health
+        finally:
+            gw.stop()
+        gw = Gateway([silent], tokenizer_dir, tmp_path / "one.log")
+        try:
+            answer = httpx.post(f"{gw.url}/v1/completions", timeout=20,
+                                json={"model": "m", "prompt": [1, 2, 3], "max_tokens": 1})
+            assert answer.status_code == 502, answer.text
+            assert "connect timeout (2 s)" in answer.json()["error"]["message"], answer.text
+        finally:
+            gw.stop()
+
+
+def test_the_relay_counts_each_event_with_a_choice_as_a_token_even_empty():
+    """vLLM sends one event per output token, and a token that ends inside a UTF-8
+    character (or a skipped special token) has no text: such an event is a token all the
+    same, the first of them the stream's first token. A chat's role-only first delta is
+    not."""
+    spec = importlib.util.spec_from_file_location("gateway_example", GATEWAY)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    firsts = []
+    router = types.SimpleNamespace(first_token=lambda _decision, after: firsts.append(after))
+    relay = types.SimpleNamespace(gw=types.SimpleNamespace(router=router), decision=None,
+                                  started=time.monotonic(), first_at=None, last_at=None,
+                                  contents=0, completion_tokens=None, cached=None)
+    for line in (b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+                 b'data: {"choices":[{"index":0,"delta":{"content":""}}]}',
+                 b'data: {"choices":[{"index":0,"text":""}]}',
+                 b'data: {"choices":[],"usage":{"completion_tokens":2}}',
+                 b"data: [DONE]"):
+        example.Relay.watch(relay, line)
+    assert (relay.contents, len(firsts), relay.completion_tokens) == (2, 1, 2)
