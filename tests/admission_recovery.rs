@@ -228,3 +228,119 @@ fn a_router_never_told_the_time_recovers_too() {
         "the clock never moved"
     );
 }
+
+/// A fleet whose decodes all stall at once for `STALL_S` at `STALL_AT_S` while prefill goes
+/// on (an engine that runs a burst of prompts before its decodes, as SGLang's scheduler
+/// does by default) and then go on. Every stream reports its progress every 16 tokens, so
+/// the stall's reports come together, some forty a worker, each showing its last 16 tokens
+/// over ten times slower than predicted; yet every first token comes within 0.05 s and
+/// every answer within 0.02 s a token: a fleet that serves every request within its targets
+/// without admission.
+const STALL_AT_S: f64 = 8.0;
+const STALL_S: f64 = 2.0;
+/// Requests a second and output tokens of the stalled fleet's requests: some forty streams
+/// decoding on each of its four workers.
+const STALL_RATE: f64 = 64.0;
+const STALL_OUTPUT: u32 = 256;
+
+/// A time on the fleet's decode clock, which stops during the stall, as the host's time.
+fn through_stall(t: f64) -> f64 {
+    if t < STALL_AT_S { t } else { t + STALL_S }
+}
+
+/// A host's time as the decode clock reads it (a time within the stall reads its start).
+fn decode_clock(t: f64) -> f64 {
+    if t < STALL_AT_S {
+        t
+    } else {
+        (t - STALL_S).max(STALL_AT_S)
+    }
+}
+
+/// A request in flight: its decision, when it was routed and when its first token came.
+struct Flight {
+    decision: RouteDecision,
+    routed: f64,
+    first: f64,
+}
+
+/// Routes `STALL_RATE` requests a second for `seconds`, each served as `FAST` on the decode
+/// clock, its first token and its progress every 16 tokens reported as they come; returns
+/// the refusals.
+fn run_with_stall(router: &BalancedRouter, seconds: f64) -> Vec<(f64, Shed)> {
+    // (time in µs, push order, request, output tokens after the first; 0: the first token).
+    let mut events: BinaryHeap<Reverse<(u64, u32, usize, u32)>> = BinaryHeap::new();
+    let us = |s: f64| (s * 1e6).round() as u64;
+    let mut flight: Vec<Option<Flight>> = Vec::new();
+    let mut sheds = Vec::new();
+    let mut order = 0;
+    for k in 0..(STALL_RATE * seconds) as u32 {
+        let t = f64::from(k) / STALL_RATE;
+        while let Some(&Reverse((at, _, i, tokens))) = events.peek() {
+            if at > us(t) {
+                break;
+            }
+            events.pop();
+            let Some(f) = flight[i].as_ref() else {
+                continue;
+            };
+            let now = at as f64 * 1e-6;
+            if tokens == 0 {
+                router.first_token_after(&f.decision, Duration::from_secs_f64(now - f.routed));
+            } else {
+                router.tokens_after(&f.decision, tokens, Duration::from_secs_f64(now - f.first));
+            }
+            if tokens == STALL_OUTPUT - 1 {
+                router.complete(&f.decision);
+                flight[i] = None;
+            }
+        }
+        let tokens = prompt(k);
+        let request = RouteRequest::new(&tokens)
+            .with_time(Duration::from_secs_f64(t))
+            .with_ttft_target(Duration::from_secs_f64(TTFT_TARGET_S))
+            .with_tpot_target(Duration::from_secs_f64(TPOT_TARGET_S))
+            .with_priority(Priority::Standard)
+            .with_expected_output(STALL_OUTPUT);
+        match router.route(&request) {
+            Ok(decision) => {
+                let i = flight.len();
+                // Prefill runs through the stall; the decodes wait for it.
+                let first = t + FAST.ttft_s;
+                let first_decode = decode_clock(first);
+                order += 1;
+                events.push(Reverse((us(first), order, i, 0)));
+                for tokens in (16..STALL_OUTPUT).step_by(16).chain([STALL_OUTPUT - 1]) {
+                    let at =
+                        through_stall(first_decode + FAST.tpot_s * f64::from(tokens)).max(first);
+                    order += 1;
+                    events.push(Reverse((us(at), order, i, tokens)));
+                }
+                flight.push(Some(Flight {
+                    decision,
+                    routed: t,
+                    first,
+                }));
+            }
+            Err(Error::Shed(shed)) => sheds.push((t, shed)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    sheds
+}
+
+/// The stall's reports come together, forty samples a worker within a few milliseconds:
+/// the observed step weighs them by the time they span, not by their number, so the fleet,
+/// which served every request within its targets, is refused nothing. (Decayed by samples,
+/// the stall's reports outweighed the seconds before them, and the decode bound refused.)
+#[test]
+fn a_burst_of_slow_reports_refuses_nothing_on_a_fleet_that_keeps_up() {
+    let router = BalancedRouter::new(4).expect("router");
+    let sheds = run_with_stall(&router, 14.0);
+    assert!(
+        sheds.is_empty(),
+        "{} needless refusals, the first: {:?}",
+        sheds.len(),
+        sheds.first()
+    );
+}

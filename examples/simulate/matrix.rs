@@ -81,6 +81,9 @@ pub(super) struct Bar {
     /// No policy reaches goodput [`CAPACITY_GOODPUT`]: the cell is past the fleet's
     /// capacity, and the bar does not apply (admission is what it needs).
     pub(super) past_capacity: bool,
+    /// Replicas that share no records (sync off): their figures are reported, not held to
+    /// the bar (the sync records are what replicas are for; the cell shows why).
+    unsynced: bool,
     /// Hit ratio over the pooled reference's, at least 0.95.
     pooled: f64,
     /// TTFT p99: against the best policy's, or the target.
@@ -192,6 +195,7 @@ impl Bar {
         });
         Some(Bar {
             past_capacity: reports.iter().all(|r| r.goodput < CAPACITY_GOODPUT),
+            unsynced: false,
             pooled: rec.ratio_to_pooled(),
             ttft,
             tpot: Tail::of(rec.tpot_p99_s, rr.tpot_p99_s, targets.1),
@@ -217,13 +221,20 @@ impl Bar {
         self
     }
 
+    /// The same bar for replicas that share no records: reported, not held to it.
+    pub(super) fn unsynced(mut self) -> Bar {
+        self.unsynced = true;
+        self
+    }
+
     /// The mark of a figure of the bar that is `ok` or not: met or missed (or past
-    /// capacity: –).
+    /// capacity: –; replicas without sync: reported).
     pub(super) fn mark(&self, ok: bool) -> &'static str {
-        match (self.past_capacity, ok) {
-            (true, _) => "–",
-            (false, true) => "✓",
-            (false, false) => "✗",
+        match (self.past_capacity, self.unsynced, ok) {
+            (true, _, _) => "–",
+            (false, true, _) => "(sync off: reported)",
+            (false, false, true) => "✓",
+            (false, false, false) => "✗",
         }
     }
 
@@ -760,6 +771,11 @@ fn print(
         if let Some(bar) = Bar::of(reports, targets, closed_loop(name)) {
             let bar = if cell.hit_floor {
                 bar.with_hit_floor(reports)
+            } else {
+                bar
+            };
+            let bar = if cell.args.replicas > 1 && cell.args.cluster.replica_sync.is_none() {
+                bar.unsynced()
             } else {
                 bar
             };
