@@ -30,6 +30,20 @@ fn prompt(seed: u32) -> Vec<u32> {
         .collect()
 }
 
+/// A standard request for `tokens` asking for admission at the targets, expecting `output`
+/// tokens, at time `at` (seconds) when given.
+fn standard(tokens: &[u32], at: Option<f64>, output: u32) -> RouteRequest<'_> {
+    let request = RouteRequest::new(tokens)
+        .with_ttft_target(Duration::from_secs_f64(TTFT_TARGET_S))
+        .with_tpot_target(Duration::from_secs_f64(TPOT_TARGET_S))
+        .with_priority(Priority::Standard)
+        .with_expected_output(output);
+    match at {
+        Some(t) => request.with_time(Duration::from_secs_f64(t)),
+        None => request,
+    }
+}
+
 /// How the fleet serves a request routed at some time: its first token after `ttft_s`, its
 /// 64 output tokens `tpot_s` apart after that.
 #[derive(Clone, Copy, Debug)]
@@ -117,15 +131,7 @@ fn run(
             }
         }
         let tokens = prompt(k);
-        let mut request = RouteRequest::new(&tokens);
-        if timed {
-            request = request.with_time(Duration::from_secs_f64(t));
-        }
-        let request = request
-            .with_ttft_target(Duration::from_secs_f64(TTFT_TARGET_S))
-            .with_tpot_target(Duration::from_secs_f64(TPOT_TARGET_S))
-            .with_priority(Priority::Standard)
-            .with_expected_output(OUTPUT_TOKENS);
+        let request = standard(&tokens, timed.then_some(t), OUTPUT_TOKENS);
         let second = t as usize;
         match router.route(&request) {
             Ok(d) => {
@@ -296,12 +302,7 @@ fn run_with_stall(router: &BalancedRouter, seconds: f64) -> Vec<(f64, Shed)> {
             }
         }
         let tokens = prompt(k);
-        let request = RouteRequest::new(&tokens)
-            .with_time(Duration::from_secs_f64(t))
-            .with_ttft_target(Duration::from_secs_f64(TTFT_TARGET_S))
-            .with_tpot_target(Duration::from_secs_f64(TPOT_TARGET_S))
-            .with_priority(Priority::Standard)
-            .with_expected_output(STALL_OUTPUT);
+        let request = standard(&tokens, Some(t), STALL_OUTPUT);
         match router.route(&request) {
             Ok(decision) => {
                 let i = flight.len();
