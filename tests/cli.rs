@@ -56,6 +56,7 @@ fn simulate_defaults_are_the_documented_ones() {
     assert_eq!(a.trace, None);
     assert_eq!(a.workload, None);
     assert_eq!((a.alpha, a.miss_weight), (None, None));
+    assert_eq!((a.stall_weight, a.decode_horizon), (None, None));
     assert_eq!((a.fleet, a.faults), (None, None));
     assert_eq!((a.plot, a.requests_out), (None, None));
 }
@@ -71,6 +72,10 @@ fn simulate_every_flag_sets_its_field() {
         "0.3",
         "--miss-weight",
         "7",
+        "--stall-weight",
+        "0.5",
+        "--decode-horizon",
+        "1000",
         "--seed",
         "9",
         "--matrix",
@@ -134,6 +139,7 @@ fn simulate_every_flag_sets_its_field() {
     assert_eq!(a.workload.as_deref(), Some("agentic"));
     assert_eq!(a.policy, "balanced");
     assert_eq!((a.alpha, a.miss_weight), (Some(0.3), Some(7.0)));
+    assert_eq!((a.stall_weight, a.decode_horizon), (Some(0.5), Some(1_000)));
     assert_eq!((a.seed, c.seed), (9, 9), "--seed seeds both");
     assert!(a.matrix);
     assert_eq!((c.workers, c.capacity_tokens, c.block_size), (3, 5000, 32));

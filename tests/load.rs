@@ -532,3 +532,42 @@ fn decode_terms_learn_net_of_the_prefill_that_shared_the_steps() {
         "learned {learned} s per token against the configured {configured} s"
     );
 }
+
+/// A session answering at length keeps its context where it is: its next step on the
+/// worker holding 16,000 tokens of it, decoding 20 answers, beats recomputing them on an
+/// idle worker, since the worker's present batch counts over the first
+/// `decode_horizon_tokens` (256) of the 2,000-token answer, not all of them (the batch
+/// it joins lasts as long as its decodes; beyond, it is what the router sends meanwhile).
+/// Counted over the whole answer, the lighter batch of the moment wins and the session
+/// leaves its context behind. The receipt's decode term is the horizon's share of the
+/// whole answer's.
+#[test]
+fn a_long_answer_keeps_its_context_over_a_lighter_batch() {
+    let context: Vec<u32> = (0..16_600).collect();
+    let step = |horizon: u32| {
+        let config = BalancedConfig::default()
+            .with_load(LoadConfig::default().with_decode_horizon_tokens(horizon));
+        let r = BalancedRouter::with_config(2, config).unwrap();
+        let first = r.route(&RouteRequest::new(&context[..16_000])).unwrap();
+        r.complete(&first);
+        let (holder, idle) = (first.worker(), WorkerId::new(1 - first.worker().get()));
+        r.report_load(holder, EngineLoad::new(0, 20, s(1.0)))
+            .unwrap();
+        r.report_load(idle, EngineLoad::new(0, 0, s(1.0))).unwrap();
+        let request = RouteRequest::new(&context)
+            .with_expected_output(2_000)
+            .with_time(s(1.0));
+        let (d, receipt) = r.route_with_receipt(&request).unwrap();
+        let line = receipt.candidates.iter().find(|l| l.worker == holder);
+        let terms = &line.unwrap().cost.as_ref().unwrap().terms;
+        assert_eq!(terms[1].name, "decode_s");
+        (d.worker() == holder, terms[1].value, receipt)
+    };
+    assert_eq!(LoadConfig::default().decode_horizon_tokens, 256);
+    let (stays, horizon_decode, receipt) = step(256);
+    assert!(stays, "{receipt}");
+    let (stays, whole_decode, receipt) = step(u32::MAX);
+    assert!(!stays, "{receipt}");
+    let share = horizon_decode / whole_decode;
+    assert!((share - 256.0 / 2_000.0).abs() < 1e-12, "{share}");
+}

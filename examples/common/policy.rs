@@ -66,6 +66,9 @@ pub(crate) struct PolicyOptions {
     pub(crate) miss_weight: Option<f64>,
     /// What a second of delay to each decode on the worker weighs (`None`: the default).
     pub(crate) stall_weight: Option<f64>,
+    /// Output tokens over which a worker's present decodes count in a request's decode
+    /// time (`None`: the default).
+    pub(crate) decode_horizon: Option<u32>,
     /// Blocks per chunk of the workers' host tier (vLLM's CPU offloading).
     pub(crate) host_chunk_blocks: usize,
     /// Whether the workers' requests report their prefix hit again
@@ -86,6 +89,7 @@ impl Default for PolicyOptions {
             alpha: None,
             miss_weight: None,
             stall_weight: None,
+            decode_horizon: None,
             host_chunk_blocks: 1,
             full_reports: false,
             replica: None,
@@ -135,6 +139,9 @@ pub(crate) fn balanced_config(o: &PolicyOptions) -> BalancedConfig {
     }
     if let Some(w) = o.stall_weight {
         balanced.stall_weight = w;
+    }
+    if let Some(h) = o.decode_horizon {
+        balanced.load.decode_horizon_tokens = h;
     }
     balanced
 }

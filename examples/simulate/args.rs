@@ -29,6 +29,7 @@ pub(crate) struct Args {
     pub(crate) alpha: Option<f64>,
     pub(crate) miss_weight: Option<f64>,
     pub(crate) stall_weight: Option<f64>,
+    pub(crate) decode_horizon: Option<u32>,
     pub(crate) seed: u64,
     pub(crate) format: String,
     pub(crate) plot: Option<String>,
@@ -129,6 +130,10 @@ struct RunFlags {
     /// in the balanced policy's cost (`BalancedConfig::stall_weight`; default 0.2).
     #[arg(long, value_name = "X")]
     stall_weight: Option<f64>,
+    /// Output tokens of a request's answer over which a worker's present decodes count in
+    /// the balanced policy's decode time (`LoadConfig::decode_horizon_tokens`; default 256).
+    #[arg(long, value_name = "N")]
+    decode_horizon: Option<u32>,
     /// Seed of the built-in workloads (default 42) and of the simulator's randomness
     /// (default 0).
     #[arg(long, value_name = "N")]
@@ -496,6 +501,7 @@ impl From<Cli> for Args {
             alpha: run.alpha,
             miss_weight: run.miss_weight,
             stall_weight: run.stall_weight,
+            decode_horizon: run.decode_horizon,
             seed: run.seed.unwrap_or(42),
             format: format.to_owned(),
             plot: o.plot,

@@ -92,6 +92,7 @@ fn options(args: &Args, k: u32) -> PolicyOptions {
         alpha: args.alpha,
         miss_weight: args.miss_weight,
         stall_weight: args.stall_weight,
+        decode_horizon: args.decode_horizon,
         host_chunk_blocks: c.batch.host_chunk_blocks,
         replica: c
             .replica_sync

@@ -278,7 +278,9 @@ impl Candidate {
 
     /// The load model's time, in seconds, for a request of `prompt` tokens to decode
     /// `output` tokens in this worker's batch, beyond the fixed part of its steps (see
-    /// [`BalancedRouter`](crate::BalancedRouter)).
+    /// [`BalancedRouter`](crate::BalancedRouter)): the first
+    /// [`LoadConfig::decode_horizon_tokens`] of them, the part of the answer the worker's
+    /// present decodes share.
     #[must_use]
     pub fn predicted_decode_s(&self, config: &LoadConfig, prompt: usize, output: u32) -> f64 {
         self.estimate.decode_s(config, prompt as u64, output)

@@ -152,7 +152,9 @@ impl BalancedConfig {
 /// - **decode time**: the request's expected output tokens
 ///   ([`RouteRequest::with_expected_output`], else
 ///   [`LoadConfig::default_output_tokens`](crate::LoadConfig::default_output_tokens)), each
-///   in a step carrying the worker's decodes and their context;
+///   in a step carrying the worker's decodes and their context, up to
+///   [`LoadConfig::decode_horizon_tokens`](crate::LoadConfig::decode_horizon_tokens) of them
+///   (beyond, the batch is what the router sends meanwhile, alike on every worker);
 /// - plus the reload time of a hit below the device tier;
 /// - plus, where the worker's KV capacity is known, its **room**: the request's new tokens
 ///   (uncached and generated) beyond the KV the worker has free of what the mirror believes

@@ -60,7 +60,7 @@ impl Estimate {
         }
         let per_step = (decodes + 1.0) * t.step_s_per_decode
             + (context + prompt as f64) * t.step_s_per_context_token;
-        (ttft, f64::from(output) * per_step)
+        (ttft, decode_tokens(config, output) * per_step)
     }
 
     /// The weighted time of a request's own prefill here (`prompt` tokens, `miss` of them
@@ -382,7 +382,8 @@ impl Estimate {
 
     /// Seconds a request of `prompt` tokens takes on this worker to decode its `output`
     /// tokens, beyond the fixed part of their steps: every step carries the worker's decodes
-    /// and their context with its own.
+    /// and their context with its own, over at most
+    /// [`LoadConfig::decode_horizon_tokens`] of them.
     pub(crate) fn decode_s(&self, config: &LoadConfig, prompt: u64, output: u32) -> f64 {
         self.times(config, RequestShape::new(prompt, 0, output), 1.0)
             .1
@@ -447,8 +448,15 @@ impl Estimate {
         };
         let per_step = (decodes + 1.0) * t.step_s_per_decode
             + (context + prompt as f64) * t.step_s_per_context_token;
-        own + more_steps + longer_wait + f64::from(output) * per_step
+        own + more_steps + longer_wait + decode_tokens(config, output) * per_step
     }
+}
+
+/// The output tokens of a request's answer over which its decode time counts the worker's
+/// present batch ([`LoadConfig::decode_horizon_tokens`]).
+#[inline]
+fn decode_tokens(config: &LoadConfig, output: u32) -> f64 {
+    f64::from(output.min(config.decode_horizon_tokens))
 }
 
 /// A request's wait for admission on a busy worker: `steps` steps, each with a prefill
