@@ -717,6 +717,25 @@ fn simulate_router_terms_are_the_engine_profile_s_when_known() {
     assert_eq!(told.step_s_per_context_token, 8.34e-8);
     assert_eq!(told.max_num_batched_tokens, step.max_num_batched_tokens);
     assert_eq!(told.max_num_seqs, step.max_num_seqs);
+    let mocker = [
+        "--engine-profile",
+        "dynamo-mocker",
+        "--router-terms",
+        "known",
+        "--capacity-tokens",
+        "1048576",
+    ];
+    let (mocker_rate, mocker) = simulate_args(&mocker).unwrap().router_terms();
+    assert!(
+        (mocker_rate - 1.0 / 1.518_344e-5).abs() < 1e-6,
+        "{mocker_rate}"
+    );
+    assert_eq!(mocker.step_base_s, 5.74e-3, "a decode step's fixed time");
+    assert_eq!(
+        mocker.step_s_per_context_token,
+        54.01e-3 / 1_048_576.0,
+        "the usage curve's slope at 0, per token of the fleet's capacity"
+    );
     let dir = std::env::temp_dir().join(format!("router-terms-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let floored = dir.join("floored.json");

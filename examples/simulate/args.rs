@@ -575,9 +575,12 @@ fn check(args: &mut Args) -> Result<(), String> {
 impl Args {
     /// The prefill rate and step model the routers are configured with: the cluster's, or
     /// with `--router-terms known` the engine profile's terms. A step's fixed time is then
-    /// the profile's base, or its floor where that is longer (the router's step model has no
-    /// floor); attention over a prompt, which the step model lacks, is left to learning, and
-    /// a profile without a prefill term keeps the configured rate.
+    /// the profile's base plus its decode step's fixed time, or its floor where that is
+    /// longer (the router's step model has no floor); per context token, the profile's plus
+    /// its decode usage term over the fleet's KV capacity (the usage curve's slope at 0);
+    /// attention over a prompt, the prefill step's fixed time and the square terms, which
+    /// the step model lacks, are left to learning, and a profile without a prefill term
+    /// keeps the configured rate.
     pub(crate) fn router_terms(&self) -> (f64, StepModel) {
         let (rate, step) = (self.cluster.prefill_tokens_per_s, self.cluster.batch.step);
         let Some(p) = self
@@ -593,10 +596,13 @@ impl Args {
         } else {
             rate
         };
+        let capacity = self.cluster.capacity_tokens.max(1) as f64;
         let step = step
-            .with_step_base_s(p.base_s.max(p.floor_s))
+            .with_step_base_s((p.base_s + p.decode_step_s).max(p.floor_s))
             .with_step_s_per_decode(p.decode_s_per_seq)
-            .with_step_s_per_context_token(p.decode_s_per_context_token);
+            .with_step_s_per_context_token(
+                p.decode_s_per_context_token + p.decode_s_per_usage / capacity,
+            );
         (rate, step)
     }
 }

@@ -3,9 +3,15 @@
 //!
 //! A worker with work runs steps back to back; a step's outcomes (admissions, first
 //! tokens, finished and preempted requests) take effect at its end, as an engine returns
-//! them. The replica that routed a request hears `first_token` at its first token,
-//! `complete` when it finishes, and with [`SyncMode::Feedback`] the cached tokens it found
-//! at its first admission. Every replica hears each worker's load
+//! them. A step that would start at an instant when more requests are still to arrive
+//! starts once they all have (and been routed): as vLLM's engine drains its input queue
+//! before it schedules a step, and as NVIDIA's replay releases every arrival of an instant
+//! before it drives its engines (`aisimulate-core` 0.13.0, `src/replay/agg.rs:885-890`),
+//! requests arriving together on an idle worker share its first step.
+//!
+//! The replica that routed a request hears `first_token` at its first token, `complete`
+//! when it finishes, and with [`SyncMode::Feedback`] the cached tokens it found at its
+//! first admission. Every replica hears each worker's load
 //! ([`Router::report_load`](crate::Router::report_load)) every
 //! [`ClusterConfig::scrape_interval_s`](super::ClusterConfig::scrape_interval_s) and, with
 //! [`SyncMode::Events`], every block its pool caches or evicts, through the [`EventBus`].
@@ -94,6 +100,10 @@ struct Run<'s> {
     outcomes: Vec<Outcome>,
     /// The disaggregated run's state; `None` for a run through plain routers.
     pd: Option<pd::PdHost<'s>>,
+    /// Idle workers with work whose step waits for the requests still to arrive at the
+    /// current instant (each at most once; empty whenever no arrival is pending at the
+    /// current instant, see [`Run::start_deferred`]).
+    deferred: Vec<usize>,
 }
 
 impl<'s> Run<'s> {
@@ -131,6 +141,7 @@ impl<'s> Run<'s> {
             tally: sim.tally(),
             outcomes: Vec::new(),
             pd: None,
+            deferred: Vec::new(),
         }
     }
 
@@ -190,6 +201,41 @@ impl<'s> Run<'s> {
 
     /// Handles one tick of the clock at `now`.
     fn tick(&mut self, now: f64, tick: Tick) -> Result<(), Error> {
+        self.handle_tick(now, tick)?;
+        self.start_deferred(now)
+    }
+
+    /// Starts the deferred steps once no request is left to arrive at `now`, in worker
+    /// order.
+    fn start_deferred(&mut self, now: f64) -> Result<(), Error> {
+        if self.deferred.is_empty() || self.clock.arrival_at(now) {
+            return Ok(());
+        }
+        let mut deferred = std::mem::take(&mut self.deferred);
+        deferred.sort_unstable();
+        for &w in &deferred {
+            if self.workers[w].step.is_none() && !self.workers[w].down {
+                self.start_step(w, now)?;
+            }
+        }
+        deferred.clear();
+        self.deferred = deferred;
+        Ok(())
+    }
+
+    /// Starts idle worker `w`'s next step at `now`, or defers it while requests are still
+    /// to arrive at `now` (see the module docs).
+    fn start_or_defer(&mut self, w: usize, now: f64) -> Result<(), Error> {
+        if self.clock.arrival_at(now) {
+            if !self.deferred.contains(&w) {
+                self.deferred.push(w);
+            }
+            return Ok(());
+        }
+        self.start_step(w, now)
+    }
+
+    fn handle_tick(&mut self, now: f64, tick: Tick) -> Result<(), Error> {
         match tick {
             Tick::Arrival(i) => self.dispatch(i, now),
             Tick::Timed(STEP_DONE, subject) => self.step_done(subject, now),
@@ -234,7 +280,7 @@ impl<'s> Run<'s> {
         });
         self.workers[w].scheduler.enqueue(i);
         if self.workers[w].step.is_none() {
-            self.start_step(w, now)?;
+            self.start_or_defer(w, now)?;
         }
         Ok(())
     }
@@ -296,7 +342,7 @@ impl<'s> Run<'s> {
         }
         self.outcomes = outcomes;
         if self.workers[w].scheduler.has_work() {
-            self.start_step(w, now)?;
+            self.start_or_defer(w, now)?;
         }
         Ok(())
     }
@@ -541,6 +587,45 @@ mod tests {
             let done = report.request_records.iter().all(|r| r.e2e_s.is_some() || r.rejected);
             prop_assert!(done, "every request finished or was dropped");
         }
+    }
+
+    /// Requests arriving at one instant on an idle worker share its first step (as the
+    /// replay releases an instant's arrivals before it drives its engines); one arriving
+    /// during a step waits for the step's end. Steps of 100 ms whatever their work.
+    #[test]
+    fn requests_arriving_together_share_the_first_step() {
+        let profile = crate::sim::StepProfile {
+            base_s: 0.1,
+            ..crate::sim::StepProfile::default()
+        };
+        let config = ClusterConfig::default()
+            .with_workers(1)
+            .with_block_size(4)
+            .with_engine(crate::sim::Engine::Batched)
+            .with_batch(crate::sim::BatchConfig::default().with_profile(Some(profile)))
+            .with_measure_decision_time(false);
+        let requests = vec![
+            Request::new(0.0, (0..40).collect(), 2),
+            Request::new(0.0, (100..140).collect(), 2),
+            Request::new(0.0, (200..240).collect(), 2),
+            Request::new(0.05, (300..340).collect(), 2),
+        ];
+        let sim = Simulation::new(requests, config).unwrap();
+        let report = sim.run(&RoundRobinRouter::new(1).unwrap()).unwrap();
+        let ttft: Vec<f64> = report
+            .request_records
+            .iter()
+            .map(|r| r.ttft_s.unwrap_or(f64::NAN))
+            .collect();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(
+            ttft[..3].iter().all(|&t| close(t, 0.1)),
+            "one first step for the three arriving at 0: {ttft:?}"
+        );
+        assert!(
+            close(ttft[3], 0.15),
+            "admitted at the first step's end: {ttft:?}"
+        );
     }
 
     /// A request whose prompt fits its worker's pool but whose output does not, alone

@@ -55,6 +55,12 @@ impl<'s> Clock<'s> {
         self.arrivals.ended(i, now);
     }
 
+    /// Whether a request arrives at `now` and has not been handed out yet (arrivals at a
+    /// time come after the timed events at that time).
+    pub(super) fn arrival_at(&self, now: f64) -> bool {
+        self.arrivals.peek().is_some_and(|(at, _)| at <= now)
+    }
+
     /// The next tick and its time.
     pub(super) fn next(&mut self) -> Option<(f64, Tick)> {
         let timed = self

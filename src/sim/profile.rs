@@ -9,10 +9,18 @@
 //! weights once), a cost per prefill token (the linear layers), prefill attention quadratic
 //! in the chunk and linear in the chunk times its earlier context, and decode costs per
 //! sequence and per context token (reading the KV).
+//!
+//! A profile may add per-phase terms, for engines timed by a fitted polynomial per phase
+//! (NVIDIA Dynamo's mocker): a step with any prefill takes `prefill_step_s +
+//! prefill_s_per_token_squared·P²` more, and a step with any decode `decode_step_s +
+//! decode_s_per_usage·u + decode_s_per_usage_squared·u²` more, `u` the decodes' context over
+//! the worker's KV capacity in tokens, at most 1. They are 0 in the other profiles.
+//! `decode_s_per_usage_squared` alone may be negative (a concave decode curve), as long as
+//! the decode terms stay at least 0 over `u` in `[0, 1]`.
 
 use crate::error::Error;
 
-/// The six numbers of a step's time (see the module docs), in seconds.
+/// The numbers of a step's time (see the module docs), in seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct StepProfile {
@@ -29,20 +37,39 @@ pub struct StepProfile {
     pub decode_s_per_seq: f64,
     /// Per context token the step's decodes attend to.
     pub decode_s_per_context_token: f64,
+    /// A step's fixed time when it computes any prefill token (added to `base_s`).
+    pub prefill_step_s: f64,
+    /// Per squared prefill token of the step: `P²` for a step of `P` prefill tokens.
+    pub prefill_s_per_token_squared: f64,
+    /// A step's fixed time when it has any decode (added to `base_s`).
+    pub decode_step_s: f64,
+    /// Per unit of the decodes' KV usage `u`: their context tokens over the worker's KV
+    /// capacity in tokens, at most 1.
+    pub decode_s_per_usage: f64,
+    /// Per `u²`; may be negative (see [`validate`](Self::validate)).
+    pub decode_s_per_usage_squared: f64,
 }
 
 impl StepProfile {
-    /// The profile's six numbers by name, in the order of the JSON keys.
-    const KEYS: [&'static str; 6] = [
+    /// The profile's numbers by name, in the order of the JSON keys.
+    const KEYS: [&'static str; 11] = [
         "floor_s",
         "base_s",
         "prefill_s_per_token",
         "prefill_s_per_attended",
         "decode_s_per_seq",
         "decode_s_per_context_token",
+        "prefill_step_s",
+        "prefill_s_per_token_squared",
+        "decode_step_s",
+        "decode_s_per_usage",
+        "decode_s_per_usage_squared",
     ];
 
-    fn numbers_mut(&mut self) -> [&mut f64; 6] {
+    /// The key of the one number that may be negative.
+    const SIGNED: &'static str = "decode_s_per_usage_squared";
+
+    fn numbers_mut(&mut self) -> [&mut f64; 11] {
         [
             &mut self.floor_s,
             &mut self.base_s,
@@ -50,10 +77,15 @@ impl StepProfile {
             &mut self.prefill_s_per_attended,
             &mut self.decode_s_per_seq,
             &mut self.decode_s_per_context_token,
+            &mut self.prefill_step_s,
+            &mut self.prefill_s_per_token_squared,
+            &mut self.decode_step_s,
+            &mut self.decode_s_per_usage,
+            &mut self.decode_s_per_usage_squared,
         ]
     }
 
-    fn numbers(&self) -> [f64; 6] {
+    fn numbers(&self) -> [f64; 11] {
         [
             self.floor_s,
             self.base_s,
@@ -61,19 +93,48 @@ impl StepProfile {
             self.prefill_s_per_attended,
             self.decode_s_per_seq,
             self.decode_s_per_context_token,
+            self.prefill_step_s,
+            self.prefill_s_per_token_squared,
+            self.decode_step_s,
+            self.decode_s_per_usage,
+            self.decode_s_per_usage_squared,
         ]
     }
 
     /// Seconds of a step with `prefill` prompt tokens whose chunks attend to `attended`
     /// pairs (`Σ L·(E + L/2)`), and `decodes` decoding requests attending to `context`
-    /// tokens.
+    /// tokens, on a worker of `kv_capacity_tokens` tokens of KV (the decodes' usage
+    /// `u = context / kv_capacity_tokens`, at most 1; a capacity of 0 is full usage).
     #[must_use]
-    pub fn step_s(&self, prefill: f64, attended: f64, decodes: f64, context: f64) -> f64 {
-        let work = self.base_s
+    pub fn step_s(
+        &self,
+        prefill: f64,
+        attended: f64,
+        decodes: f64,
+        context: f64,
+        kv_capacity_tokens: f64,
+    ) -> f64 {
+        let mut work = self.base_s
             + self.prefill_s_per_token * prefill
             + self.prefill_s_per_attended * attended
             + self.decode_s_per_seq * decodes
             + self.decode_s_per_context_token * context;
+        if prefill > 0.0 {
+            work += self.prefill_step_s + self.prefill_s_per_token_squared * prefill * prefill;
+        }
+        if decodes > 0.0 {
+            let usage = if kv_capacity_tokens > 0.0 {
+                (context / kv_capacity_tokens).clamp(0.0, 1.0)
+            } else {
+                1.0
+            };
+            // At least 0 for a validated profile (see `validate`); the max keeps a step
+            // from shortening by its decodes whatever the numbers.
+            let decode = self.decode_step_s
+                + self.decode_s_per_usage * usage
+                + self.decode_s_per_usage_squared * usage * usage;
+            work += decode.max(0.0);
+        }
         work.max(self.floor_s)
     }
 
@@ -81,10 +142,26 @@ impl StepProfile {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] naming the first number that is negative or not finite.
+    /// [`Error::InvalidConfig`] naming the first number that is not finite or is negative
+    /// (but `decode_s_per_usage_squared`, which may be negative when the decode terms stay
+    /// at least 0 at full usage: `decode_step_s + decode_s_per_usage +
+    /// decode_s_per_usage_squared ≥ 0`; a quadratic with a negative square term is least
+    /// at an end of `[0, 1]`, and at 0 it is `decode_step_s ≥ 0`).
     pub fn validate(&self) -> Result<(), Error> {
         for (key, value) in Self::KEYS.into_iter().zip(self.numbers()) {
-            crate::config::float(key, value, 0.0..=f64::MAX, "zero or more seconds")?;
+            if key == Self::SIGNED {
+                crate::config::float(key, value, f64::MIN..=f64::MAX, "a number of seconds")?;
+            } else {
+                crate::config::float(key, value, 0.0..=f64::MAX, "zero or more seconds")?;
+            }
+        }
+        let full = self.decode_step_s + self.decode_s_per_usage + self.decode_s_per_usage_squared;
+        if full < 0.0 {
+            return Err(crate::config::invalid(
+                Self::SIGNED,
+                self.decode_s_per_usage_squared,
+                "decode terms of zero or more seconds at full usage",
+            ));
         }
         Ok(())
     }
@@ -97,7 +174,7 @@ impl StepProfile {
 ///
 /// let a100 = EngineProfile::builtin("llama3-8b-a100").expect("built in");
 /// // 64 decodes at 1,344 tokens of context: Vidur measured 18.6 ms.
-/// let step = a100.step.step_s(0.0, 0.0, 64.0, 64.0 * 1_344.0);
+/// let step = a100.step.step_s(0.0, 0.0, 64.0, 64.0 * 1_344.0, 2e6);
 /// assert!((step - 0.0195).abs() < 0.0005);
 /// let file = r#"{"name": "mine", "source": "my bench", "base_s": 0.01, "prefill_s_per_token": 5e-5}"#;
 /// let mine = EngineProfile::from_json(file)?;
@@ -152,16 +229,22 @@ impl EngineProfile {
     ///   A100-to-H100 ratios of its 70B linear operators: 2.92 when compute-bound, 1.74 when
     ///   memory-bound), since the H100 attention table was not available: 1.29 ns per
     ///   attended pair, 3.0 × 10⁻⁸ s per decode context token, 30.3 µs per decode.
-    /// - `dynamo-mocker`: NVIDIA Dynamo's mocker with its default polynomial timing
-    ///   (ai-dynamo/dynamo `lib/mocker/src/common/perf_model.rs` at f80944a: prefill
-    ///   `4.21e-7·T² + 1.518e-2·T + 16.5` ms for the pass's `T` new tokens, decode
-    ///   `max(1, −25.74·u² + 54.01·u + 5.74)` ms at KV usage `u` of its default 1,048,576-token
-    ///   pool), fitted to this form by least squares on the log ratio over prompts of 100 to
-    ///   30,000 tokens chunked by 8,192, decode batches of 1 to 256 at 500 to 30,000 tokens of
-    ///   context, and mixed steps: floor 1 ms (its decode floor), base 7.55 ms, 23.7 µs per
-    ///   prefill token, 3.59 × 10⁻⁸ s per decode context token. The form cannot express the
-    ///   mocker's 16.5 ms constant on every pass with prefill nor its concave decode: the fit
-    ///   is within 15 % at the median and 58 % at worst (short prompts).
+    /// - `dynamo-mocker`: NVIDIA Dynamo's mocker with its default polynomial timing, as the
+    ///   replay engine composes it (`aisimulate-core` 0.13.0 from crates.io,
+    ///   `src/engine/common/perf_model.rs:139-156`, and ai-dynamo/dynamo
+    ///   `lib/mocker/src/common/perf_model.rs` at f80944a): a pass with prefill takes
+    ///   `4.209989e-7·P² + 1.518344e-2·P + 16.50142` ms for its `P` new prompt tokens (whatever
+    ///   is cached), a pass with decodes `max(1, −25.74·u² + 54.01·u + 5.74)` ms at the
+    ///   decodes' KV usage `u` (their tokens over the worker's KV capacity, at most 1: the
+    ///   mocker's `num_gpu_blocks × block_size`), and a pass with both the sum of the two
+    ///   (`src/engine/scheduler/vllm/core.rs:2245-2285`: the decode starts when the prefill
+    ///   ends). The polynomial's decode floor of 1 ms never binds for `u` in `[0, 1]` (its
+    ///   least is 5.74 ms, at `u = 0`), so the profile's floor is 0. Until 2026-12-07 this
+    ///   profile was a fit of the polynomial to the six-number form (base 7.55 ms, 23.7 µs per
+    ///   prefill token, 3.59 × 10⁻⁸ s per decode context token), which ran the replay's
+    ///   round-robin placements 16 % slower at the median TTFT on the Mooncake conversation
+    ///   (prompts of 2,000 tokens and more 17 % slower each): see `docs/simulator.md`,
+    ///   "Cross-checked against NVIDIA's replay".
     #[must_use]
     pub fn builtin(name: &str) -> Option<EngineProfile> {
         let (source, step) = match name {
@@ -174,6 +257,7 @@ impl EngineProfile {
                     prefill_s_per_attended: 0.0,
                     decode_s_per_seq: 0.000_05,
                     decode_s_per_context_token: 0.000_000_006,
+                    ..StepProfile::default()
                 },
             ),
             "llama3-8b-a100" => (
@@ -185,6 +269,7 @@ impl EngineProfile {
                     prefill_s_per_attended: 3.00e-9,
                     decode_s_per_seq: 4.06e-5,
                     decode_s_per_context_token: 8.34e-8,
+                    ..StepProfile::default()
                 },
             ),
             "llama2-70b-h100-tp4" => (
@@ -197,18 +282,20 @@ impl EngineProfile {
                     prefill_s_per_attended: 1.29e-9,
                     decode_s_per_seq: 3.03e-5,
                     decode_s_per_context_token: 2.99e-8,
+                    ..StepProfile::default()
                 },
             ),
             "dynamo-mocker" => (
-                "NVIDIA Dynamo's mocker, default polynomial timing, fitted to this form \
-                 (ai-dynamo/dynamo f80944a)",
+                "NVIDIA Dynamo's mocker, default polynomial timing (aisimulate-core 0.13.0 \
+                 perf_model.rs; ai-dynamo/dynamo f80944a)",
                 StepProfile {
-                    floor_s: 1.0e-3,
-                    base_s: 7.55e-3,
-                    prefill_s_per_token: 2.37e-5,
-                    prefill_s_per_attended: 0.0,
-                    decode_s_per_seq: 0.0,
-                    decode_s_per_context_token: 3.59e-8,
+                    prefill_s_per_token: 1.518_344e-5,
+                    prefill_step_s: 1.650_142e-2,
+                    prefill_s_per_token_squared: 4.209_989e-10,
+                    decode_step_s: 5.74e-3,
+                    decode_s_per_usage: 54.01e-3,
+                    decode_s_per_usage_squared: -25.74e-3,
+                    ..StepProfile::default()
                 },
             ),
             _ => return None,
@@ -221,15 +308,16 @@ impl EngineProfile {
     }
 
     /// A profile from a JSON object with the keys `name` and `source` (strings) and any of
-    /// the six numbers (`floor_s`, `base_s`, `prefill_s_per_token`,
-    /// `prefill_s_per_attended`, `decode_s_per_seq`, `decode_s_per_context_token`; a
-    /// missing number is 0).
+    /// the numbers (`floor_s`, `base_s`, `prefill_s_per_token`, `prefill_s_per_attended`,
+    /// `decode_s_per_seq`, `decode_s_per_context_token`, `prefill_step_s`,
+    /// `prefill_s_per_token_squared`, `decode_step_s`, `decode_s_per_usage`,
+    /// `decode_s_per_usage_squared`; a missing number is 0).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for text that is not one JSON object, a missing or
-    /// non-string `name` or `source`, an unknown key, or a number that is not a number,
-    /// negative or not finite.
+    /// non-string `name` or `source`, an unknown key, or a number that is not a number or
+    /// not finite, or that [`StepProfile::validate`] refuses.
     pub fn from_json(text: &str) -> Result<EngineProfile, Error> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
             crate::config::invalid("engine_profile", e.to_string(), "one JSON object")
@@ -262,7 +350,9 @@ impl EngineProfile {
                     "engine_profile",
                     format!("the key {key:?}"),
                     "name, source, floor_s, base_s, prefill_s_per_token, \
-                     prefill_s_per_attended, decode_s_per_seq, decode_s_per_context_token",
+                     prefill_s_per_attended, decode_s_per_seq, decode_s_per_context_token, \
+                     prefill_step_s, prefill_s_per_token_squared, decode_step_s, \
+                     decode_s_per_usage, decode_s_per_usage_squared",
                 ));
             };
             let number = value.as_f64().ok_or_else(|| {
@@ -290,11 +380,11 @@ mod tests {
         // A100 8B: 64 decodes at 1,344 context: 9.7e-3 + 64 × 4.06e-5 + 86,016 × 8.34e-8.
         let a100 = step("llama3-8b-a100");
         let d64 = 9.7e-3 + 64.0 * 4.06e-5 + 86_016.0 * 8.34e-8;
-        assert!(close(a100.step_s(0.0, 0.0, 64.0, 86_016.0), d64));
+        assert!(close(a100.step_s(0.0, 0.0, 64.0, 86_016.0, 1e6), d64));
         // An 8,192-token chunk after 8,192 tokens: L·(E + L/2) = 8,192 × 12,288 pairs.
         let attended = 8_192.0 * (8_192.0 + 4_096.0);
         let chunk = 9.7e-3 + 8_192.0 * 8.35e-5 + attended * 3.00e-9;
-        assert!(close(a100.step_s(8_192.0, attended, 0.0, 0.0), chunk));
+        assert!(close(a100.step_s(8_192.0, attended, 0.0, 0.0, 1e6), chunk));
         assert!(
             (chunk - 0.9957).abs() < 1e-3,
             "Vidur measured 0.987 s: {chunk}"
@@ -302,23 +392,147 @@ mod tests {
         // H100 70B TP4: one decode at 1,000 context.
         let h100 = step("llama2-70b-h100-tp4");
         let one = 2.36e-2 + 3.03e-5 + 1_000.0 * 2.99e-8;
-        assert!(close(h100.step_s(0.0, 0.0, 1.0, 1_000.0), one));
-        // The mocker fit: its floor binds for an empty step, not for one decode.
-        let mocker = step("dynamo-mocker");
-        assert!(close(mocker.step_s(0.0, 0.0, 0.0, 0.0), 7.55e-3));
+        assert!(close(h100.step_s(0.0, 0.0, 1.0, 1_000.0, 1e6), one));
+        // A floor binds for a short step (one decode: 23.6 ms under a floor of 30 ms).
         let floored = StepProfile {
-            floor_s: 0.02,
-            ..mocker
+            floor_s: 0.03,
+            ..h100
         };
-        assert!(close(floored.step_s(0.0, 0.0, 1.0, 1_000.0), 0.02));
+        assert!(close(floored.step_s(0.0, 0.0, 1.0, 1_000.0, 1e6), 0.03));
         // The default is the router's own step model.
         let default = step("default");
         let router = crate::fleet::StepModel::default().seconds(2_000.0, 10.0, 5_000.0, 33_000.0);
-        assert!(close(default.step_s(2_000.0, 0.0, 10.0, 5_000.0), router));
+        assert!(close(
+            default.step_s(2_000.0, 0.0, 10.0, 5_000.0, 1e6),
+            router
+        ));
         for name in ENGINE_PROFILES {
             step(name).validate().expect("built-in profiles validate");
         }
         assert!(EngineProfile::builtin("llama-9000").is_none());
+    }
+
+    /// aisimulate-core 0.13.0's polynomial timing (`src/engine/common/perf_model.rs:139-156`),
+    /// in milliseconds, as its vLLM scheduler composes a pass
+    /// (`src/engine/scheduler/vllm/core.rs:2245-2285`, `2978-2986`, `3315-3330`): the prefill
+    /// of the pass's new tokens, then the decodes at their KV usage of the pool.
+    fn replay_pass_ms(prefill: usize, decode_tokens: Option<usize>, pool_tokens: usize) -> f64 {
+        let prefill_ms = if prefill == 0 {
+            0.0
+        } else {
+            let t = prefill as f64;
+            4.209989e-07 * t.powi(2) + 1.518344e-02 * t + 1.650142e+01
+        };
+        let decode_ms = decode_tokens.map_or(0.0, |tokens| {
+            let u = (tokens as f64 / pool_tokens as f64).min(1.0);
+            (-25.74 * u.powi(2) + 54.01 * u + 5.74).max(1.0)
+        });
+        prefill_ms + decode_ms
+    }
+
+    /// The `dynamo-mocker` profile is the replay's timing, not a fit of it: prefill-only,
+    /// decode-only and mixed steps, short and long, at the replay's pool of 65,536 blocks of
+    /// 16 tokens and at a smaller one, and past full usage (clamped, as the replay clamps).
+    #[test]
+    fn dynamo_mocker_profile_is_the_replays_polynomial() {
+        let mocker = step("dynamo-mocker");
+        for pool in [1_048_576_usize, 262_144] {
+            for (prefill, decodes, context) in [
+                (1, 0, 0),
+                (100, 0, 0),
+                (500, 0, 0),
+                (7_000, 0, 0),
+                (8_192, 0, 0),
+                (0, 1, 600),
+                (0, 10, 50_000),
+                (0, 64, 500_000),
+                (0, 256, 2_000_000),
+                (2_048, 12, 120_000),
+                (8_192, 200, 900_000),
+            ] {
+                let ours = mocker.step_s(
+                    prefill as f64,
+                    0.0,
+                    decodes as f64,
+                    context as f64,
+                    pool as f64,
+                );
+                let decode = (decodes > 0).then_some(context);
+                let theirs = replay_pass_ms(prefill, decode, pool) / 1e3;
+                assert!(
+                    (ours - theirs).abs() <= 1e-12,
+                    "P {prefill}, D {decodes}, C {context}, pool {pool}: {ours} s against {theirs} s"
+                );
+            }
+        }
+        // An empty step takes nothing (the replay runs no pass).
+        assert_eq!(mocker.step_s(0.0, 0.0, 0.0, 0.0, 1e6), 0.0);
+    }
+
+    /// The signed square term: allowed while the decode terms stay at least 0 at full usage.
+    #[test]
+    fn a_concave_decode_is_valid_only_while_it_stays_positive() {
+        let concave = StepProfile {
+            decode_step_s: 0.005,
+            decode_s_per_usage: 0.05,
+            decode_s_per_usage_squared: -0.055,
+            ..StepProfile::default()
+        };
+        concave
+            .validate()
+            .expect("0.005 + 0.05 - 0.055 = 0 at full usage");
+        let below = StepProfile {
+            decode_s_per_usage_squared: -0.056,
+            ..concave
+        };
+        assert!(matches!(
+            below.validate(),
+            Err(Error::InvalidConfig {
+                field: "decode_s_per_usage_squared",
+                ..
+            })
+        ));
+        let negative_linear = StepProfile {
+            decode_s_per_usage: -0.001,
+            ..StepProfile::default()
+        };
+        assert!(
+            negative_linear.validate().is_err(),
+            "only the square is signed"
+        );
+        let file = r#"{"name": "m", "source": "s", "decode_step_s": 0.001, "decode_s_per_usage_squared": -0.0005}"#;
+        let parsed = EngineProfile::from_json(file).expect("signed square within bounds");
+        assert_eq!(parsed.step.decode_s_per_usage_squared, -0.0005);
+        let file = r#"{"name": "m", "source": "s", "decode_s_per_usage_squared": -0.0005}"#;
+        assert!(EngineProfile::from_json(file).is_err());
+    }
+
+    proptest::proptest! {
+        /// A validated profile's step is finite, at least its floor and never shorter for
+        /// more prefill (the terms are non-negative or, for the decode's square, bounded).
+        #[test]
+        fn a_validated_profile_gives_finite_steps_at_least_its_floor(
+            numbers in proptest::collection::vec(0.0f64..0.1, 11),
+            square in -0.2f64..0.1,
+            prefill in 0.0f64..100_000.0,
+            decodes in 0.0f64..512.0,
+            context in 0.0f64..1e8,
+            capacity in 0.0f64..1e7,
+        ) {
+            let mut profile = StepProfile::default();
+            for (slot, value) in profile.numbers_mut().into_iter().zip(numbers) {
+                *slot = value;
+            }
+            profile.decode_s_per_usage_squared = square;
+            if profile.validate().is_ok() {
+                let s = profile.step_s(prefill, 0.0, decodes, context, capacity);
+                proptest::prop_assert!(s.is_finite() && s >= profile.floor_s && s >= 0.0);
+                let more = profile.step_s(prefill + 1.0, 0.0, decodes, context, capacity);
+                proptest::prop_assert!(more >= s);
+            } else {
+                proptest::prop_assert!(square < 0.0);
+            }
+        }
     }
 
     /// A file's profile, and every way a file can be wrong.

@@ -150,6 +150,9 @@ pub(super) struct Step {
     pub(super) context: usize,
     /// Tokens loaded back from the host tier.
     pub(super) loaded: usize,
+    /// The worker's KV capacity in tokens (its pool's blocks times their size): the decodes'
+    /// KV usage is `context` over it, for a profile timing decodes by usage.
+    pub(super) kv_capacity_tokens: usize,
 }
 
 impl Step {
@@ -158,7 +161,13 @@ impl Step {
     pub(super) fn duration(&self, config: &BatchConfig, prefill_tokens_per_s: f64) -> f64 {
         let (prefill, decodes) = (self.prefill as f64, self.decodes as f64);
         let compute = match &config.profile {
-            Some(profile) => profile.step_s(prefill, self.attended, decodes, self.context as f64),
+            Some(profile) => profile.step_s(
+                prefill,
+                self.attended,
+                decodes,
+                self.context as f64,
+                self.kv_capacity_tokens as f64,
+            ),
             None => {
                 config
                     .step
@@ -277,7 +286,10 @@ impl Scheduler {
 
     /// Builds the next step, admitting and preempting as it goes (see the module docs).
     pub(super) fn schedule(&mut self, seqs: &mut [Option<Seq>], out: &mut Vec<Outcome>) -> Step {
-        let mut step = Step::default();
+        let mut step = Step {
+            kv_capacity_tokens: self.pool.capacity().saturating_mul(self.block_size),
+            ..Step::default()
+        };
         let mut budget = self.config.step.max_num_batched_tokens;
         let preempted = self.schedule_running(seqs, &mut budget, &mut step, out);
         // A step with nothing running admits even after a preemption: an empty step would

@@ -208,7 +208,7 @@ impl<'s> Run<'s> {
         }
         self.workers[w].scheduler.enqueue(id);
         if self.workers[w].step.is_none() {
-            self.start_step(w, now)?;
+            self.start_or_defer(w, now)?;
         }
         Ok(())
     }
@@ -357,7 +357,7 @@ impl<'s> Run<'s> {
         self.seqs[i] = Some(leg);
         self.workers[w].scheduler.enqueue(i);
         if self.workers[w].step.is_none() {
-            self.start_step(w, now)?;
+            self.start_or_defer(w, now)?;
         }
         Ok(())
     }
