@@ -61,12 +61,17 @@ const FAST: Service = Service {
     tpot_s: 0.01,
 };
 
+/// What happens to a request in flight: its first token, its progress (cumulative output
+/// tokens after the first), its completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
     FirstToken,
-    Progress,
+    Progress(u32),
     Complete,
 }
+
+/// Every how many output tokens a stream reports its progress, as a gateway reading it does.
+const PROGRESS_EVERY: u32 = 16;
 
 /// What one run saw: per whole second of the host's clock, requests admitted and refused,
 /// and the refusals.
@@ -78,9 +83,10 @@ struct Run {
 }
 
 /// Routes one request every `1 / rate` seconds for `seconds`, served as `service(t)` says
-/// for a request routed at `t`; at `recover_at` every request in flight completes at once
-/// (the slow spell ends). The router's clock is the request's time when `timed`, else the
-/// router is given none.
+/// for a request routed at `t`, its first token and its progress every
+/// [`PROGRESS_EVERY`] tokens reported as they come; at `recover_at` every request in flight
+/// completes at once (the slow spell ends). The router's clock is the request's time when
+/// `timed`, else the router is given none.
 fn run(
     router: &BalancedRouter,
     (rate, seconds): (f64, f64),
@@ -111,10 +117,10 @@ fn run(
             };
             match step {
                 Step::FirstToken => router.first_token_after(d, Duration::from_secs_f64(s.ttft_s)),
-                Step::Progress => router.tokens_after(
+                Step::Progress(tokens) => router.tokens_after(
                     d,
-                    OUTPUT_TOKENS - 1,
-                    Duration::from_secs_f64(s.tpot_s * f64::from(OUTPUT_TOKENS - 1)),
+                    tokens,
+                    Duration::from_secs_f64(s.tpot_s * f64::from(tokens)),
                 ),
                 Step::Complete => {
                     router.complete(d);
@@ -141,7 +147,11 @@ fn run(
                 let first = t + s.ttft_s;
                 let last = first + s.tpot_s * f64::from(OUTPUT_TOKENS - 1);
                 events.push(Reverse((us(first), Step::FirstToken, i)));
-                events.push(Reverse((us(last), Step::Progress, i)));
+                let reports = (PROGRESS_EVERY..OUTPUT_TOKENS - 1).step_by(PROGRESS_EVERY as usize);
+                for tokens in reports.chain([OUTPUT_TOKENS - 1]) {
+                    let at = first + s.tpot_s * f64::from(tokens);
+                    events.push(Reverse((us(at), Step::Progress(tokens), i)));
+                }
                 events.push(Reverse((us(last), Step::Complete, i)));
                 flight.push(Some((d, s)));
             }
@@ -206,6 +216,39 @@ fn admission_reopens_after_a_slow_spell() {
             "at {t} s: retry after {retry} s: {shed}"
         );
     }
+}
+
+/// A spell in which the engines stall whole, their decodes as much as their prefill: first
+/// tokens after 3 s and 0.3 s a token (three times the target) for 4 s after 4 s of a fast
+/// fleet. What the gates learned from it (the prefill factor, the admitted prefill's share
+/// priced at it) is unlearned once first tokens and progress are fast again: every request
+/// is admitted from two seconds after the recovery on.
+#[test]
+fn admission_reopens_after_a_spell_that_stalls_decodes_too() {
+    const STALLED: Service = Service {
+        ttft_s: 3.0,
+        tpot_s: 0.3,
+    };
+    let router = BalancedRouter::new(4).expect("router");
+    let out = run(
+        &router,
+        (16.0, 18.0),
+        |t| {
+            if (4.0..8.0).contains(&t) {
+                STALLED
+            } else {
+                FAST
+            }
+        },
+        (8.0, true),
+    );
+    let refused: u32 = out.refused[..8].iter().sum();
+    assert!(refused > 0, "the spell refused nothing: {out:?}");
+    assert!(
+        out.admitted[8] > 0,
+        "nothing admitted in the second after recovery: {out:?}"
+    );
+    assert_full_rate_from(&out, 10);
 }
 
 #[test]
