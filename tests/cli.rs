@@ -7,6 +7,8 @@
 
 #[path = "../examples/simulate/args.rs"]
 mod args;
+// The examples' own name for it (their parsers say `super::cli`).
+#[allow(clippy::module_inception)]
 #[path = "../examples/common/cli.rs"]
 mod cli;
 #[path = "../examples/common/engine_settings.rs"]

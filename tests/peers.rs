@@ -12,9 +12,9 @@ use prefix_router::{
 };
 
 #[path = "../examples/common/peers/mod.rs"]
-mod peers;
+mod rebuilt;
 
-use peers::{Aibrix, Dynamo, DynamoPd, IndependentPd, Llmd, LlmdPd};
+use rebuilt::{Aibrix, Dynamo, DynamoPd, IndependentPd, Llmd, LlmdPd};
 
 /// The mirror's block size in these tests (the crate's default).
 const BLOCK: usize = 16;

@@ -3,8 +3,9 @@
 //! `stress`: 8 threads run mixed operations (route, complete, add / remove worker, mark
 //! unavailable, apply events, report_cached) on one router; afterwards the mirror validates,
 //! every load counter is back to zero, and no operation took longer than a bound. CI runs
-//! 2,000 operations per thread; `STRESS_OPS=50000 cargo test --release --test stress` runs
-//! the full 8 × 50,000.
+//! 2,000 operations per thread;
+//! `STRESS_OPS=50000 cargo test --release --test integration stress::` runs the full
+//! 8 × 50,000.
 
 #![allow(clippy::unwrap_used)]
 

@@ -8,7 +8,7 @@ use common::{prompt_strategy, tokens};
 use prefix_router::*;
 use proptest::prelude::*;
 
-mod common;
+use crate::common;
 
 const W0: WorkerId = WorkerId::new(0);
 const W1: WorkerId = WorkerId::new(1);
