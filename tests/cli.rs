@@ -521,7 +521,7 @@ fn example(name: &str) -> PathBuf {
 }
 
 /// Builds `simulate`, `gateway` and (with the feature `vllm`) `vllm_events` with this test's
-/// features and the profile `cargo test` builds examples with (`dev`, or `release` under
+/// features and the profile `cargo test` builds examples with (`test`, or `release` under
 /// `--release`), into this test's target directory, so that under `cargo test` they are
 /// already fresh, and returns their paths as cargo reports them.
 fn build_examples() -> HashMap<String, PathBuf> {
@@ -542,12 +542,33 @@ fn build_examples() -> HashMap<String, PathBuf> {
         &["--no-default-features"]
     };
     let profile = if cfg!(debug_assertions) {
-        "dev"
+        "test"
     } else {
         "release"
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
+    let mut command = Command::new(cargo);
+    // What cargo sets for a test it runs, and would not be set for the `cargo test` that
+    // runs it: a build script that reads one (ring's reads CARGO_MANIFEST_DIR) would
+    // otherwise see it change, and both builds would redo its crate and all that depends
+    // on it, each time.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let out = command
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["build", "--example", "simulate", "--example", "gateway"])
         .args(if cfg!(feature = "vllm") {

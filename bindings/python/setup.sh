@@ -3,7 +3,9 @@
 #   - maturin (build-requirements.txt) in <target>/python/tools, kept while the file is
 #     unchanged;
 #   - the wheel, built by `maturin build --release` into <target>/python/wheels (Cargo's
-#     build directory <target>/python/cargo is kept, so a second build only relinks);
+#     build directory <target>/python/cargo is kept, so a second build only relinks); with
+#     PREFIX_ROUTER_WHEEL_PROFILE=dev, unoptimised (faster to build, as CI's tests need it;
+#     the benchmarks need the default, release);
 #   - an environment <target>/python/venv with the wheel and tests/requirements*.txt, made
 #     anew (removed first) unless the one there holds the same wheel contents (its RECORD of
 #     file hashes) and the same requirements.
@@ -22,8 +24,16 @@ if ! cmp -s "$here/build-requirements.txt" "$tools/.requirements" 2>/dev/null; t
     cp "$here/build-requirements.txt" "$tools/.requirements"
 fi
 
+case "${PREFIX_ROUTER_WHEEL_PROFILE:-release}" in
+release) profile=(--release) ;;
+dev) profile=() ;;
+*)
+    echo "setup.sh: PREFIX_ROUTER_WHEEL_PROFILE is release or dev, not ${PREFIX_ROUTER_WHEEL_PROFILE}" >&2
+    exit 2
+    ;;
+esac
 rm -rf "$target/wheels"
-CARGO_TARGET_DIR="$target/cargo" "$tools/bin/maturin" build --release --quiet \
+CARGO_TARGET_DIR="$target/cargo" "$tools/bin/maturin" build "${profile[@]}" --quiet \
     --manifest-path "$here/Cargo.toml" --out "$target/wheels" >&2
 wheel="$(find "$target/wheels" -name 'prefix_router-*.whl' -print -quit)"
 if [ -z "$wheel" ]; then
@@ -32,12 +42,15 @@ if [ -z "$wheel" ]; then
 fi
 
 venv="$target/venv"
-# What the environment holds: the wheel's files by their hashes, and the requirements.
+# What the environment holds: the wheel's files by their hashes, and the requirements. The
+# software bill of materials maturin writes into the wheel's metadata is left out: it carries
+# a fresh serial number and time on every build, so the same code would never match.
 stamp="$(
     {
         python3 -c 'import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
-sys.stdout.write(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode())' "$wheel"
+record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+sys.stdout.write("".join(l for l in record.splitlines(True) if "/sboms/" not in l.split(",")[0]))' "$wheel"
         cat "$here"/tests/requirements*.txt
     } | sha256sum | cut -d' ' -f1
 )"
