@@ -3,9 +3,7 @@
 #   - maturin (build-requirements.txt) in <target>/python/tools, kept while the file is
 #     unchanged;
 #   - the wheel, built by `maturin build --release` into <target>/python/wheels (Cargo's
-#     build directory <target>/python/cargo is kept, so a second build only relinks); with
-#     PREFIX_ROUTER_WHEEL_PROFILE=dev, unoptimised (faster to build, as CI's tests need it;
-#     the benchmarks need the default, release);
+#     build directory <target>/python/cargo is kept, so a second build only relinks);
 #   - an environment <target>/python/venv with the wheel and tests/requirements*.txt, made
 #     anew (removed first) unless the one there holds the same wheel contents (its RECORD of
 #     file hashes) and the same requirements.
@@ -24,16 +22,8 @@ if ! cmp -s "$here/build-requirements.txt" "$tools/.requirements" 2>/dev/null; t
     cp "$here/build-requirements.txt" "$tools/.requirements"
 fi
 
-case "${PREFIX_ROUTER_WHEEL_PROFILE:-release}" in
-release) profile=(--release) ;;
-dev) profile=() ;;
-*)
-    echo "setup.sh: PREFIX_ROUTER_WHEEL_PROFILE is release or dev, not ${PREFIX_ROUTER_WHEEL_PROFILE}" >&2
-    exit 2
-    ;;
-esac
 rm -rf "$target/wheels"
-CARGO_TARGET_DIR="$target/cargo" "$tools/bin/maturin" build "${profile[@]}" --quiet \
+CARGO_TARGET_DIR="$target/cargo" "$tools/bin/maturin" build --release --quiet \
     --manifest-path "$here/Cargo.toml" --out "$target/wheels" >&2
 wheel="$(find "$target/wheels" -name 'prefix_router-*.whl' -print -quit)"
 if [ -z "$wheel" ]; then
