@@ -520,6 +520,32 @@ fn example(name: &str) -> PathBuf {
         .clone()
 }
 
+/// A `cargo` command without what cargo sets for a test it runs, which would not be set for
+/// the `cargo test` that runs it: a build script that reads one (ring's reads
+/// CARGO_MANIFEST_DIR) would otherwise see it change, and both builds would redo its crate
+/// and all that depends on it, each time.
+fn cargo_outside_test() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    command
+}
+
 /// Builds `simulate`, `gateway` and (with the feature `vllm`) `vllm_events` with this test's
 /// features and the profile `cargo test` builds examples with (`test`, or `release` under
 /// `--release`), into this test's target directory, so that under `cargo test` they are
@@ -546,28 +572,7 @@ fn build_examples() -> HashMap<String, PathBuf> {
     } else {
         "release"
     };
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
-    // What cargo sets for a test it runs, and would not be set for the `cargo test` that
-    // runs it: a build script that reads one (ring's reads CARGO_MANIFEST_DIR) would
-    // otherwise see it change, and both builds would redo its crate and all that depends
-    // on it, each time.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PKG_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-            ]
-            .contains(&key.as_ref())
-        {
-            command.env_remove(key.as_ref());
-        }
-    }
+    let mut command = cargo_outside_test();
     let out = command
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["build", "--example", "simulate", "--example", "gateway"])

@@ -325,6 +325,22 @@ impl Tally {
             && r.tpot_s.is_none_or(|t| t <= self.targets.1)
     }
 
+    /// The prompt tokens of the requests served (neither rejected nor shed), of them those
+    /// cached on the device, and those cached on the host tier.
+    fn served_tokens(&self) -> (u64, u64, u64) {
+        let served = || self.records.iter().filter(|r| !r.rejected && !r.shed);
+        (
+            served().map(|r| r.prompt_tokens as u64).sum(),
+            served().map(|r| r.cached_tokens as u64).sum(),
+            served().map(|r| r.host_cached_tokens as u64).sum(),
+        )
+    }
+
+    /// How many records `is` holds for.
+    fn count(&self, is: impl Fn(&RequestRecord) -> bool) -> usize {
+        self.records.iter().filter(|r| is(r)).count()
+    }
+
     /// The report of a run by `policy`, the first request arriving at `first`.
     pub(super) fn report(
         mut self,
@@ -338,17 +354,12 @@ impl Tally {
         let (shed, shed_by_priority, shed_by_gate) = self.sheds();
         let requests = self.records.len();
         let makespan = (self.last_completion - first).max(0.0);
-        let served = || self.records.iter().filter(|r| !r.rejected && !r.shed);
-        let prompt_tokens: u64 = served().map(|r| r.prompt_tokens as u64).sum();
-        let cached_tokens: u64 = served().map(|r| r.cached_tokens as u64).sum();
-        let host_tokens: u64 = served().map(|r| r.host_cached_tokens as u64).sum();
+        let (prompt_tokens, cached_tokens, host_tokens) = self.served_tokens();
         let tails = Tails::of(&self.records);
         let errors = prediction_errors(&self.records);
         let (sessions, session) = session_times(&self.records, &self.groups);
         let good = self.records.iter().filter(|r| self.good(r)).count();
         let computed: u64 = workers.prefill_tokens.iter().sum();
-        let mean = computed as f64 / workers.prefill_tokens.len().max(1) as f64;
-        let max = workers.prefill_tokens.iter().copied().max().unwrap_or(0) as f64;
         let hit_ratio = ratio(cached_tokens as f64, prompt_tokens as f64);
         SimReport {
             policy: policy.to_owned(),
@@ -361,7 +372,7 @@ impl Tally {
             ideal_hit_ratio: references.ideal,
             pooled_ideal_hit_ratio: references.pooled,
             ratio_to_ideal: ratio(hit_ratio, references.ideal),
-            imbalance: if mean > 0.0 { max / mean } else { 1.0 },
+            imbalance: imbalance(&workers.prefill_tokens),
             worker_prefill_tokens: workers.prefill_tokens,
             ttft_p50_s: tails.ttft[0],
             ttft_p90_s: tails.ttft[1],
@@ -383,8 +394,8 @@ impl Tally {
             shed_by_priority,
             shed_by_gate,
             preemptions: self.records.iter().map(|r| u64::from(r.preemptions)).sum(),
-            rejected: self.records.iter().filter(|r| r.rejected).count(),
-            retried: self.records.iter().filter(|r| r.retries > 0).count(),
+            rejected: self.count(|r| r.rejected),
+            retried: self.count(|r| r.retries > 0),
             lost_event_batches: self.lost_event_batches,
             replica_sync_frames: self.replica_sync.0,
             replica_sync_bytes: self.replica_sync.1,
@@ -393,11 +404,7 @@ impl Tally {
             makespan_s: makespan,
             throughput_rps: ratio(requests as f64, makespan),
             decision_ns: ratio(self.decision_ns as f64, requests as f64),
-            transfers: self
-                .records
-                .iter()
-                .filter(|r| r.prefill_worker.is_some())
-                .count(),
+            transfers: self.count(|r| r.prefill_worker.is_some()),
             transfer_bytes: self.records.iter().map(|r| r.transfer_bytes).sum(),
             pd_decider: self.pd_decider,
             ttft_error_p50: errors[0],
@@ -409,6 +416,14 @@ impl Tally {
             request_records: self.records,
         }
     }
+}
+
+/// The most prefill any worker computed over the mean (1 when none computed any).
+fn imbalance(prefill_tokens: &[u64]) -> f64 {
+    let computed: u64 = prefill_tokens.iter().sum();
+    let mean = computed as f64 / prefill_tokens.len().max(1) as f64;
+    let max = prefill_tokens.iter().copied().max().unwrap_or(0) as f64;
+    if mean > 0.0 { max / mean } else { 1.0 }
 }
 
 #[cfg(test)]
